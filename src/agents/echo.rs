@@ -1,0 +1,66 @@
+//! The built-in echo agent: answers with the text it received, so a new install works at once.
+
+use crate::clock::SharedClock;
+use crate::error::OutboundError;
+use crate::message::{Extra, NormalizedMessage, NormalizedResponse, Part, TextMime, TextPart};
+
+use super::AgentBackend;
+
+/// Answers every message with its own text.
+#[derive(Debug)]
+pub struct EchoAgent {
+    _clock: SharedClock,
+}
+
+impl EchoAgent {
+    /// A new echo agent.
+    #[must_use]
+    pub fn new(clock: SharedClock) -> Self {
+        Self { _clock: clock }
+    }
+}
+
+#[async_trait::async_trait]
+impl AgentBackend for EchoAgent {
+    async fn respond(
+        &self,
+        msg: &NormalizedMessage,
+    ) -> Result<Option<NormalizedResponse>, OutboundError> {
+        let texts: Vec<&TextPart> = msg
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        let part = match texts.as_slice() {
+            [] => Part::text(format!(
+                "(received {} part(s) without text)",
+                msg.parts.len()
+            )),
+            [one] => Part::Text((*one).clone()),
+            many => Part::Text(TextPart {
+                mime: TextMime::Plain,
+                content: many
+                    .iter()
+                    .map(|t| t.content.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n\n"),
+                extra: Extra::new(),
+            }),
+        };
+        Ok(Some(NormalizedResponse {
+            id: uuid::Uuid::now_v7().to_string(),
+            in_reply_to: msg.id.clone(),
+            thread_id: msg.thread_id.clone(),
+            agent: msg.recipient.clone(),
+            parts: vec![part],
+            state: None,
+            mentions: None,
+            visibility: None,
+            metadata: None,
+            extra: Extra::new(),
+        }))
+    }
+}

@@ -1,0 +1,174 @@
+//! Agent backends (echo, webhook) and the registry built from configuration.
+
+mod echo;
+mod webhook;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+pub use echo::EchoAgent;
+pub use webhook::WebhookAgent;
+
+use crate::clock::SharedClock;
+use crate::config::{AgentConfig, BackendConfig};
+use crate::error::OutboundError;
+use crate::message::{Address, NormalizedMessage, NormalizedResponse};
+use crate::net::HttpClient;
+
+/// Something that answers an agent's messages.
+#[async_trait::async_trait]
+pub trait AgentBackend: Send + Sync + std::fmt::Debug {
+    /// Answers `msg`; `None` means the agent has nothing to say.
+    ///
+    /// # Errors
+    /// Temporary failures are retried with backoff; permanent ones end the job.
+    async fn respond(
+        &self,
+        msg: &NormalizedMessage,
+    ) -> Result<Option<NormalizedResponse>, OutboundError>;
+}
+
+/// A hosted agent.
+#[derive(Debug)]
+pub struct Agent {
+    /// Local name.
+    pub name: String,
+    /// `@name@domain`.
+    pub address: String,
+    /// Display name.
+    pub display_name: Option<String>,
+    /// One-line description.
+    pub summary: Option<String>,
+    /// What answers for it.
+    pub backend: Arc<dyn AgentBackend>,
+}
+
+/// The agents of this instance, by name.
+#[derive(Debug, Default)]
+pub struct AgentRegistry {
+    domain: String,
+    by_name: HashMap<String, Arc<Agent>>,
+}
+
+impl AgentRegistry {
+    /// Builds every configured agent.
+    #[must_use]
+    pub fn from_config(
+        agents: &[AgentConfig],
+        domain: &str,
+        http: &HttpClient,
+        clock: &SharedClock,
+    ) -> Self {
+        let mut reg = Self {
+            domain: domain.to_owned(),
+            by_name: HashMap::new(),
+        };
+        for a in agents {
+            let backend: Arc<dyn AgentBackend> = match &a.backend {
+                BackendConfig::Echo => Arc::new(EchoAgent::new(clock.clone())),
+                BackendConfig::Webhook {
+                    url,
+                    secret,
+                    timeout_ms,
+                } => Arc::new(WebhookAgent::new(
+                    url.clone(),
+                    secret.clone(),
+                    std::time::Duration::from_millis(*timeout_ms),
+                    http.clone(),
+                    clock.clone(),
+                )),
+            };
+            reg.insert(&a.name, a.display_name.clone(), a.summary.clone(), backend);
+        }
+        reg
+    }
+
+    /// Adds or replaces an agent.
+    pub fn insert(
+        &mut self,
+        name: &str,
+        display_name: Option<String>,
+        summary: Option<String>,
+        backend: Arc<dyn AgentBackend>,
+    ) {
+        let agent = Agent {
+            name: name.to_owned(),
+            address: format!("@{name}@{}", self.domain),
+            display_name,
+            summary,
+            backend,
+        };
+        self.by_name.insert(name.to_lowercase(), Arc::new(agent));
+    }
+
+    /// The agent called `name` (case-insensitive).
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<Arc<Agent>> {
+        self.by_name.get(&name.to_lowercase()).cloned()
+    }
+
+    /// The local agent an `@name@domain` address names, if it is ours.
+    #[must_use]
+    pub fn resolve(&self, address: &str) -> Option<Arc<Agent>> {
+        let a = Address::parse_handle(address)?;
+        if !a.domain.eq_ignore_ascii_case(&self.domain) {
+            return None;
+        }
+        self.get(a.local)
+    }
+
+    /// Every agent, sorted by name.
+    #[must_use]
+    pub fn all(&self) -> Vec<Arc<Agent>> {
+        let mut v: Vec<_> = self.by_name.values().cloned().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// The public domain agents live on.
+    #[must_use]
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+}
+
+/// Completes a response object an agent returned: fills `id`, `in_reply_to`, `thread_id` and
+/// `agent` from `msg` when absent, then parses and validates it.
+///
+/// # Errors
+/// A permanent failure: the agent's answer is malformed.
+pub fn complete_response(
+    mut value: Value,
+    msg: &NormalizedMessage,
+) -> Result<NormalizedResponse, OutboundError> {
+    let Value::Object(obj) = &mut value else {
+        return Err(OutboundError::permanent(
+            "agent answer is not a JSON object",
+        ));
+    };
+    let defaults = [
+        ("id", uuid::Uuid::now_v7().to_string()),
+        ("in_reply_to", msg.id.clone()),
+        ("thread_id", msg.thread_id.clone()),
+        ("agent", msg.recipient.clone()),
+    ];
+    for (k, v) in defaults {
+        if obj.get(k).is_none_or(Value::is_null) {
+            obj.insert(k.to_owned(), Value::String(v));
+        }
+    }
+    obj.entry("parts").or_insert_with(|| Value::Array(vec![]));
+    let resp: NormalizedResponse = serde_json::from_value(value).map_err(|e| {
+        OutboundError::permanent(format!("agent answer is not a NormalizedResponse: {e}"))
+    })?;
+    if resp.in_reply_to != msg.id || resp.agent != msg.recipient {
+        return Err(OutboundError::permanent(
+            "agent answer names another message or agent",
+        ));
+    }
+    resp.validate()
+        .map_err(|e| OutboundError::permanent(format!("agent answer is invalid: {e}")))?;
+    Ok(resp)
+}

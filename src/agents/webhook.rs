@@ -1,0 +1,172 @@
+//! The webhook agent (spec §9): POSTs the NormalizedMessage, HMAC-signed, and reads a JSON
+//! NormalizedResponse, an SSE stream of ResponseEvents, or 204 for no reply.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::{AgentBackend, complete_response};
+use crate::clock::SharedClock;
+use crate::config::Secret;
+use crate::error::OutboundError;
+use crate::message::{
+    Extra, NormalizedMessage, NormalizedResponse, Part, ResponseEvent, TextMime, TextPart,
+};
+use crate::net::{HttpClient, HttpRequest, signed_headers};
+
+/// An agent behind an HTTP endpoint.
+#[derive(Debug)]
+pub struct WebhookAgent {
+    url: String,
+    secret: Secret,
+    timeout: Duration,
+    http: HttpClient,
+    clock: SharedClock,
+}
+
+impl WebhookAgent {
+    /// A webhook agent calling `url`.
+    #[must_use]
+    pub fn new(
+        url: String,
+        secret: Secret,
+        timeout: Duration,
+        http: HttpClient,
+        clock: SharedClock,
+    ) -> Self {
+        Self {
+            url,
+            secret,
+            timeout,
+            http,
+            clock,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl AgentBackend for WebhookAgent {
+    async fn respond(
+        &self,
+        msg: &NormalizedMessage,
+    ) -> Result<Option<NormalizedResponse>, OutboundError> {
+        let body = serde_json::to_vec(msg).map_err(|e| OutboundError::permanent(e.to_string()))?;
+        let headers = signed_headers(&self.secret, self.clock.now_ms(), &body);
+        let resp = self
+            .http
+            .send(HttpRequest {
+                method: reqwest::Method::POST,
+                url: &self.url,
+                headers,
+                body: Some(Bytes::from(body)),
+                timeout: Some(self.timeout),
+            })
+            .await?;
+        self.http.classify_status(&resp)?;
+        if resp.status == reqwest::StatusCode::NO_CONTENT {
+            return Ok(None);
+        }
+        if resp.status != reqwest::StatusCode::OK {
+            return Err(OutboundError::permanent(format!(
+                "unexpected HTTP {}",
+                resp.status.as_u16()
+            )));
+        }
+        match resp.media_type().as_str() {
+            "application/json" => {
+                let value: Value = serde_json::from_slice(&resp.body).map_err(|e| {
+                    OutboundError::permanent(format!("agent answer is not JSON: {e}"))
+                })?;
+                complete_response(value, msg).map(Some)
+            }
+            "text/event-stream" => parse_event_stream(&resp.body, msg),
+            other => Err(OutboundError::permanent(format!(
+                "agent answered with unsupported type {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Folds an SSE stream of ResponseEvents into the final response.
+///
+/// `delta` text is appended to the current text part, `part` events add parts (a tool call with
+/// an id already seen replaces the earlier one), and `done` gives the response, whose parts fall
+/// back to the accumulated ones when it has none. A stream that ends without `done` but with
+/// content is a completed response; an empty one is a temporary failure.
+///
+/// # Errors
+/// Malformed events are permanent failures.
+pub fn parse_event_stream(
+    body: &[u8],
+    msg: &NormalizedMessage,
+) -> Result<Option<NormalizedResponse>, OutboundError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| OutboundError::permanent("event stream is not UTF-8"))?;
+    let mut parts: Vec<Part> = Vec::new();
+    let mut done: Option<Value> = None;
+    let mut data = String::new();
+    let mut apply = |data: &str, parts: &mut Vec<Part>| -> Result<(), OutboundError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let ev: ResponseEvent = serde_json::from_str(data)
+            .map_err(|e| OutboundError::permanent(format!("malformed event: {e}")))?;
+        match ev {
+            ResponseEvent::Delta(d) => match parts.last_mut() {
+                Some(Part::Text(t)) => t.content.push_str(&d.text),
+                _ => parts.push(Part::Text(TextPart {
+                    mime: TextMime::Plain,
+                    content: d.text,
+                    extra: Extra::new(),
+                })),
+            },
+            ResponseEvent::Part(p) => {
+                if let Part::ToolCall(call) = &p.part
+                    && let Some(slot) = parts
+                        .iter_mut()
+                        .find(|x| matches!(x, Part::ToolCall(c) if c.id == call.id))
+                {
+                    *slot = p.part;
+                    return Ok(());
+                }
+                parts.push(p.part);
+            }
+            ResponseEvent::Done(d) => done = Some(d.response),
+            ResponseEvent::Other(_) => {}
+        }
+        Ok(())
+    };
+    for line in text.lines() {
+        if line.is_empty() {
+            apply(&data, &mut parts)?;
+            data.clear();
+        } else if let Some(rest) = line.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+        }
+    }
+    apply(&data, &mut parts)?;
+    match done {
+        Some(mut value) => {
+            let empty = value
+                .get("parts")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty);
+            if empty && !parts.is_empty() {
+                value["parts"] = serde_json::to_value(&parts)
+                    .map_err(|e| OutboundError::permanent(e.to_string()))?;
+            }
+            complete_response(value, msg).map(Some)
+        }
+        None if !parts.is_empty() => {
+            let value = serde_json::json!({ "parts": parts });
+            complete_response(value, msg).map(Some)
+        }
+        None => Err(OutboundError::temporary(
+            "event stream ended without content",
+        )),
+    }
+}

@@ -1,0 +1,55 @@
+//! The one place that reads the wall clock, so time is a parameter everywhere else and tests can
+//! control it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use crate::message::Timestamp;
+
+/// A source of the current time.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+
+    /// The current instant as a contract timestamp.
+    fn now(&self) -> Timestamp {
+        Timestamp::from_unix_millis(self.now_ms())
+    }
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)]
+    fn now_ms(&self) -> i64 {
+        chrono::Utc::now().timestamp_millis()
+    }
+}
+
+/// A clock that moves only when told to.
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    /// A clock set to `ms`.
+    #[must_use]
+    pub fn new(ms: i64) -> Arc<Self> {
+        Arc::new(Self(AtomicI64::new(ms)))
+    }
+
+    /// Moves the clock forward.
+    pub fn advance_ms(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The shared clock handle.
+pub type SharedClock = Arc<dyn Clock>;

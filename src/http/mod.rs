@@ -1,0 +1,124 @@
+//! HTTP assembly: the public app (health, readiness, transport routes) and the metrics app on
+//! its own listener.
+
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{HttpResponse, web};
+use serde_json::json;
+
+use crate::error::{Error, ErrorKind};
+use crate::pipeline::Pipeline;
+use crate::store::jobs;
+use crate::transports::api::{self, ApiState};
+
+/// Renders a core error as an HTTP response with a JSON body; internal detail stays in the logs.
+#[must_use]
+pub fn error_response(e: &Error) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let status = match e.kind() {
+        ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+        ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::Temporary | ErrorKind::Permanent => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    if status.is_server_error() {
+        tracing::error!(error = ?e, "request failed");
+    }
+    let mut resp = HttpResponse::build(status);
+    if status == StatusCode::UNAUTHORIZED {
+        resp.insert_header(("WWW-Authenticate", "Bearer"));
+    }
+    resp.json(json!({ "error": e.to_string() }))
+}
+
+/// Shared state of the public app.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The pipeline.
+    pub pipeline: Pipeline,
+}
+
+/// Configures the public app's routes and limits.
+pub fn configure(
+    cfg: &mut web::ServiceConfig,
+    state: AppState,
+    api_state: ApiState,
+    max_body: usize,
+) {
+    cfg.app_data(web::Data::new(state))
+        .app_data(web::Data::new(api_state))
+        .app_data(web::PayloadConfig::new(max_body))
+        .route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz))
+        .configure(api::configure);
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain").body("ok")
+}
+
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    match state.pipeline.db().ready().await {
+        Ok(true) => HttpResponse::Ok().content_type("text/plain").body("ready"),
+        Ok(false) => HttpResponse::ServiceUnavailable()
+            .content_type("text/plain")
+            .body("migrations pending"),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check failed");
+            HttpResponse::ServiceUnavailable()
+                .content_type("text/plain")
+                .body("database unavailable")
+        }
+    }
+}
+
+/// Middleware counting requests by method, route pattern and status.
+///
+/// # Errors
+/// Whatever the wrapped service returns.
+pub async fn track(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody + 'static>, actix_web::Error> {
+    let started = Instant::now();
+    let method = req.method().to_string();
+    let route = req.match_pattern().unwrap_or_else(|| "unmatched".into());
+    let metrics = req
+        .app_data::<web::Data<AppState>>()
+        .map(|s| s.pipeline.metrics().clone());
+    let res = next.call(req).await;
+    if let Some(m) = metrics {
+        let status = match &res {
+            Ok(r) => r.status().as_u16(),
+            Err(e) => e.as_response_error().status_code().as_u16(),
+        };
+        m.http(&method, &route, status, started.elapsed());
+    }
+    res
+}
+
+/// The metrics app: `GET /metrics`, queue depth refreshed at scrape time.
+pub fn configure_metrics(cfg: &mut web::ServiceConfig, state: AppState) {
+    cfg.app_data(web::Data::new(state))
+        .route("/metrics", web::get().to(metrics));
+}
+
+async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    let m = state.pipeline.metrics();
+    match jobs::counts(state.pipeline.db()).await {
+        Ok(counts) => {
+            let rows: Vec<_> = counts.into_iter().map(|c| (c.kind, c.state, c.n)).collect();
+            m.set_queue_depth(&rows);
+        }
+        Err(e) => tracing::warn!(error = %e, "queue depth unavailable"),
+    }
+    HttpResponse::Ok()
+        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        .body(m.render())
+}

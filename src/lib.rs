@@ -1,0 +1,20 @@
+#![doc = include_str!("../docs/architecture.md")]
+
+pub mod agents;
+pub mod app;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod message;
+pub mod metrics;
+pub mod net;
+pub mod pipeline;
+pub mod queue;
+pub mod store;
+pub mod telemetry;
+pub mod transports;
+
+pub use app::Application;
+pub use config::Config;
+pub use error::{Error, Result};

@@ -1,0 +1,272 @@
+//! The sliding-window history policy (spec §7): a stable head, a recent window, a character
+//! budget, alternating roles, and a cache breakpoint after the head.
+
+use serde::{Deserialize, Serialize};
+
+use super::types::{HistoricalMessage, Part};
+
+/// How much of a thread an agent sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryPolicy {
+    /// Opening turns always kept (default 1: the opening post).
+    pub keep_head: usize,
+    /// Most recent turns kept after the head (default 20).
+    pub window: usize,
+    /// Character budget over all kept turns (default 32,000).
+    pub max_chars: usize,
+}
+
+impl Default for HistoryPolicy {
+    fn default() -> Self {
+        Self {
+            keep_head: 1,
+            window: 20,
+            max_chars: 32_000,
+        }
+    }
+}
+
+/// The trimmed history and where a prompt cache may break.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TrimmedHistory {
+    /// Turns, oldest first, with alternating roles.
+    pub turns: Vec<HistoricalMessage>,
+    /// Index of the last head turn, when there is a head.
+    pub cache_breakpoint_after: Option<usize>,
+}
+
+fn chars(turn: &HistoricalMessage) -> usize {
+    turn.parts.iter().map(Part::text_len).sum()
+}
+
+/// Appends `turn`, merging it into the previous turn when both have the same role.
+fn push_merged(out: &mut Vec<HistoricalMessage>, turn: HistoricalMessage) {
+    match out.last_mut() {
+        Some(prev) if prev.role == turn.role => {
+            prev.parts.extend(turn.parts);
+            prev.timestamp = turn.timestamp;
+        }
+        _ => out.push(turn),
+    }
+}
+
+impl HistoryPolicy {
+    /// How many of the newest turns a caller needs to load for [`HistoryPolicy::apply`] to see
+    /// everything it could keep after the head (merging can fold several turns into one).
+    #[must_use]
+    pub fn tail_load_limit(&self) -> usize {
+        self.window.saturating_mul(4).max(8)
+    }
+
+    /// Trims `turns` (oldest first, the whole thread before the current message or its head and
+    /// a recent tail) to the policy.
+    ///
+    /// The head is the first `keep_head` turns and never changes as the thread grows, so a
+    /// prompt cache placed after it stays valid. The window is filled from the newest turn
+    /// backwards while the budget allows. When turns were elided between head and window, window
+    /// turns with the same role as the last head turn are dropped rather than merged into the
+    /// head, which would change it.
+    #[must_use]
+    pub fn apply(&self, turns: Vec<HistoricalMessage>) -> TrimmedHistory {
+        let n = turns.len();
+        let head_len = self.keep_head.min(n);
+        let mut rest = turns;
+        let tail_all = rest.split_off(head_len);
+        let head_raw = rest;
+
+        // Budget: the head first, then the newest turns of the window backwards.
+        let mut budget = self.max_chars;
+        let mut head: Vec<HistoricalMessage> = Vec::with_capacity(head_raw.len());
+        for turn in head_raw {
+            let c = chars(&turn);
+            if c > budget && !head.is_empty() {
+                break;
+            }
+            budget = budget.saturating_sub(c);
+            push_merged(&mut head, turn);
+        }
+        let tail_len = tail_all.len();
+        let window_start = tail_len.saturating_sub(self.window);
+        let mut kept_rev = Vec::new();
+        for turn in tail_all.into_iter().skip(window_start).rev() {
+            let c = chars(&turn);
+            if c > budget {
+                break;
+            }
+            budget -= c;
+            kept_rev.push(turn);
+        }
+        let contiguous = window_start == 0 && kept_rev.len() == tail_len;
+        let mut tail: Vec<HistoricalMessage> = kept_rev.into_iter().rev().collect();
+
+        if head.is_empty() {
+            let mut turns = Vec::with_capacity(tail.len());
+            for t in tail {
+                push_merged(&mut turns, t);
+            }
+            return TrimmedHistory {
+                turns,
+                cache_breakpoint_after: None,
+            };
+        }
+
+        if !contiguous {
+            // Turns were elided: keep the head byte-for-byte and start the window on the
+            // other role.
+            let last_head_role = head.last().map(|t| t.role);
+            let skip = tail
+                .iter()
+                .take_while(|t| Some(t.role) == last_head_role)
+                .count();
+            tail.drain(..skip);
+        }
+        let breakpoint = head.len() - 1;
+        let mut turns = head;
+        for t in tail {
+            push_merged(&mut turns, t);
+        }
+        TrimmedHistory {
+            turns,
+            cache_breakpoint_after: Some(breakpoint),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{AuthMethod, Role, Sender, Timestamp};
+
+    fn turn(i: usize, role: Role, text: &str) -> HistoricalMessage {
+        HistoricalMessage {
+            id: Some(format!("m{i}")),
+            role,
+            sender: Sender {
+                address: "@a@example.org".into(),
+                display_name: None,
+                profile: None,
+                auth_method: AuthMethod::None,
+                verified: true,
+                key_id: None,
+                identities: None,
+                extra: Default::default(),
+            },
+            parts: vec![Part::text(text)],
+            timestamp: Timestamp::from_unix_millis(i64::try_from(i).unwrap()),
+        }
+    }
+
+    fn alternating(n: usize) -> Vec<HistoricalMessage> {
+        (0..n)
+            .map(|i| {
+                turn(
+                    i,
+                    if i % 2 == 0 {
+                        Role::User
+                    } else {
+                        Role::Assistant
+                    },
+                    &format!("t{i}"),
+                )
+            })
+            .collect()
+    }
+
+    fn ids(h: &TrimmedHistory) -> Vec<String> {
+        h.turns.iter().map(|t| t.id.clone().unwrap()).collect()
+    }
+
+    #[test]
+    fn short_thread_is_kept_whole() {
+        let h = HistoryPolicy::default().apply(alternating(5));
+        assert_eq!(ids(&h), ["m0", "m1", "m2", "m3", "m4"]);
+        assert_eq!(h.cache_breakpoint_after, Some(0));
+    }
+
+    #[test]
+    fn empty_history() {
+        let h = HistoryPolicy::default().apply(vec![]);
+        assert!(h.turns.is_empty());
+        assert_eq!(h.cache_breakpoint_after, None);
+    }
+
+    #[test]
+    fn window_slides_and_head_stays() {
+        let p = HistoryPolicy {
+            keep_head: 1,
+            window: 4,
+            max_chars: 10_000,
+        };
+        let h = p.apply(alternating(11));
+        // head m0 (user); window m7..m10 starts with m7 (assistant): alternation holds.
+        assert_eq!(ids(&h), ["m0", "m7", "m8", "m9", "m10"]);
+        assert_eq!(h.cache_breakpoint_after, Some(0));
+        let h = p.apply(alternating(12));
+        // window m8..m11 starts with a user turn after a user head: dropped, not merged.
+        assert_eq!(ids(&h), ["m0", "m9", "m10", "m11"]);
+        assert_eq!(h.turns[0].parts.len(), 1, "the head must not change");
+        for w in h.turns.windows(2) {
+            assert_ne!(w[0].role, w[1].role, "roles alternate");
+        }
+    }
+
+    #[test]
+    fn consecutive_same_role_turns_merge() {
+        let turns = vec![
+            turn(0, Role::User, "a"),
+            turn(1, Role::User, "b"),
+            turn(2, Role::Assistant, "c"),
+            turn(3, Role::Assistant, "d"),
+            turn(4, Role::User, "e"),
+        ];
+        let h = HistoryPolicy::default().apply(turns);
+        assert_eq!(h.turns.len(), 3);
+        assert_eq!(h.turns[0].parts.len(), 2);
+        assert_eq!(h.turns[1].parts.len(), 2);
+        assert_eq!(h.cache_breakpoint_after, Some(0));
+    }
+
+    #[test]
+    fn budget_drops_oldest_window_turns_first() {
+        let p = HistoryPolicy {
+            keep_head: 1,
+            window: 10,
+            max_chars: 12,
+        };
+        let turns: Vec<_> = (0..6)
+            .map(|i| {
+                turn(
+                    i,
+                    if i % 2 == 0 {
+                        Role::User
+                    } else {
+                        Role::Assistant
+                    },
+                    "abcd",
+                )
+            })
+            .collect();
+        let h = p.apply(turns);
+        // head 4 chars, then m5 and m4 (8 chars) fit, m3 does not.
+        assert_eq!(
+            ids(&h),
+            ["m0", "m5"],
+            "m4 is a user turn after a user head and is dropped"
+        );
+        let total: usize = h.turns.iter().map(chars).sum();
+        assert!(total <= 12);
+    }
+
+    #[test]
+    fn no_head() {
+        let p = HistoryPolicy {
+            keep_head: 0,
+            window: 3,
+            max_chars: 1000,
+        };
+        let h = p.apply(alternating(6));
+        assert_eq!(ids(&h), ["m3", "m4", "m5"]);
+        assert_eq!(h.cache_breakpoint_after, None);
+    }
+}

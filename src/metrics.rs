@@ -1,0 +1,189 @@
+//! Prometheus metrics, served on their own listener.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms … ~65 s
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+/// Every metric switchboard exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    http_requests: Family<Labels, Counter>,
+    http_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    inbound: Family<Labels, Counter>,
+    jobs: Family<Labels, Counter>,
+    deliveries: Family<Labels, Counter>,
+    queue_depth: Family<Labels, Gauge>,
+    agent_latency: Family<Labels, Histogram, fn() -> Histogram>,
+    end_to_end: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    #[must_use]
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("switchboard");
+        let http_requests = Family::<Labels, Counter>::default();
+        let http_duration =
+            Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let inbound = Family::<Labels, Counter>::default();
+        let jobs = Family::<Labels, Counter>::default();
+        let deliveries = Family::<Labels, Counter>::default();
+        let queue_depth = Family::<Labels, Gauge>::default();
+        let agent_latency =
+            Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let end_to_end = latency_histogram();
+        registry.register(
+            "http_requests",
+            "HTTP requests by method, route and status",
+            http_requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency by method and route",
+            http_duration.clone(),
+        );
+        registry.register(
+            "inbound_messages",
+            "Inbound messages by transport and outcome (accepted, duplicate)",
+            inbound.clone(),
+        );
+        registry.register(
+            "jobs",
+            "Finished job attempts by kind and outcome (done, retry, dead)",
+            jobs.clone(),
+        );
+        registry.register(
+            "deliveries",
+            "Delivery attempts by transport and outcome (delivered, retry, failed)",
+            deliveries.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Jobs by kind and state, read at scrape time",
+            queue_depth.clone(),
+        );
+        registry.register(
+            "agent_call_duration_seconds",
+            "Agent backend latency by agent and result",
+            agent_latency.clone(),
+        );
+        registry.register(
+            "end_to_end_seconds",
+            "From receipt of a message to delivery of its response",
+            end_to_end.clone(),
+        );
+        Self {
+            registry,
+            http_requests,
+            http_duration,
+            inbound,
+            jobs,
+            deliveries,
+            queue_depth,
+            agent_latency,
+            end_to_end,
+        }
+    }
+
+    /// Counts an HTTP request.
+    pub fn http(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        self.http_requests
+            .get_or_create(&vec![
+                ("method", method.to_owned()),
+                ("route", route.to_owned()),
+                ("status", status.to_string()),
+            ])
+            .inc();
+        self.http_duration
+            .get_or_create(&vec![
+                ("method", method.to_owned()),
+                ("route", route.to_owned()),
+            ])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts an inbound message.
+    pub fn inbound(&self, transport: &str, outcome: &str) {
+        self.inbound
+            .get_or_create(&vec![
+                ("transport", transport.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Counts a finished job attempt.
+    pub fn job(&self, kind: &str, outcome: &str) {
+        self.jobs
+            .get_or_create(&vec![
+                ("kind", kind.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Counts a delivery attempt.
+    pub fn delivery(&self, transport: &str, outcome: &str) {
+        self.deliveries
+            .get_or_create(&vec![
+                ("transport", transport.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Records an agent call.
+    pub fn agent_call(&self, agent: &str, elapsed: Duration, ok: bool) {
+        self.agent_latency
+            .get_or_create(&vec![
+                ("agent", agent.to_owned()),
+                ("result", if ok { "ok" } else { "error" }.to_owned()),
+            ])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records receipt-to-delivery latency.
+    pub fn end_to_end(&self, millis: i64) {
+        #[allow(clippy::cast_precision_loss)]
+        self.end_to_end.observe(millis.max(0) as f64 / 1000.0);
+    }
+
+    /// Sets the queue depth gauges from fresh counts.
+    pub fn set_queue_depth(&self, counts: &[(String, String, i64)]) {
+        self.queue_depth.clear();
+        for (kind, state, n) in counts {
+            self.queue_depth
+                .get_or_create(&vec![("kind", kind.clone()), ("state", state.clone())])
+                .set(*n);
+        }
+    }
+
+    /// The text exposition format.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

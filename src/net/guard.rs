@@ -1,0 +1,179 @@
+//! Address classification for the SSRF guard and the DNS resolver that applies it.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// Marker text of every refusal, so errors from deep inside the HTTP stack can be recognised.
+pub const REFUSED: &str = "refused by the SSRF guard";
+
+/// Whether `ip` is anything but a public unicast address.
+#[must_use]
+pub fn is_forbidden_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_forbidden_v4(v4),
+        IpAddr::V6(v6) => is_forbidden_v6(v6),
+    }
+}
+
+fn is_forbidden_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    ip.is_unspecified()
+        || ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local() // 169.254/16, the cloud metadata range
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || ip.is_documentation()
+        || a == 0 // "this network"
+        || (a == 100 && (64..128).contains(&b)) // shared address space (CGNAT)
+        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+        || (a == 198 && (b == 18 || b == 19)) // benchmarking
+        || a >= 240 // reserved
+}
+
+fn is_forbidden_v6(ip: Ipv6Addr) -> bool {
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return is_forbidden_v4(v4);
+    }
+    let seg = ip.segments();
+    // NAT64 (64:ff9b::/96) and IPv4-compatible (::/96) embed an IPv4 address.
+    if (seg[0] == 0x64 && seg[1] == 0xff9b && seg[2..6] == [0, 0, 0, 0])
+        || seg[..6] == [0, 0, 0, 0, 0, 0]
+    {
+        let v4 = Ipv4Addr::new(
+            (seg[6] >> 8) as u8,
+            (seg[6] & 0xff) as u8,
+            (seg[7] >> 8) as u8,
+            (seg[7] & 0xff) as u8,
+        );
+        return ip.is_unspecified() || ip.is_loopback() || is_forbidden_v4(v4);
+    }
+    ip.is_unspecified()
+        || ip.is_loopback()
+        || ip.is_multicast()
+        || (seg[0] & 0xfe00) == 0xfc00 // unique local, incl. fd00:ec2::254 metadata
+        || (seg[0] & 0xffc0) == 0xfe80 // link-local
+        || (seg[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
+        || (seg[0] == 0x2001 && seg[1] == 0x0db8) // documentation
+        || (seg[0] == 0x2001 && seg[1] < 0x0200) // IETF protocol assignments, Teredo
+        || seg[0] == 0x2002 // 6to4 may tunnel to anything
+        || (seg[0] == 0x0100 && seg[1..4] == [0, 0, 0]) // discard-only
+}
+
+/// Checks a URL's scheme and, for IP literals, its address (names are checked at DNS time).
+///
+/// # Errors
+/// Why the URL is refused.
+pub fn check_url(url: &url::Url, allow_private: bool) -> Result<(), String> {
+    match url.scheme() {
+        "https" => {}
+        "http" if allow_private => {}
+        "http" => return Err(format!("{REFUSED}: plain http:// is not allowed")),
+        other => return Err(format!("{REFUSED}: scheme {other:?}")),
+    }
+    if allow_private {
+        return Ok(());
+    }
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) if is_forbidden_ip(IpAddr::V4(ip)) => {
+            Err(format!("{REFUSED}: {ip}"))
+        }
+        Some(url::Host::Ipv6(ip)) if is_forbidden_ip(IpAddr::V6(ip)) => {
+            Err(format!("{REFUSED}: {ip}"))
+        }
+        Some(url::Host::Domain(d))
+            if d.eq_ignore_ascii_case("localhost") || d.ends_with(".localhost") =>
+        {
+            Err(format!("{REFUSED}: {d}"))
+        }
+        Some(_) => Ok(()),
+        None => Err(format!("{REFUSED}: no host")),
+    }
+}
+
+/// Resolves names with the system resolver and drops forbidden addresses; a name with only
+/// forbidden addresses fails.
+#[derive(Debug)]
+pub(super) struct GuardedResolver {
+    pub(super) allow_private: bool,
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let allow_private = self.allow_private;
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let allowed: Vec<SocketAddr> = addrs
+                .iter()
+                .copied()
+                .filter(|a| allow_private || !is_forbidden_ip(a.ip()))
+                .collect();
+            if allowed.is_empty() {
+                let msg = format!("{REFUSED}: {host} resolves only to non-public addresses");
+                return Err(Box::new(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    msg,
+                ))
+                    as Box<dyn std::error::Error + Send + Sync>);
+            }
+            let it: reqwest::dns::Addrs = Box::new(allowed.into_iter());
+            Ok(it)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(u: &str) -> bool {
+        check_url(&url::Url::parse(u).unwrap(), false).is_err()
+    }
+
+    #[test]
+    fn odd_spellings_of_private_addresses_are_refused() {
+        for u in [
+            "https://127.0.0.1/",
+            "https://127.1/",
+            "https://0x7f.0.0.1/",
+            "https://0177.0.0.1/",
+            "https://2130706433/",
+            "https://0/",
+            "https://0.0.0.0/",
+            "https://10.0.0.1/",
+            "https://172.16.5.4/",
+            "https://192.168.1.1/",
+            "https://169.254.169.254/latest/meta-data",
+            "https://100.64.0.1/",
+            "https://[::1]/",
+            "https://[::ffff:127.0.0.1]/",
+            "https://[::ffff:a9fe:a9fe]/",
+            "https://[fd00:ec2::254]/",
+            "https://[fe80::1]/",
+            "https://[64:ff9b::7f00:1]/",
+            "https://[::127.0.0.1]/",
+            "https://localhost/",
+            "https://api.localhost/",
+            "https://224.0.0.1/",
+            "https://255.255.255.255/",
+            "http://example.com/",
+            "file:///etc/passwd",
+            "gopher://example.com/",
+        ] {
+            assert!(refused(u), "{u} must be refused");
+        }
+    }
+
+    #[test]
+    fn public_addresses_pass() {
+        for u in [
+            "https://93.184.215.14/",
+            "https://[2606:4700::1111]/",
+            "https://example.com/x",
+        ] {
+            assert!(!refused(u), "{u} must pass");
+        }
+        assert!(check_url(&url::Url::parse("http://127.0.0.1:9/").unwrap(), true).is_ok());
+    }
+}

@@ -1,0 +1,142 @@
+//! The pipeline: ingest (dedupe, store, enqueue dispatch in one transaction), dispatch (history,
+//! agent call, store the response and enqueue its delivery in one transaction) and delivery
+//! (through the originating transport, outcome recorded).
+//!
+//! It talks to transports only through [`crate::transports::Transport`].
+
+mod dispatch;
+mod ingest;
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+pub use ingest::IngestOutcome;
+
+use crate::agents::AgentRegistry;
+use crate::clock::SharedClock;
+use crate::error::{Error, Result};
+use crate::message::{HistoryPolicy, NormalizedMessage};
+use crate::metrics::Metrics;
+use crate::queue::{JobHandler, Queue};
+use crate::store::Db;
+use crate::transports::TransportRegistry;
+
+/// Shared state of the pipeline's stages.
+#[derive(Debug)]
+pub struct Core {
+    pub(crate) db: Db,
+    pub(crate) clock: SharedClock,
+    pub(crate) queue: Arc<Queue>,
+    pub(crate) agents: Arc<AgentRegistry>,
+    pub(crate) transports: TransportRegistry,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) history: HistoryPolicy,
+}
+
+/// The entry point transports hand verified messages to.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    core: Arc<Core>,
+    ingest_tx: mpsc::Sender<ingest::Pending>,
+}
+
+impl Pipeline {
+    /// Builds the pipeline and starts its ingest writer.
+    #[must_use]
+    pub fn new(
+        db: Db,
+        clock: SharedClock,
+        queue: Arc<Queue>,
+        agents: Arc<AgentRegistry>,
+        transports: TransportRegistry,
+        metrics: Arc<Metrics>,
+        history: HistoryPolicy,
+    ) -> Self {
+        let core = Arc::new(Core {
+            db,
+            clock,
+            queue,
+            agents,
+            transports,
+            metrics,
+            history,
+        });
+        let (ingest_tx, rx) = mpsc::channel(4096);
+        tokio::spawn(ingest::writer(Arc::clone(&core), rx));
+        Self { core, ingest_tx }
+    }
+
+    /// Stores a verified message and schedules its dispatch, exactly once per
+    /// `(transport, external_id)`. Returns only after the commit, so the caller may acknowledge
+    /// to its peer.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a malformed message, [`Error::NotFound`] for an unknown recipient,
+    /// database errors (nothing was stored).
+    pub async fn ingest(
+        &self,
+        transport: &str,
+        external_id: &str,
+        msg: NormalizedMessage,
+    ) -> Result<IngestOutcome> {
+        msg.validate()?;
+        if external_id.is_empty() {
+            return Err(Error::Invalid("external id is empty".into()));
+        }
+        let agent = self
+            .core
+            .agents
+            .resolve(&msg.recipient)
+            .ok_or_else(|| Error::NotFound(format!("no agent {}", msg.recipient)))?;
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let pending = ingest::Pending {
+            transport: transport.to_owned(),
+            external_id: external_id.to_owned(),
+            agent: agent.name.clone(),
+            msg,
+            reply,
+        };
+        self.ingest_tx
+            .send(pending)
+            .await
+            .map_err(|_| Error::Unavailable)?;
+        rx.await.map_err(|_| Error::Unavailable)?
+    }
+
+    /// The handler of `dispatch` jobs.
+    #[must_use]
+    pub fn dispatch_handler(&self) -> Arc<dyn JobHandler> {
+        Arc::new(dispatch::DispatchHandler(Arc::clone(&self.core)))
+    }
+
+    /// The handler of `deliver` jobs.
+    #[must_use]
+    pub fn deliver_handler(&self) -> Arc<dyn JobHandler> {
+        Arc::new(dispatch::DeliverHandler(Arc::clone(&self.core)))
+    }
+
+    /// The database.
+    #[must_use]
+    pub fn db(&self) -> &Db {
+        &self.core.db
+    }
+
+    /// The clock.
+    #[must_use]
+    pub fn clock(&self) -> &SharedClock {
+        &self.core.clock
+    }
+
+    /// The agents.
+    #[must_use]
+    pub fn agents(&self) -> &Arc<AgentRegistry> {
+        &self.core.agents
+    }
+
+    /// The metrics.
+    #[must_use]
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.core.metrics
+    }
+}

@@ -1,0 +1,291 @@
+//! The durable job queue: workers that claim due jobs in batches under a lease, hand them to a
+//! handler, and sleep until woken (in-process after a local commit, by `LISTEN/NOTIFY` from other
+//! instances on PostgreSQL) or until the poll interval passes.
+//!
+//! A job is at least once: an expired lease returns it to the queue. Handlers make the effects
+//! exactly once by committing them in the same transaction that finishes the job, guarded by the
+//! lease ([`crate::store::jobs::finish`] returns `false` when the lease was lost).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use crate::clock::SharedClock;
+use crate::config::QueueConfig;
+use crate::error::{OutboundError, Result};
+use crate::store::jobs::{self, Finish, JobRow};
+use crate::store::{Db, NOTIFY_CHANNEL};
+
+/// The job kinds of the core pipeline.
+pub mod kinds {
+    /// Call the agent for an inbound message.
+    pub const DISPATCH: &str = "dispatch";
+    /// Deliver a response through its transport.
+    pub const DELIVER: &str = "deliver";
+}
+
+/// Processes a batch of claimed jobs and finishes each (in one transaction, with its effects).
+#[async_trait::async_trait]
+pub trait JobHandler: Send + Sync + 'static {
+    /// Handles `jobs`, leased to `owner`.
+    ///
+    /// # Errors
+    /// When the batch could not be committed; its leases then expire and the jobs run again.
+    async fn handle(&self, owner: &str, jobs: Vec<JobRow>) -> Result<()>;
+}
+
+/// The queue: configuration, this instance's lease owner id, and the wakers of each kind.
+#[derive(Debug)]
+pub struct Queue {
+    db: Db,
+    clock: SharedClock,
+    cfg: QueueConfig,
+    owner: String,
+    wakers: std::sync::Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl Queue {
+    /// A queue over `db`; `owner` identifies this instance's leases.
+    #[must_use]
+    pub fn new(db: Db, clock: SharedClock, cfg: QueueConfig) -> Arc<Self> {
+        Arc::new(Self {
+            db,
+            clock,
+            cfg,
+            owner: uuid::Uuid::now_v7().to_string(),
+            wakers: std::sync::Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// This instance's lease owner id.
+    #[must_use]
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &QueueConfig {
+        &self.cfg
+    }
+
+    fn waker(&self, kind: &str) -> Arc<Notify> {
+        let mut map = match self.wakers.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        map.entry(kind.to_owned()).or_default().clone()
+    }
+
+    /// Wakes one idle worker of `kind` (call after committing new jobs).
+    pub fn wake(&self, kind: &str) {
+        self.waker(kind).notify_one();
+    }
+
+    /// Attempts allowed for `kind`.
+    #[must_use]
+    pub fn max_attempts(&self, kind: &str) -> i64 {
+        i64::from(self.cfg.kind(kind).max_attempts)
+    }
+
+    /// How a failed attempt ends: retried after exponential backoff with jitter (or the peer's
+    /// `Retry-After`, if longer), or dead when the error is permanent or attempts are used up.
+    #[must_use]
+    pub fn finish_for_error(&self, job: &JobRow, err: &OutboundError) -> Finish {
+        let now = self.clock.now_ms();
+        match err {
+            OutboundError::Permanent { .. } => Finish::Dead {
+                error: err.to_string(),
+            },
+            OutboundError::Temporary { .. } if job.attempts >= job.max_attempts => Finish::Dead {
+                error: format!("{err} (after {} attempts)", job.attempts),
+            },
+            OutboundError::Temporary { retry_after, .. } => {
+                let delay = backoff_ms(&self.cfg, job.attempts, &mut rand::thread_rng());
+                let hint =
+                    retry_after.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                let max = i64::try_from(self.cfg.backoff_max_ms).unwrap_or(i64::MAX);
+                Finish::Retry {
+                    run_at: now.saturating_add(delay.max(hint.min(max))),
+                    error: err.to_string(),
+                }
+            }
+        }
+    }
+
+    /// Starts `workers` claim loops for `kind`. They stop claiming when `shutdown` turns true and
+    /// return once their current batch is finished.
+    pub fn spawn_workers(
+        self: &Arc<Self>,
+        kind: &'static str,
+        handler: Arc<dyn JobHandler>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Vec<JoinHandle<()>> {
+        let k = self.cfg.kind(kind);
+        (0..k.workers)
+            .map(|_| {
+                let q = Arc::clone(self);
+                let handler = Arc::clone(&handler);
+                let shutdown = shutdown.clone();
+                tokio::spawn(
+                    async move { q.worker_loop(kind, k.batch_size, handler, shutdown).await },
+                )
+            })
+            .collect()
+    }
+
+    async fn worker_loop(
+        self: Arc<Self>,
+        kind: &'static str,
+        batch_size: usize,
+        handler: Arc<dyn JobHandler>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let waker = self.waker(kind);
+        let poll = Duration::from_millis(self.cfg.poll_interval_ms);
+        let lease_ms =
+            i64::try_from(self.cfg.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            let now = self.clock.now_ms();
+            let claimed = jobs::claim(
+                &self.db,
+                kind,
+                &self.owner,
+                now,
+                now.saturating_add(lease_ms),
+                batch_size,
+            )
+            .await;
+            match claimed {
+                Ok(batch) if !batch.is_empty() => {
+                    if batch.len() == batch_size {
+                        // More may be waiting: let another idle worker help.
+                        waker.notify_one();
+                    }
+                    if let Err(e) = handler.handle(&self.owner, batch).await {
+                        tracing::error!(kind, error = %e, "job batch failed; its leases will expire and it will run again");
+                        tokio::time::sleep(poll).await;
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(kind, error = %e, "claiming jobs failed"),
+            }
+            tokio::select! {
+                () = waker.notified() => {}
+                () = tokio::time::sleep(poll) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+    }
+
+    /// Returns this instance's leased jobs to the queue (after a shutdown that did not finish
+    /// them).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn release_owned(&self) -> Result<u64> {
+        jobs::release_owned(&self.db, &self.owner, self.clock.now_ms()).await
+    }
+
+    /// Periodically deletes finished jobs past their retention.
+    pub fn spawn_cleanup(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
+        let q = Arc::clone(self);
+        tokio::spawn(async move {
+            let keep = i64::try_from(q.cfg.done_retention_seconds.saturating_mul(1000))
+                .unwrap_or(i64::MAX);
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(60)) => {}
+                    _ = shutdown.changed() => return,
+                }
+                match jobs::cleanup_done(&q.db, q.clock.now_ms().saturating_sub(keep)).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(n, "deleted finished jobs"),
+                    Err(e) => tracing::warn!(error = %e, "deleting finished jobs failed"),
+                }
+            }
+        })
+    }
+
+    /// On PostgreSQL, listens for job notifications from every instance and wakes local
+    /// workers. Reconnects after errors.
+    pub fn spawn_listener(
+        self: &Arc<Self>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Option<JoinHandle<()>> {
+        let pool = self.db.postgres_pool()?.clone();
+        let q = Arc::clone(self);
+        Some(tokio::spawn(async move {
+            loop {
+                let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "LISTEN connection failed; retrying");
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                            _ = shutdown.changed() => return,
+                        }
+                    }
+                };
+                if let Err(e) = listener.listen(NOTIFY_CHANNEL).await {
+                    tracing::warn!(error = %e, "LISTEN failed; retrying");
+                    continue;
+                }
+                loop {
+                    tokio::select! {
+                        n = listener.recv() => match n {
+                            Ok(n) => q.wake(n.payload()),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
+                                break;
+                            }
+                        },
+                        _ = shutdown.changed() => return,
+                    }
+                }
+            }
+        }))
+    }
+}
+
+/// Exponential backoff with ±50 % jitter: `base · 2^(attempt-1)`, capped.
+pub fn backoff_ms(cfg: &QueueConfig, attempt: i64, rng: &mut impl Rng) -> i64 {
+    let exp = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
+    let raw = cfg
+        .backoff_base_ms
+        .saturating_mul(1u64 << exp)
+        .min(cfg.backoff_max_ms);
+    let jittered = (raw as f64) * rng.gen_range(0.5..1.5);
+    (jittered as i64).clamp(1, i64::try_from(cfg.backoff_max_ms).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_with_jitter_and_is_capped() {
+        let cfg = QueueConfig {
+            backoff_base_ms: 1000,
+            backoff_max_ms: 60_000,
+            ..QueueConfig::default()
+        };
+        let mut rng = rand::thread_rng();
+        for _ in 0..100 {
+            let b1 = backoff_ms(&cfg, 1, &mut rng);
+            assert!((500..=1500).contains(&b1), "{b1}");
+            let b4 = backoff_ms(&cfg, 4, &mut rng);
+            assert!((4000..=12_000).contains(&b4), "{b4}");
+            let b30 = backoff_ms(&cfg, 30, &mut rng);
+            assert!((30_000..=60_000).contains(&b30), "{b30}");
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! SQL of the durable queue: enqueue, claim with lease, finish, release, and the operator's
+//! list / retry / purge.
+
+use super::{Arg, Backend, Db, Tx};
+use crate::error::{Error, Result};
+
+/// A job as claimed by a worker.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct JobRow {
+    /// Stable id (e.g. `dispatch:{message id}`), so enqueueing twice is harmless.
+    pub id: String,
+    /// Job kind.
+    pub kind: String,
+    /// JSON payload.
+    pub payload: String,
+    /// Attempts so far, this one included.
+    pub attempts: i64,
+    /// Attempts allowed.
+    pub max_attempts: i64,
+}
+
+/// A job as the operator sees it.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct JobInfo {
+    /// Id.
+    pub id: String,
+    /// Kind.
+    pub kind: String,
+    /// `ready`, `running`, `done` or `dead`.
+    pub state: String,
+    /// Attempts so far.
+    pub attempts: i64,
+    /// Attempts allowed.
+    pub max_attempts: i64,
+    /// Next run (unix ms).
+    pub run_at: i64,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// Last change (unix ms).
+    pub updated_at: i64,
+}
+
+/// Count of jobs per kind and state.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct JobCount {
+    /// Kind.
+    pub kind: String,
+    /// State.
+    pub state: String,
+    /// Count.
+    pub n: i64,
+}
+
+/// A new job.
+#[derive(Debug, Clone)]
+pub struct NewJob<'a> {
+    /// Stable id.
+    pub id: &'a str,
+    /// Kind.
+    pub kind: &'a str,
+    /// JSON payload.
+    pub payload: &'a str,
+    /// Attempts allowed.
+    pub max_attempts: i64,
+    /// First run (unix ms).
+    pub run_at: i64,
+}
+
+/// How a claimed job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    /// Succeeded.
+    Done,
+    /// Failed; run again at `run_at`.
+    Retry {
+        /// Next run (unix ms).
+        run_at: i64,
+        /// Why.
+        error: String,
+    },
+    /// Failed for good; kept for the operator.
+    Dead {
+        /// Why.
+        error: String,
+    },
+}
+
+/// Inserts a job unless one with the same id exists; returns whether it was inserted. Call
+/// [`Tx::notify`] once per transaction so other instances wake.
+///
+/// # Errors
+/// Database errors.
+pub async fn enqueue(tx: &mut Tx, job: &NewJob<'_>, now: i64) -> Result<bool> {
+    let n = tx
+        .execute(
+            "INSERT INTO jobs (id, kind, payload, state, attempts, max_attempts, run_at, created_at, updated_at) \
+             VALUES ($1, $2, $3, 'ready', 0, $4, $5, $6, $6) ON CONFLICT DO NOTHING",
+            &[
+                Arg::Text(job.id),
+                Arg::Text(job.kind),
+                Arg::Text(job.payload),
+                Arg::Int(job.max_attempts),
+                Arg::Int(job.run_at),
+                Arg::Int(now),
+            ],
+        )
+        .await?;
+    Ok(n > 0)
+}
+
+/// Claims up to `limit` due jobs of `kind` (ready and due, or running with an expired lease),
+/// leasing them to `owner` until `lease_until`.
+///
+/// # Errors
+/// Database errors.
+pub async fn claim(
+    db: &Db,
+    kind: &str,
+    owner: &str,
+    now: i64,
+    lease_until: i64,
+    limit: usize,
+) -> Result<Vec<JobRow>> {
+    let pick = match db.backend() {
+        Backend::Sqlite => {
+            "SELECT id FROM jobs WHERE kind = $1 AND \
+             ((state = 'ready' AND run_at <= $3) OR (state = 'running' AND lease_until < $3)) \
+             ORDER BY run_at LIMIT $5"
+        }
+        Backend::Postgres => {
+            "SELECT id FROM jobs WHERE kind = $1 AND \
+             ((state = 'ready' AND run_at <= $3) OR (state = 'running' AND lease_until < $3)) \
+             ORDER BY run_at LIMIT $5 FOR UPDATE SKIP LOCKED"
+        }
+    };
+    let sql = format!(
+        "UPDATE jobs SET state = 'running', lease_owner = $2, lease_until = $4, attempts = attempts + 1, updated_at = $3 \
+         WHERE id IN ({pick}) RETURNING id, kind, payload, attempts, max_attempts"
+    );
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    db.write_fetch_all(
+        &sql,
+        &[
+            Arg::Text(kind),
+            Arg::Text(owner),
+            Arg::Int(now),
+            Arg::Int(lease_until),
+            Arg::Int(limit),
+        ],
+    )
+    .await
+}
+
+/// Records how a job ended, if `owner` still holds its lease. Returns `false` when the lease
+/// was lost (the job expired and someone else took it): the caller must then not apply the
+/// job's effects.
+///
+/// # Errors
+/// Database errors.
+pub async fn finish(
+    tx: &mut Tx,
+    job_id: &str,
+    owner: &str,
+    finish: &Finish,
+    now: i64,
+) -> Result<bool> {
+    let n = match finish {
+        Finish::Done => {
+            tx.execute(
+                "UPDATE jobs SET state = 'done', lease_owner = NULL, lease_until = NULL, last_error = NULL, updated_at = $3 \
+                 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+                &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now)],
+            )
+            .await?
+        }
+        Finish::Retry { run_at, error } => {
+            tx.execute(
+                "UPDATE jobs SET state = 'ready', lease_owner = NULL, lease_until = NULL, last_error = $4, run_at = $5, updated_at = $3 \
+                 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+                &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now), Arg::Text(error), Arg::Int(*run_at)],
+            )
+            .await?
+        }
+        Finish::Dead { error } => {
+            tx.execute(
+                "UPDATE jobs SET state = 'dead', lease_owner = NULL, lease_until = NULL, last_error = $4, updated_at = $3 \
+                 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+                &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now), Arg::Text(error)],
+            )
+            .await?
+        }
+    };
+    Ok(n > 0)
+}
+
+/// Returns every job `owner` still leases to the queue, undoing the attempt it counted.
+///
+/// # Errors
+/// Database errors.
+pub async fn release_owned(db: &Db, owner: &str, now: i64) -> Result<u64> {
+    db.execute(
+        "UPDATE jobs SET state = 'ready', lease_owner = NULL, lease_until = NULL, \
+         attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, run_at = $2, updated_at = $2 \
+         WHERE lease_owner = $1 AND state = 'running'",
+        &[Arg::Text(owner), Arg::Int(now)],
+    )
+    .await
+}
+
+/// Deletes finished jobs older than `before` (unix ms).
+///
+/// # Errors
+/// Database errors.
+pub async fn cleanup_done(db: &Db, before: i64) -> Result<u64> {
+    db.execute(
+        "DELETE FROM jobs WHERE state = 'done' AND updated_at < $1",
+        &[Arg::Int(before)],
+    )
+    .await
+}
+
+/// Jobs in `state` (all states when `None`), newest change first.
+///
+/// # Errors
+/// Database errors.
+pub async fn list(
+    db: &Db,
+    state: Option<&str>,
+    kind: Option<&str>,
+    limit: i64,
+) -> Result<Vec<JobInfo>> {
+    db.fetch_all(
+        "SELECT id, kind, state, attempts, max_attempts, run_at, last_error, updated_at FROM jobs \
+         WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR kind = $2) ORDER BY updated_at DESC, id LIMIT $3",
+        &[Arg::OptText(state), Arg::OptText(kind), Arg::Int(limit)],
+    )
+    .await
+}
+
+/// Puts dead jobs back: the one with `id`, or every dead job when `None`. Attempts restart.
+///
+/// # Errors
+/// Database errors.
+pub async fn retry_dead(db: &Db, id: Option<&str>, now: i64) -> Result<u64> {
+    db.execute(
+        "UPDATE jobs SET state = 'ready', attempts = 0, run_at = $2, last_error = NULL, updated_at = $2 \
+         WHERE state = 'dead' AND ($1 IS NULL OR id = $1)",
+        &[Arg::OptText(id), Arg::Int(now)],
+    )
+    .await
+}
+
+/// Deletes jobs in a terminal state (`dead` or `done`).
+///
+/// # Errors
+/// [`Error::Invalid`] for a non-terminal state; database errors.
+pub async fn purge(db: &Db, state: &str) -> Result<u64> {
+    if !matches!(state, "dead" | "done") {
+        return Err(Error::Invalid(format!(
+            "only dead or done jobs can be purged, not {state:?}"
+        )));
+    }
+    db.execute("DELETE FROM jobs WHERE state = $1", &[Arg::Text(state)])
+        .await
+}
+
+/// Job counts per kind and state.
+///
+/// # Errors
+/// Database errors.
+pub async fn counts(db: &Db) -> Result<Vec<JobCount>> {
+    db.fetch_all(
+        "SELECT kind, state, COUNT(*) AS n FROM jobs GROUP BY kind, state",
+        &[],
+    )
+    .await
+}

@@ -1,0 +1,238 @@
+//! The operator's HTTP message API: a plain, token-protected way to hand switchboard a message
+//! (`POST /api/v1/messages`) and get the agent's response back, either by polling
+//! (`GET /api/v1/messages/{id}/response`) or as a signed callback POST to `api.callback_url`.
+//!
+//! It exists for integration and operations (smoke tests, load tests, systems that are not on
+//! any of the federated protocols) and is off unless `api.token` is set. Messages ingested here
+//! are operator-asserted: the operator vouches for the sender fields.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use bytes::Bytes;
+use reqwest::header::HeaderValue;
+use serde_json::{Value, json};
+
+use super::{Delivery, Transport};
+use crate::clock::SharedClock;
+use crate::config::{ApiConfig, Secret};
+use crate::error::{Error, OutboundError};
+use crate::http::error_response;
+use crate::message::NormalizedMessage;
+use crate::net::{HttpClient, HttpRequest as OutRequest, signed_headers};
+use crate::pipeline::Pipeline;
+use crate::store::messages;
+
+/// The transport name API messages are ingested under.
+pub const NAME: &str = "api";
+
+/// Delivers responses of API messages to the configured callback.
+#[derive(Debug)]
+pub struct ApiTransport {
+    http: HttpClient,
+    callback_url: Option<String>,
+    secret: Option<Secret>,
+    clock: SharedClock,
+}
+
+impl ApiTransport {
+    /// From configuration.
+    #[must_use]
+    pub fn new(cfg: &ApiConfig, http: HttpClient, clock: SharedClock) -> Self {
+        Self {
+            http,
+            callback_url: cfg.callback_url.clone(),
+            secret: cfg.callback_secret.clone(),
+            clock,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for ApiTransport {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    async fn deliver(&self, d: &Delivery) -> Result<(), OutboundError> {
+        let Some(url) = &self.callback_url else {
+            // Without a callback the response stays available at GET …/response.
+            return Ok(());
+        };
+        let body =
+            serde_json::to_vec(&d.response).map_err(|e| OutboundError::permanent(e.to_string()))?;
+        let mut headers = match &self.secret {
+            Some(secret) => signed_headers(secret, self.clock.now_ms(), &body),
+            None => {
+                let mut h = reqwest::header::HeaderMap::new();
+                h.insert(
+                    reqwest::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                h
+            }
+        };
+        if let Ok(v) = HeaderValue::from_str(&d.response.id) {
+            headers.insert("idempotency-key", v);
+        }
+        let resp = self
+            .http
+            .send(OutRequest {
+                method: reqwest::Method::POST,
+                url,
+                headers,
+                body: Some(Bytes::from(body)),
+                timeout: None,
+            })
+            .await?;
+        self.http.classify_status(&resp)
+    }
+}
+
+/// State of the API handlers.
+#[derive(Debug, Clone)]
+pub struct ApiState {
+    /// Where messages go.
+    pub pipeline: Pipeline,
+    /// The bearer token; the API answers 404 without one.
+    pub token: Option<Secret>,
+}
+
+/// Registers the API routes.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/api/v1/messages", web::post().to(post_message))
+        .route(
+            "/api/v1/messages/{id}/response",
+            web::get().to(get_response),
+        );
+}
+
+fn authorize(state: &ApiState, req: &HttpRequest) -> Result<(), Error> {
+    let Some(token) = &state.token else {
+        return Err(Error::NotFound("the message API is disabled".into()));
+    };
+    let given = req
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(given.as_bytes(), token.expose().as_bytes()) {
+        Ok(())
+    } else {
+        Err(Error::Unauthenticated)
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Turns an API request body into a NormalizedMessage, filling what the API may omit.
+fn parse_request(
+    body: &[u8],
+    now: crate::message::Timestamp,
+) -> Result<(String, NormalizedMessage), Error> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| Error::Invalid(format!("body is not JSON: {e}")))?;
+    let external_id = value
+        .get("external_id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| Error::Invalid("external_id (a non-empty string) is required".into()))?
+        .to_owned();
+    let Some(Value::Object(mut m)) = value.get("message").cloned() else {
+        return Err(Error::Invalid("message (an object) is required".into()));
+    };
+    let id = uuid::Uuid::now_v7().to_string();
+    m.insert("id".into(), json!(id));
+    m.insert("received_at".into(), json!(now));
+    m.entry("thread_id")
+        .or_insert_with(|| json!(format!("api:{id}")));
+    m.entry("received_via").or_insert_with(|| json!(NAME));
+    m.entry("raw").or_insert(Value::Null);
+    m.entry("recipient_capabilities").or_insert_with(|| {
+        json!({
+            "mention_relay": { "kind": "none" },
+            "formats": ["text/plain", "text/markdown", "application/json"],
+            "attachments": false,
+            "streaming": false
+        })
+    });
+    let msg: NormalizedMessage = serde_path_to_error::deserialize(Value::Object(m))
+        .map_err(|e| Error::Invalid(format!("message.{}: {}", e.path(), e.inner())))?;
+    Ok((external_id, msg))
+}
+
+async fn post_message(
+    state: web::Data<ApiState>,
+    req: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    if let Err(e) = authorize(&state, &req) {
+        return error_response(&e);
+    }
+    let now = state.pipeline.clock().now();
+    let (external_id, msg) = match parse_request(&body, now) {
+        Ok(x) => x,
+        Err(e) => return error_response(&e),
+    };
+    match state.pipeline.ingest(NAME, &external_id, msg).await {
+        Ok(o) => HttpResponse::Accepted().json(json!({
+            "id": o.message_id,
+            "thread_id": o.thread_id,
+            "duplicate": o.duplicate,
+        })),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn get_response(
+    state: web::Data<ApiState>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> HttpResponse {
+    if let Err(e) = authorize(&state, &req) {
+        return error_response(&e);
+    }
+    match messages::response_to(state.pipeline.db(), &path).await {
+        Ok(Some(row)) => HttpResponse::Ok()
+            .content_type("application/json")
+            .body(row.body),
+        Ok(None) => error_response(&Error::NotFound("no response yet".into())),
+        Err(e) => error_response(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fills_defaults_and_reports_paths() {
+        let now = crate::message::Timestamp::from_unix_millis(0);
+        let body = br#"{"external_id":"x1","message":{"sender":{"address":"bob@example.com","auth_method":"none","verified":false},"recipient":"@echo@localhost","parts":[{"kind":"text","mime":"text/plain","content":"hi"}]}}"#;
+        let (ext, msg) = parse_request(body, now).unwrap();
+        assert_eq!(ext, "x1");
+        assert!(msg.thread_id.starts_with("api:"));
+        msg.validate().unwrap();
+        let e = parse_request(
+            br#"{"external_id":"x","message":{"sender":{"address":1}}}"#,
+            now,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("message.sender.address"), "{e}");
+        assert!(parse_request(b"{", now).is_err());
+        assert!(
+            parse_request(br#"{"message":{}}"#, now)
+                .unwrap_err()
+                .to_string()
+                .contains("external_id")
+        );
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+}

@@ -1,0 +1,59 @@
+//! Transports: each verifies and normalizes what arrives on its wire and hands it to
+//! [`crate::pipeline::Pipeline::ingest`], and renders and delivers responses through
+//! [`Transport::deliver`]. The pipeline knows them only through this trait, registered at
+//! start-up; no transport imports another.
+
+pub mod api;
+pub mod memory;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::OutboundError;
+use crate::message::{NormalizedMessage, NormalizedResponse};
+
+/// One response to deliver, with the message it answers (for reply context: ids, addressing,
+/// threading headers).
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The delivery job's stable id: the same on every retry, so the far side can dedupe.
+    pub job_id: String,
+    /// This attempt's number (1-based).
+    pub attempt: i64,
+    /// What the agent said.
+    pub response: NormalizedResponse,
+    /// What it answers.
+    pub original: NormalizedMessage,
+}
+
+/// The outbound half of a transport.
+#[async_trait::async_trait]
+pub trait Transport: Send + Sync + std::fmt::Debug {
+    /// The name messages are ingested under and deliveries routed by.
+    fn name(&self) -> &str;
+
+    /// Renders and sends a response.
+    ///
+    /// # Errors
+    /// Temporary failures are retried with backoff; permanent ones end the delivery.
+    async fn deliver(&self, delivery: &Delivery) -> Result<(), OutboundError>;
+}
+
+/// The transports of this instance, by name.
+#[derive(Debug, Default, Clone)]
+pub struct TransportRegistry {
+    by_name: HashMap<String, Arc<dyn Transport>>,
+}
+
+impl TransportRegistry {
+    /// Registers a transport (replacing one of the same name).
+    pub fn register(&mut self, t: Arc<dyn Transport>) {
+        self.by_name.insert(t.name().to_owned(), t);
+    }
+
+    /// The transport called `name`.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Transport>> {
+        self.by_name.get(name).cloned()
+    }
+}
