@@ -165,6 +165,32 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn the_resolver_drops_private_answers() {
+        use reqwest::dns::Resolve;
+        let name = || "localhost".parse::<reqwest::dns::Name>().unwrap();
+        let err = GuardedResolver {
+            allow_private: false,
+        }
+        .resolve(name())
+        .await
+        .err()
+        .unwrap();
+        assert!(
+            err.to_string()
+                .contains("resolves only to non-public addresses"),
+            "{err}"
+        );
+        let addrs: Vec<_> = GuardedResolver {
+            allow_private: true,
+        }
+        .resolve(name())
+        .await
+        .unwrap()
+        .collect();
+        assert!(addrs.iter().all(|a| a.ip().is_loopback()) && !addrs.is_empty());
+    }
+
     #[test]
     fn public_addresses_pass() {
         for u in [

@@ -1,1 +1,11 @@
-//! tests
+//! The one integration-test binary: the real server on port 0 against a temporary SQLite file,
+//! and against PostgreSQL when `SWITCHBOARD_TEST_POSTGRES_URL` is set.
+
+mod api;
+mod cli;
+mod crash;
+mod helpers;
+mod pipeline;
+mod scale_out;
+mod serving;
+mod webhook;

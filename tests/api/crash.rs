@@ -1,0 +1,259 @@
+//! Kill -9 the real binary while dispatch and delivery are in flight, restart it, and prove that
+//! every message got exactly one response, delivered.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use switchboard::store::messages;
+
+use crate::helpers::{Engine, TestDb, fresh_db, job_states, on_both_engines, wait_for};
+
+const N: usize = 1000;
+
+#[derive(Default)]
+struct Sink {
+    /// message id → response ids delivered for it
+    by_message: Mutex<HashMap<String, HashSet<String>>>,
+    total: Mutex<usize>,
+    gate: tokio::sync::Mutex<()>,
+}
+
+async fn receive(sink: web::Data<Arc<Sink>>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
+    // One at a time and not too fast, so deliveries are still in flight when the server dies.
+    let _g = sink.gate.lock().await;
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let resp: Value = serde_json::from_slice(&body).unwrap();
+    let key = req
+        .headers()
+        .get("idempotency-key")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(key, resp["id"].as_str().unwrap());
+    sink.by_message
+        .lock()
+        .unwrap()
+        .entry(resp["in_reply_to"].as_str().unwrap().to_owned())
+        .or_default()
+        .insert(key);
+    *sink.total.lock().unwrap() += 1;
+    HttpResponse::Ok().finish()
+}
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+fn start(config: &std::path::Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["--config", config.to_str().unwrap(), "serve"])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Keep draining the log so the child never blocks on a full pipe.
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str::<Value>(&line)
+                && let Some(addr) = v.get("http_addr").and_then(Value::as_str)
+            {
+                let _ = tx.send(addr.to_owned());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the server reports its address");
+    Server {
+        child,
+        base: format!("http://{addr}"),
+    }
+}
+
+async fn post_all(http: &reqwest::Client, base: &str, ids: &[usize]) -> Vec<(usize, Option<bool>)> {
+    futures_util::stream::iter(ids.iter().copied())
+        .map(|i| {
+            let http = http.clone();
+            let url = format!("{base}/api/v1/messages");
+            async move {
+                let body = json!({
+                    "external_id": format!("crash-{i}"),
+                    "message": {
+                        "thread_id": format!("crash-thread-{}", i % 50),
+                        "sender": {"address": "load@example.com", "auth_method": "none", "verified": false},
+                        "recipient": "@echo@crash.test",
+                        "parts": [{"kind": "text", "mime": "text/plain", "content": format!("message {i}")}]
+                    }
+                });
+                let r = http.post(&url).bearer_auth("crash-token").json(&body).send().await;
+                let dup = match r {
+                    Ok(r) if r.status() == 202 => r.json::<Value>().await.ok().and_then(|v| v["duplicate"].as_bool()),
+                    _ => None,
+                };
+                (i, dup)
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await
+}
+
+async fn sigkill_mid_flight_loses_and_duplicates_nothing(engine: Engine) {
+    let db: TestDb = fresh_db(engine).await;
+    let sink = Arc::new(Sink::default());
+    let s = sink.clone();
+    let receiver = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(s.clone()))
+            .route("/cb", web::post().to(receive))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let cb = format!("http://{}/cb", receiver.addrs()[0]);
+    tokio::spawn(receiver.run());
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("switchboard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[server]
+bind = "127.0.0.1:0"
+metrics_bind = "127.0.0.1:0"
+public_url = "http://crash.test"
+shutdown_grace_seconds = 10
+[database]
+url = "{}"
+[log]
+format = "json"
+filter = "info"
+[queue]
+lease_seconds = 2
+poll_interval_ms = 100
+backoff_base_ms = 100
+backoff_max_ms = 1000
+[net]
+allow_private_addresses = true
+[api]
+token = "crash-token"
+callback_url = "{cb}"
+"#,
+            db.url
+        ),
+    )
+    .unwrap();
+
+    let http = reqwest::Client::new();
+    let mut server = start(&config);
+    let all: Vec<usize> = (0..N).collect();
+    let posting = {
+        let (http, base, all) = (http.clone(), server.base.clone(), all.clone());
+        tokio::spawn(async move { post_all(&http, &base, &all).await })
+    };
+    wait_for(60, "deliveries under way", || async {
+        (*sink.total.lock().unwrap() >= 150).then_some(())
+    })
+    .await;
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    let delivered_at_kill = sink.by_message.lock().unwrap().len();
+    let first = posting.await.unwrap();
+    let acked: HashSet<usize> = first
+        .iter()
+        .filter(|(_, d)| d.is_some())
+        .map(|(i, _)| *i)
+        .collect();
+    eprintln!(
+        "killed with {delivered_at_kill} of {N} answered, {} acknowledged",
+        acked.len()
+    );
+    assert!(
+        delivered_at_kill < N,
+        "the kill must land while work is in flight"
+    );
+
+    // Restart and let the client retry everything: acknowledged messages come back as
+    // duplicates, and so may some whose acknowledgement was lost in the crash.
+    let mut server = start(&config);
+    let second = post_all(&http, &server.base, &all).await;
+    assert!(
+        second.iter().all(|(_, d)| d.is_some()),
+        "every retry is accepted"
+    );
+    for (i, dup) in &second {
+        if acked.contains(i) {
+            assert_eq!(
+                *dup,
+                Some(true),
+                "message {i} was acknowledged before the crash"
+            );
+        }
+    }
+    wait_for(120, "a response for every message", || async {
+        (sink.by_message.lock().unwrap().len() == N).then_some(())
+    })
+    .await;
+    // Give the delivery workers a moment to finish their batches and then stop gracefully.
+    let pid = server.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = server.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "graceful shutdown exits cleanly: {status}"
+    );
+
+    let by_message = sink.by_message.lock().unwrap();
+    let multi: Vec<_> = by_message.iter().filter(|(_, r)| r.len() != 1).collect();
+    assert!(
+        multi.is_empty(),
+        "messages with more than one distinct response: {multi:?}"
+    );
+    let total = *sink.total.lock().unwrap();
+    eprintln!(
+        "{total} callbacks for {N} responses ({} redelivered with the same id after the crash)",
+        total - N
+    );
+
+    let store = switchboard::store::Db::connect(&switchboard::config::DatabaseConfig {
+        url: switchboard::config::Secret::new(&db.url),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let counts: HashMap<String, i64> = messages::counts(&store)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.direction, c.n))
+        .collect();
+    assert_eq!(counts.get("in"), Some(&(N as i64)));
+    assert_eq!(counts.get("out"), Some(&(N as i64)));
+    let states = job_states(&store).await;
+    assert_eq!(states.get("done"), Some(&(2 * N as i64)), "{states:?}");
+    assert_eq!(
+        states.len(),
+        1,
+        "nothing ready, running or dead: {states:?}"
+    );
+}
+on_both_engines!(sigkill_mid_flight_loses_and_duplicates_nothing);

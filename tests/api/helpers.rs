@@ -1,0 +1,259 @@
+//! `spawn_app` and the helpers every suite shares.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use switchboard::app::Options;
+use switchboard::config::{DatabaseConfig, Secret};
+use switchboard::message::NormalizedMessage;
+use switchboard::store::Db;
+use switchboard::transports::memory::MemoryTransport;
+use switchboard::{Application, Config};
+
+/// The database engines a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+/// The PostgreSQL server tests create databases on, if any.
+pub fn postgres_url() -> Option<String> {
+    std::env::var("SWITCHBOARD_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|s| !s.is_empty())
+}
+
+/// A fresh, empty database of `engine`; the guard keeps a SQLite file alive.
+pub struct TestDb {
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    /// Another handle on the same database (the first keeps any file alive).
+    pub fn url_only(url: String) -> TestDb {
+        TestDb { url, _dir: None }
+    }
+
+    /// Moves the database (and the guard of its file) out, leaving the URL behind.
+    pub fn take(&mut self) -> TestDb {
+        TestDb {
+            url: self.url.clone(),
+            _dir: self._dir.take(),
+        }
+    }
+}
+
+pub async fn fresh_db(engine: Engine) -> TestDb {
+    match engine {
+        Engine::Sqlite => {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}", dir.path().join("switchboard.db").display());
+            TestDb {
+                url,
+                _dir: Some(dir),
+            }
+        }
+        Engine::Postgres => {
+            let base = postgres_url().expect("SWITCHBOARD_TEST_POSTGRES_URL");
+            let name = format!("sb_test_{}", uuid::Uuid::now_v7().simple());
+            let admin = sqlx::PgPool::connect(&base).await.unwrap();
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&admin)
+                .await
+                .unwrap();
+            admin.close().await;
+            let mut url = url::Url::parse(&base).unwrap();
+            url.set_path(&format!("/{name}"));
+            TestDb {
+                url: url.to_string(),
+                _dir: None,
+            }
+        }
+    }
+}
+
+/// A configuration for tests: port 0, fast polling and retries, the development switch on.
+pub fn test_config(db_url: &str) -> Config {
+    let mut c = Config::default();
+    c.server.bind = "127.0.0.1:0".parse().unwrap();
+    c.server.metrics_bind = "127.0.0.1:0".parse().unwrap();
+    c.server.shutdown_grace_seconds = 5;
+    c.database = DatabaseConfig {
+        url: Secret::new(db_url),
+        ..DatabaseConfig::default()
+    };
+    c.net.allow_private_addresses = true;
+    c.queue.poll_interval_ms = 50;
+    c.queue.backoff_base_ms = 50;
+    c.queue.backoff_max_ms = 500;
+    c.queue.lease_seconds = 10;
+    c.api.token = Some(Secret::new("test-token"));
+    c
+}
+
+/// A running server with a recording transport named `test`.
+pub struct TestApp {
+    pub app: Option<Application>,
+    pub transport: Arc<MemoryTransport>,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub db: TestDb,
+}
+
+pub async fn spawn_app(engine: Engine, tweak: impl FnOnce(&mut Config, &mut Options)) -> TestApp {
+    let db = fresh_db(engine).await;
+    spawn_on(db, tweak).await
+}
+
+pub async fn spawn_on(db: TestDb, tweak: impl FnOnce(&mut Config, &mut Options)) -> TestApp {
+    let transport = Arc::new(MemoryTransport::new("test"));
+    let mut config = test_config(&db.url);
+    let mut opts = Options {
+        transports: vec![transport.clone()],
+        ..Options::default()
+    };
+    tweak(&mut config, &mut opts);
+    let app = Application::build_with(config, opts).await.unwrap();
+    let base = format!("http://{}", app.http_addr());
+    TestApp {
+        app: Some(app),
+        transport,
+        base,
+        http: reqwest::Client::new(),
+        db,
+    }
+}
+
+impl TestApp {
+    pub fn app(&self) -> &Application {
+        self.app.as_ref().unwrap()
+    }
+
+    pub fn domain(&self) -> String {
+        self.app().config().domain().unwrap()
+    }
+
+    pub fn agent(&self, name: &str) -> String {
+        format!("@{name}@{}", self.domain())
+    }
+
+    pub async fn ingest(
+        &self,
+        external_id: &str,
+        msg: NormalizedMessage,
+    ) -> switchboard::pipeline::IngestOutcome {
+        self.app()
+            .pipeline()
+            .ingest("test", external_id, msg)
+            .await
+            .unwrap()
+    }
+
+    pub async fn open_db(&self) -> Db {
+        Db::connect(&DatabaseConfig {
+            url: Secret::new(&self.db.url),
+            ..DatabaseConfig::default()
+        })
+        .await
+        .unwrap()
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(app) = self.app.take() {
+            app.shutdown().await.unwrap();
+        }
+    }
+}
+
+/// A valid inbound message to `recipient`.
+pub fn message(recipient: &str, thread_key: &str, text: &str) -> NormalizedMessage {
+    serde_json::from_value(json!({
+        "id": uuid::Uuid::now_v7().to_string(),
+        "thread_id": thread_key,
+        "sender": {"address": "@alice@remote.example", "auth_method": "ap-http-signature", "verified": true},
+        "recipient": recipient,
+        "parts": [{"kind": "text", "mime": "text/plain", "content": text}],
+        "recipient_capabilities": {"mention_relay": {"kind": "none"}, "formats": ["text/plain"], "attachments": false, "streaming": false},
+        "received_via": "activitypub",
+        "received_at": "2026-01-02T03:04:05.678Z",
+        "raw": {"id": thread_key}
+    }))
+    .unwrap()
+}
+
+/// Polls `check` until it returns `Some`, for at most `secs` seconds (a bound on waiting, not a
+/// performance assertion).
+pub async fn wait_for<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Runs a test body on SQLite, and on PostgreSQL when it is configured.
+macro_rules! on_both_engines {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name(crate::helpers::Engine::Sqlite).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                if crate::helpers::postgres_url().is_none() {
+                    eprintln!("SWITCHBOARD_TEST_POSTGRES_URL is not set: PostgreSQL leg skipped");
+                    return;
+                }
+                super::$name(crate::helpers::Engine::Postgres).await;
+            }
+        }
+    };
+}
+pub(crate) use on_both_engines;
+
+/// Job state counts straight from the database.
+pub async fn job_states(db: &Db) -> std::collections::BTreeMap<String, i64> {
+    switchboard::store::jobs::counts(db)
+        .await
+        .unwrap()
+        .into_iter()
+        .fold(Default::default(), |mut m, c| {
+            *m.entry(c.state).or_insert(0) += c.n;
+            m
+        })
+}
+
+/// An agent backend that records what it is given and answers like echo.
+#[derive(Debug, Default)]
+pub struct RecordingAgent {
+    pub seen: std::sync::Mutex<Vec<NormalizedMessage>>,
+}
+
+#[async_trait::async_trait]
+impl switchboard::agents::AgentBackend for RecordingAgent {
+    async fn respond(
+        &self,
+        msg: &NormalizedMessage,
+    ) -> Result<Option<switchboard::message::NormalizedResponse>, switchboard::error::OutboundError>
+    {
+        self.seen.lock().unwrap().push(msg.clone());
+        let echo = switchboard::agents::EchoAgent::new(Arc::new(switchboard::clock::SystemClock));
+        switchboard::agents::AgentBackend::respond(&echo, msg).await
+    }
+}

@@ -1,0 +1,256 @@
+//! The pipeline end to end: ingest → dispatch → agent → delivery through the test transport.
+
+use std::sync::Arc;
+
+use switchboard::error::ErrorKind;
+use switchboard::message::{Part, Role};
+use switchboard::store::jobs;
+
+use crate::helpers::{
+    Engine, RecordingAgent, job_states, message, on_both_engines, spawn_app, wait_for,
+};
+
+fn text_of(parts: &[Part]) -> String {
+    parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(t.content.clone()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+async fn echo_round_trip_and_dedupe(engine: Engine) {
+    let mut t = spawn_app(engine, |_, _| {}).await;
+    let msg = message(&t.agent("echo"), "wire-thread-1", "hello there");
+    let msg_id = msg.id.clone();
+    let first = t.ingest("wire-1", msg.clone()).await;
+    assert!(!first.duplicate);
+    assert_eq!(first.message_id, msg_id);
+    assert_ne!(
+        first.thread_id, "wire-thread-1",
+        "the wire thread key maps to switchboard's own thread id"
+    );
+
+    let delivered = wait_for(20, "the echo reply", || async {
+        let d = t.transport.delivered();
+        (!d.is_empty()).then_some(d)
+    })
+    .await;
+    let d = &delivered[0];
+    assert_eq!(d.response.in_reply_to, msg_id);
+    assert_eq!(d.response.agent, t.agent("echo"));
+    assert_eq!(d.response.thread_id, first.thread_id);
+    assert_eq!(text_of(&d.response.parts), "hello there");
+    assert_eq!(d.original.id, msg_id);
+    assert_eq!(d.job_id, format!("deliver:{}", d.response.id));
+
+    // The same wire message again, even with a new switchboard id: a duplicate, nothing queued.
+    let mut again = msg.clone();
+    again.id = uuid::Uuid::now_v7().to_string();
+    let dup = t.ingest("wire-1", again).await;
+    assert!(dup.duplicate);
+    assert_eq!(dup.message_id, msg_id);
+    assert_eq!(dup.thread_id, first.thread_id);
+    // The same external id on another transport is a different message.
+    let other = t
+        .app()
+        .pipeline()
+        .ingest("api", "wire-1", message(&t.agent("echo"), "k", "x"))
+        .await
+        .unwrap();
+    assert!(!other.duplicate);
+
+    let db = t.open_db().await;
+    wait_for(20, "all jobs done", || async {
+        let s = job_states(&db).await;
+        (s.get("done") == Some(&4) && s.len() == 1).then_some(())
+    })
+    .await;
+    assert_eq!(t.transport.count(), 1, "the duplicate was never dispatched");
+    t.stop().await;
+}
+on_both_engines!(echo_round_trip_and_dedupe);
+
+async fn history_follows_the_thread(engine: Engine) {
+    let agent = Arc::new(RecordingAgent::default());
+    let a2 = agent.clone();
+    let mut t = spawn_app(engine, move |c, o| {
+        c.history.keep_head = 1;
+        c.history.window = 2;
+        o.agents.push(("rec".into(), a2));
+    })
+    .await;
+    let to = t.agent("rec");
+    for (i, text) in ["one", "two", "three", "four"].iter().enumerate() {
+        t.ingest(&format!("h-{i}"), message(&to, "thread-h", text))
+            .await;
+        wait_for(20, "reply", || async {
+            (t.transport.count() == i as u64 + 1).then_some(())
+        })
+        .await;
+    }
+    let seen = agent.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 4);
+    assert!(seen[0].history.is_none(), "the opening post has no history");
+    let h1 = seen[1].history.as_ref().unwrap();
+    assert_eq!(
+        h1.iter().map(|h| h.role).collect::<Vec<_>>(),
+        [Role::User, Role::Assistant]
+    );
+    assert_eq!(text_of(&h1[0].parts), "one");
+    assert_eq!(seen[1].history_cache_breakpoint_after, Some(0));
+    // Fourth turn: head "one", then the window of the 2 newest turns (user "three", reply
+    // "three"); "three" is a user turn after the user head and is dropped so the head stays.
+    let h3 = seen[3].history.as_ref().unwrap();
+    let texts: Vec<String> = h3.iter().map(|h| text_of(&h.parts)).collect();
+    assert_eq!(texts, ["one", "three"]);
+    assert_eq!(
+        h3.iter().map(|h| h.role).collect::<Vec<_>>(),
+        [Role::User, Role::Assistant]
+    );
+    // Other threads do not leak in.
+    t.ingest("h-other", message(&to, "thread-other", "elsewhere"))
+        .await;
+    wait_for(20, "reply", || async {
+        (t.transport.count() == 5).then_some(())
+    })
+    .await;
+    assert!(agent.seen.lock().unwrap()[4].history.is_none());
+    t.stop().await;
+}
+on_both_engines!(history_follows_the_thread);
+
+async fn bad_input_is_refused_before_storage(engine: Engine) {
+    let mut t = spawn_app(engine, |_, _| {}).await;
+    let p = t.app().pipeline().clone();
+    let mut empty = message(&t.agent("echo"), "k", "x");
+    empty.parts.clear();
+    assert_eq!(
+        p.ingest("test", "e1", empty).await.unwrap_err().kind(),
+        ErrorKind::Invalid
+    );
+    let unknown = message(&t.agent("nobody"), "k", "x");
+    assert_eq!(
+        p.ingest("test", "e2", unknown).await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    let elsewhere = message("@echo@elsewhere.example", "k", "x");
+    assert_eq!(
+        p.ingest("test", "e3", elsewhere).await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    let mut bad_sender = message(&t.agent("echo"), "k", "x");
+    bad_sender.sender.address = "not-an-address".into();
+    assert_eq!(
+        p.ingest("test", "e4", bad_sender).await.unwrap_err().kind(),
+        ErrorKind::Invalid
+    );
+    assert_eq!(
+        p.ingest("test", "", message(&t.agent("echo"), "k", "x"))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Invalid
+    );
+    let db = t.open_db().await;
+    assert!(
+        job_states(&db).await.is_empty(),
+        "nothing was stored or queued"
+    );
+    t.stop().await;
+}
+on_both_engines!(bad_input_is_refused_before_storage);
+
+async fn failed_deliveries_are_retried_then_recorded(engine: Engine) {
+    let mut t = spawn_app(engine, |_, _| {}).await;
+    t.transport.fail_next(2);
+    let out = t
+        .ingest("r-1", message(&t.agent("echo"), "k", "retry me"))
+        .await;
+    wait_for(20, "delivery after two failures", || async {
+        (t.transport.count() == 1).then_some(())
+    })
+    .await;
+    let db = t.open_db().await;
+    #[derive(sqlx::FromRow)]
+    struct Rec {
+        outcome: String,
+        attempts: i64,
+    }
+    let rec: Rec = wait_for(10, "delivery record", || async {
+        db.fetch_optional::<Rec>("SELECT outcome, attempts FROM deliveries", &[])
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!((rec.outcome.as_str(), rec.attempts), ("delivered", 3));
+    assert_eq!(t.transport.delivered()[0].attempt, 3);
+    assert_eq!(t.transport.delivered()[0].original.id, out.message_id);
+    t.stop().await;
+}
+on_both_engines!(failed_deliveries_are_retried_then_recorded);
+
+async fn undeliverable_responses_end_dead_and_can_be_retried(engine: Engine) {
+    let mut t = spawn_app(engine, |_, _| {}).await;
+    // Ingested under a transport that is not registered: the delivery can never succeed.
+    t.app()
+        .pipeline()
+        .ingest("ghost", "g-1", message(&t.agent("echo"), "k", "boo"))
+        .await
+        .unwrap();
+    let db = t.open_db().await;
+    let dead = wait_for(20, "a dead delivery job", || async {
+        let d = jobs::list(&db, Some("dead"), None, 10).await.unwrap();
+        (!d.is_empty()).then_some(d)
+    })
+    .await;
+    assert_eq!(dead[0].kind, "deliver");
+    assert_eq!(dead[0].attempts, 1, "a permanent failure is not retried");
+    assert!(
+        dead[0]
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("no transport named \"ghost\"")
+    );
+    #[derive(sqlx::FromRow)]
+    struct Rec {
+        outcome: String,
+    }
+    let rec: Vec<Rec> = db
+        .fetch_all("SELECT outcome FROM deliveries", &[])
+        .await
+        .unwrap();
+    assert_eq!(rec.len(), 1);
+    assert_eq!(rec[0].outcome, "failed");
+    assert_eq!(jobs::retry_dead(&db, None, 0).await.unwrap(), 1);
+    wait_for(20, "the retried job dead again", || async {
+        let d = jobs::list(&db, Some("dead"), None, 10).await.unwrap();
+        (d.len() == 1 && d[0].attempts == 1).then_some(())
+    })
+    .await;
+    assert_eq!(jobs::purge(&db, "dead").await.unwrap(), 1);
+    assert!(
+        jobs::purge(&db, "ready").await.is_err(),
+        "live jobs are never purged"
+    );
+    t.stop().await;
+}
+on_both_engines!(undeliverable_responses_end_dead_and_can_be_retried);
+
+async fn an_agent_never_answers_itself(engine: Engine) {
+    let mut t = spawn_app(engine, |_, _| {}).await;
+    let mut m = message(&t.agent("echo"), "k", "loop?");
+    m.sender.address = t.agent("echo");
+    t.ingest("self-1", m).await;
+    let db = t.open_db().await;
+    wait_for(20, "dispatch done", || async {
+        (job_states(&db).await.get("done") == Some(&1)).then_some(())
+    })
+    .await;
+    assert_eq!(t.transport.count(), 0);
+    t.stop().await;
+}
+on_both_engines!(an_agent_never_answers_itself);

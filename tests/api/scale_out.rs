@@ -1,0 +1,90 @@
+//! Two instances on one PostgreSQL database drain a shared queue: no job twice, none left.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use switchboard::app::Options;
+
+use crate::helpers::{
+    Engine, RecordingAgent, fresh_db, job_states, message, postgres_url, spawn_on, wait_for,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_drain_one_queue_exactly_once() {
+    if postgres_url().is_none() {
+        eprintln!("SWITCHBOARD_TEST_POSTGRES_URL is not set: scale-out test skipped");
+        return;
+    }
+    const N: usize = 1000;
+    // Fill the queue with an instance that runs no workers.
+    let mut loader = spawn_on(fresh_db(Engine::Postgres).await, |_, o: &mut Options| {
+        o.workers = false
+    })
+    .await;
+    let to = loader.agent("echo");
+    let pipeline = loader.app().pipeline().clone();
+    let ingests = (0..N).map(|i| {
+        let p = pipeline.clone();
+        let m = message(&to, &format!("t{i}"), &format!("n{i}"));
+        async move { p.ingest("test", &format!("e{i}"), m).await.unwrap() }
+    });
+    futures_util::future::join_all(ingests).await;
+    let url = loader.db.url.clone();
+    loader.stop().await;
+
+    let spawn = |agent: Arc<RecordingAgent>| {
+        spawn_on(
+            crate::helpers::TestDb::url_only(url.clone()),
+            move |c, o| {
+                c.queue.kinds.get_mut("dispatch").unwrap().batch_size = 8;
+                c.queue.kinds.get_mut("deliver").unwrap().batch_size = 8;
+                o.agents.push(("echo".into(), agent));
+            },
+        )
+    };
+    let (agent_a, agent_b) = (
+        Arc::new(RecordingAgent::default()),
+        Arc::new(RecordingAgent::default()),
+    );
+    let (mut a, mut b) = tokio::join!(spawn(agent_a.clone()), spawn(agent_b.clone()));
+    wait_for(120, "every response delivered", || async {
+        (a.transport.count() + b.transport.count() >= N as u64).then_some(())
+    })
+    .await;
+    a.stop().await;
+    b.stop().await;
+
+    let calls: Vec<String> = agent_a
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .chain(agent_b.seen.lock().unwrap().iter())
+        .map(|m| m.id.clone())
+        .collect();
+    let unique: HashSet<&String> = calls.iter().collect();
+    assert_eq!(calls.len(), N, "each message reached an agent once");
+    assert_eq!(unique.len(), N);
+    let delivered: Vec<String> = a
+        .transport
+        .delivered()
+        .into_iter()
+        .chain(b.transport.delivered())
+        .map(|d| d.original.id)
+        .collect();
+    assert_eq!(delivered.len(), N, "each response was delivered once");
+    assert_eq!(delivered.iter().collect::<HashSet<_>>().len(), N);
+    let (na, nb) = (
+        agent_a.seen.lock().unwrap().len(),
+        agent_b.seen.lock().unwrap().len(),
+    );
+    eprintln!("instance A dispatched {na}, instance B {nb}");
+    assert!(na > 0 && nb > 0, "both instances took part: A {na}, B {nb}");
+    let states = job_states(&a.open_db().await).await;
+    assert_eq!(states.get("done"), Some(&(2 * N as i64)), "{states:?}");
+    assert_eq!(
+        states.len(),
+        1,
+        "nothing ready, running or dead: {states:?}"
+    );
+}
