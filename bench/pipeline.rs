@@ -1,1 +1,130 @@
-fn main() {}
+//! Pipeline benchmark: messages ingested → echo agent → delivery to a no-op transport, end to
+//! end, on SQLite and (when reachable) PostgreSQL. Prints messages/s and the CPU time of the
+//! switchboard process per message.
+//!
+//! `cargo bench --bench pipeline [-- N]`; PostgreSQL from `SWITCHBOARD_TEST_POSTGRES_URL`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use switchboard::app::Options;
+use switchboard::config::Secret;
+use switchboard::message::NormalizedMessage;
+use switchboard::transports::memory::MemoryTransport;
+use switchboard::{Application, Config};
+
+/// Process CPU time (user + system) from /proc, in microseconds.
+fn cpu_micros() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
+    ticks * 10_000 // USER_HZ = 100
+}
+
+fn message(recipient: &str, i: usize) -> NormalizedMessage {
+    serde_json::from_value(serde_json::json!({
+        "id": uuid::Uuid::now_v7().to_string(),
+        "thread_id": format!("bench-thread-{}", i),
+        "sender": {"address": "@alice@remote.example", "auth_method": "ap-http-signature", "verified": true,
+                   "identities": [{"subject": "https://remote.example/users/alice", "issuer": "https://bench.example",
+                     "method": "ap-http-signature", "assurance": "domain", "audience": "https://bench.example",
+                     "issued_at": "2026-01-01T00:00:00.000Z",
+                     "proof": {"type": "transport", "verified_by": "https://bench.example"}}]},
+        "recipient": recipient,
+        "parts": [{"kind": "text", "mime": "text/plain", "content": format!("benchmark message number {i}, about a tweet long, to make the payload realistic.")}],
+        "recipient_capabilities": {"mention_relay": {"kind": "addressing", "envelope_fields": ["to", "cc"], "also_inline": true},
+                                   "formats": ["text/html", "text/plain"], "attachments": true, "streaming": false},
+        "received_via": "activitypub",
+        "received_at": "2026-01-01T00:00:00.000Z",
+        "raw": {"type": "Create", "id": format!("https://remote.example/activities/{i}")}
+    }))
+    .unwrap_or_else(|e| panic!("bench message: {e}"))
+}
+
+async fn run(label: &str, url: &str, n: usize) {
+    let sink = Arc::new(MemoryTransport::counting("bench"));
+    let mut config = Config::default();
+    config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
+    config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
+    config.database.url = Secret::new(url);
+    config.queue.poll_interval_ms = 100;
+    let opts = Options { transports: vec![sink.clone()], ..Options::default() };
+    let app = Application::build_with(config, opts).await.unwrap_or_else(|e| panic!("{label}: {e}"));
+    let to = format!("@echo@{}", app.config().domain().unwrap_or_default());
+    let pipeline = app.pipeline().clone();
+
+    let drive = |from: usize, count: usize| {
+        let pipeline = pipeline.clone();
+        let to = to.clone();
+        async move {
+            let concurrency = 64;
+            let mut tasks = Vec::new();
+            for w in 0..concurrency {
+                let (p, to) = (pipeline.clone(), to.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut i = from + w;
+                    while i < from + count {
+                        p.ingest("bench", &format!("ext-{i}"), message(&to, i)).await.unwrap_or_else(|e| panic!("ingest: {e}"));
+                        i += concurrency;
+                    }
+                }));
+            }
+            for t in tasks {
+                let _ = t.await;
+            }
+        }
+    };
+    let wait_delivered = |target: u64| {
+        let sink = sink.clone();
+        async move {
+            while sink.count() < target {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    };
+
+    let warm = n / 10;
+    drive(0, warm).await;
+    wait_delivered(warm as u64).await;
+
+    let cpu0 = cpu_micros();
+    let t0 = Instant::now();
+    drive(warm, n).await;
+    let ingested = t0.elapsed();
+    wait_delivered((warm + n) as u64).await;
+    let total = t0.elapsed();
+    let cpu = cpu_micros() - cpu0;
+    #[allow(clippy::cast_precision_loss)]
+    let (rate, ingest_rate, cpu_per) = (
+        n as f64 / total.as_secs_f64(),
+        n as f64 / ingested.as_secs_f64(),
+        cpu as f64 / n as f64,
+    );
+    println!(
+        "{label:<10} {n:>7} msgs  end-to-end {rate:>8.0} msg/s  ({:>6.2} s; ingest alone {ingest_rate:>8.0} msg/s)  CPU {cpu_per:>6.1} µs/msg (switchboard process)",
+        total.as_secs_f64()
+    );
+    let _ = app.shutdown().await;
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let n: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20_000);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
+    run("sqlite", &sqlite, n).await;
+    match std::env::var("SWITCHBOARD_TEST_POSTGRES_URL") {
+        Ok(base) if !base.is_empty() => {
+            let name = format!("sb_bench_{}", uuid::Uuid::now_v7().simple());
+            let admin = sqlx::PgPool::connect(&base).await.unwrap_or_else(|e| panic!("postgres: {e}"));
+            let _ = sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await;
+            let mut url = url::Url::parse(&base).unwrap_or_else(|e| panic!("{e}"));
+            url.set_path(&format!("/{name}"));
+            run("postgres", url.as_str(), n).await;
+            let _ = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)")).execute(&admin).await;
+        }
+        _ => println!("postgres   skipped (set SWITCHBOARD_TEST_POSTGRES_URL)"),
+    }
+}

@@ -5,6 +5,7 @@
 //! delivery record), guarded by the lease so a job whose lease expired cannot apply its effects
 //! twice.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -39,11 +40,15 @@ fn internal(e: Error) -> OutboundError {
     }
 }
 
-async fn load(core: &Core, id: &str) -> std::result::Result<StoredMessage, OutboundError> {
-    messages::get(&core.db, id)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| OutboundError::permanent(format!("message {id} is not stored")))
+/// Loads the stored rows a batch refers to, keyed by id. A database failure fails every job
+/// of the batch temporarily (they are retried with backoff) instead of stranding their leases.
+async fn load_many(core: &Core, ids: &[&str]) -> std::result::Result<HashMap<String, StoredMessage>, OutboundError> {
+    let rows = messages::get_many(&core.db, ids).await.map_err(internal)?;
+    Ok(rows.into_iter().map(|r| (r.id.clone(), r)).collect())
+}
+
+fn lookup<'a>(rows: &'a HashMap<String, StoredMessage>, id: &str) -> std::result::Result<&'a StoredMessage, OutboundError> {
+    rows.get(id).ok_or_else(|| OutboundError::permanent(format!("message {id} is not stored")))
 }
 
 fn parse<T: serde::de::DeserializeOwned>(
@@ -115,10 +120,9 @@ impl DispatchHandler {
         Ok(turns)
     }
 
-    async fn run(&self, job: &JobRow) -> std::result::Result<Dispatched, OutboundError> {
-        let id = payload_id(job, "message_id")?;
-        let row = load(&self.0, &id).await?;
-        let mut msg: NormalizedMessage = parse(&row)?;
+    async fn run(&self, row: &StoredMessage) -> std::result::Result<Dispatched, OutboundError> {
+        let id = &row.id;
+        let mut msg: NormalizedMessage = parse(row)?;
         let agent = self.0.agents.get(&row.agent).ok_or_else(|| {
             OutboundError::permanent(format!("agent {} is no longer configured", row.agent))
         })?;
@@ -149,70 +153,74 @@ impl DispatchHandler {
 #[async_trait::async_trait]
 impl JobHandler for DispatchHandler {
     async fn handle(&self, owner: &str, batch: Vec<JobRow>) -> Result<()> {
-        let results = join_all(batch.iter().map(|job| self.run(job))).await;
         let core = &self.0;
+        let ids: Vec<_> = batch.iter().map(|j| payload_id(j, "message_id")).collect();
+        let wanted: Vec<&str> = ids.iter().filter_map(|r| r.as_deref().ok()).collect();
+        let rows = load_many(core, &wanted).await;
+        let results = join_all(batch.iter().zip(&ids).map(|(_, id)| async {
+            let id = id.as_ref().map_err(Clone::clone)?;
+            let rows = rows.as_ref().map_err(Clone::clone)?;
+            self.run(lookup(rows, id)?).await
+        }))
+        .await;
+
         let now = core.clock.now_ms();
         let deliver_attempts = core.queue.max_attempts(kinds::DELIVER);
         let mut tx = core.db.begin().await?;
-        let mut enqueued = false;
-        let mut outcomes = Vec::with_capacity(batch.len());
+        let done: Vec<&str> = batch.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(j, _)| j.id.as_str()).collect();
+        let owned = jobs::finish_done_many(&mut tx, &done, owner, now).await?;
+        let mut outcomes = vec!["done"; owned.len()];
+        let mut answers = Vec::new();
         for (job, result) in batch.iter().zip(results) {
-            let (finish, response) = match result {
-                Ok(r) => (Finish::Done, r),
+            match result {
+                Ok(answer) if owned.contains(&job.id) => answers.extend(answer),
+                Ok(_) => tracing::warn!(job = %job.id, "lease lost; another worker owns this job"),
                 Err(e) => {
                     tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "dispatch failed");
-                    (core.queue.finish_for_error(job, &e), None)
+                    let finish = core.queue.finish_for_error(job, &e);
+                    if jobs::finish(&mut tx, &job.id, owner, &finish, now).await? {
+                        outcomes.push(finish_label(&finish));
+                    }
                 }
-            };
-            if !jobs::finish(&mut tx, &job.id, owner, &finish, now).await? {
-                tracing::warn!(job = %job.id, "lease lost; another worker owns this job");
-                continue;
-            }
-            outcomes.push(finish_label(&finish));
-            let Some((resp, agent, transport)) = response else {
-                continue;
-            };
-            let body = serde_json::to_string(&resp).map_err(Error::Corrupt)?;
-            let stored = messages::insert(
-                &mut tx,
-                &NewMessage {
-                    id: &resp.id,
-                    thread_id: &resp.thread_id,
-                    direction: "out",
-                    agent: &agent,
-                    transport: &transport,
-                    answers: Some(&resp.in_reply_to),
-                    body: &body,
-                },
-                now,
-            )
-            .await?;
-            if stored {
-                let job_id = format!("deliver:{}", resp.id);
-                let payload = serde_json::json!({ "response_id": resp.id }).to_string();
-                jobs::enqueue(
-                    &mut tx,
-                    &NewJob {
-                        id: &job_id,
-                        kind: kinds::DELIVER,
-                        payload: &payload,
-                        max_attempts: deliver_attempts,
-                        run_at: now,
-                    },
-                    now,
-                )
-                .await?;
-                enqueued = true;
             }
         }
-        if enqueued {
+        let bodies = answers
+            .iter()
+            .map(|(resp, _, _)| serde_json::to_string(resp))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(Error::Corrupt)?;
+        let rows: Vec<NewMessage<'_>> = answers
+            .iter()
+            .zip(&bodies)
+            .map(|((resp, agent, transport), body)| NewMessage {
+                id: &resp.id,
+                thread_id: &resp.thread_id,
+                direction: "out",
+                agent,
+                transport,
+                answers: Some(&resp.in_reply_to),
+                body,
+            })
+            .collect();
+        let stored = messages::insert_many(&mut tx, &rows, now).await?;
+        let job_ids: Vec<(String, String)> = answers
+            .iter()
+            .filter(|(resp, _, _)| stored.contains(&resp.id))
+            .map(|(resp, _, _)| (format!("deliver:{}", resp.id), serde_json::json!({ "response_id": resp.id }).to_string()))
+            .collect();
+        let new_jobs: Vec<NewJob<'_>> = job_ids
+            .iter()
+            .map(|(id, payload)| NewJob { id, kind: kinds::DELIVER, payload, max_attempts: deliver_attempts, run_at: now })
+            .collect();
+        jobs::enqueue_many(&mut tx, &new_jobs, now).await?;
+        if !new_jobs.is_empty() {
             tx.notify(kinds::DELIVER).await?;
         }
         tx.commit().await?;
         for o in outcomes {
             core.metrics.job(kinds::DISPATCH, o);
         }
-        if enqueued {
+        if !new_jobs.is_empty() {
             core.queue.wake(kinds::DELIVER);
         }
         Ok(())
@@ -230,93 +238,123 @@ fn finish_label(f: &Finish) -> &'static str {
 /// Handles `deliver` jobs.
 pub(super) struct DeliverHandler(pub(super) Arc<Core>);
 
+/// What one delivery attempt was about and how it went.
+struct Attempt {
+    response_id: String,
+    transport: String,
+    received_at: Option<Timestamp>,
+    result: std::result::Result<(), OutboundError>,
+}
+
 impl DeliverHandler {
     async fn run(
         &self,
         job: &JobRow,
-    ) -> (
-        String,
-        String,
-        Option<Timestamp>,
-        std::result::Result<(), OutboundError>,
-    ) {
-        let mut response_id = String::new();
-        let mut transport_name = String::from("unknown");
-        let mut received_at = None;
-        let result = async {
-            response_id = payload_id(job, "response_id")?;
-            let row = load(&self.0, &response_id).await?;
-            transport_name.clone_from(&row.transport);
-            let response: NormalizedResponse = parse(&row)?;
-            let original: NormalizedMessage = parse(&load(&self.0, &response.in_reply_to).await?)?;
-            received_at = Some(original.received_at);
-            let transport = self.0.transports.get(&row.transport).ok_or_else(|| {
-                OutboundError::permanent(format!("no transport named {:?}", row.transport))
-            })?;
+        response: std::result::Result<(&StoredMessage, NormalizedResponse), OutboundError>,
+        originals: &std::result::Result<HashMap<String, StoredMessage>, OutboundError>,
+    ) -> Attempt {
+        let mut attempt = Attempt { response_id: String::new(), transport: "unknown".into(), received_at: None, result: Ok(()) };
+        attempt.result = async {
+            let (row, response) = response?;
+            attempt.response_id.clone_from(&row.id);
+            attempt.transport.clone_from(&row.transport);
+            let originals = originals.as_ref().map_err(Clone::clone)?;
+            let original: NormalizedMessage = parse(lookup(originals, &response.in_reply_to)?)?;
+            attempt.received_at = Some(original.received_at);
+            let transport = self
+                .0
+                .transports
+                .get(&row.transport)
+                .ok_or_else(|| OutboundError::permanent(format!("no transport named {:?}", row.transport)))?;
             transport
-                .deliver(&Delivery {
-                    job_id: job.id.clone(),
-                    attempt: job.attempts,
-                    response,
-                    original,
-                })
+                .deliver(&Delivery { job_id: job.id.clone(), attempt: job.attempts, response, original })
                 .await
         }
         .await;
-        (response_id, transport_name, received_at, result)
+        attempt
     }
 }
 
 #[async_trait::async_trait]
 impl JobHandler for DeliverHandler {
     async fn handle(&self, owner: &str, batch: Vec<JobRow>) -> Result<()> {
-        let results = join_all(batch.iter().map(|job| self.run(job))).await;
         let core = &self.0;
+        let ids: Vec<_> = batch.iter().map(|j| payload_id(j, "response_id")).collect();
+        let wanted: Vec<&str> = ids.iter().filter_map(|r| r.as_deref().ok()).collect();
+        let rows = load_many(core, &wanted).await;
+        let responses: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let id = id.as_ref().map_err(Clone::clone)?;
+                let row = lookup(rows.as_ref().map_err(Clone::clone)?, id)?;
+                Ok((row, parse::<NormalizedResponse>(row)?))
+            })
+            .collect();
+        let original_ids: Vec<&str> = responses
+            .iter()
+            .filter_map(|r| r.as_ref().ok().map(|(_, resp)| resp.in_reply_to.as_str()))
+            .collect();
+        let originals = load_many(core, &original_ids).await;
+        let attempts = join_all(
+            batch
+                .iter()
+                .zip(responses.iter().map(|r| r.as_ref().map(|(row, resp)| (*row, resp.clone())).map_err(Clone::clone)))
+                .map(|(job, response)| self.run(job, response, &originals)),
+        )
+        .await;
+
         let now = core.clock.now_ms();
         let mut tx = core.db.begin().await?;
-        let mut outcomes = Vec::with_capacity(batch.len());
-        for (job, (response_id, transport, received_at, result)) in batch.iter().zip(results) {
-            let finish = match &result {
-                Ok(()) => Finish::Done,
-                Err(e) => {
-                    tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "delivery failed");
-                    core.queue.finish_for_error(job, e)
+        let done: Vec<&str> = batch.iter().zip(&attempts).filter(|(_, a)| a.result.is_ok()).map(|(j, _)| j.id.as_str()).collect();
+        let owned = jobs::finish_done_many(&mut tx, &done, owner, now).await?;
+        let mut records = Vec::new();
+        let mut outcomes = Vec::new();
+        let errors: Vec<Option<Finish>> = batch
+            .iter()
+            .zip(&attempts)
+            .map(|(job, a)| a.result.as_ref().err().map(|e| core.queue.finish_for_error(job, e)))
+            .collect();
+        for ((job, a), finish) in batch.iter().zip(&attempts).zip(&errors) {
+            let outcome = match (finish, &a.result) {
+                (None, _) if owned.contains(&job.id) => "delivered",
+                (None, _) => {
+                    tracing::warn!(job = %job.id, "lease lost; another worker owns this job");
+                    continue;
                 }
-            };
-            if !jobs::finish(&mut tx, &job.id, owner, &finish, now).await? {
-                tracing::warn!(job = %job.id, "lease lost; another worker owns this job");
-                continue;
-            }
-            let (outcome, detail) = match &finish {
-                Finish::Done => ("delivered", None),
-                Finish::Dead { error } => ("failed", Some(error.as_str())),
-                Finish::Retry { .. } => ("retry", None),
+                (Some(f), Err(e)) => {
+                    tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "delivery failed");
+                    if !jobs::finish(&mut tx, &job.id, owner, f, now).await? {
+                        continue;
+                    }
+                    if matches!(f, Finish::Dead { .. }) { "failed" } else { "retry" }
+                }
+                (Some(_), Ok(())) => continue,
             };
             if outcome != "retry" {
-                let record = DeliveryRecord {
+                let detail = match finish {
+                    Some(Finish::Dead { error }) => Some(error.as_str()),
+                    _ => None,
+                };
+                records.push(DeliveryRecord {
                     job_id: &job.id,
-                    response_id: &response_id,
-                    transport: &transport,
+                    response_id: &a.response_id,
+                    transport: &a.transport,
                     outcome,
                     attempts: job.attempts,
                     detail,
-                };
-                messages::record_delivery(&mut tx, &record, now).await?;
+                });
             }
-            outcomes.push((transport, outcome, received_at));
+            outcomes.push((a.transport.clone(), outcome, a.received_at));
         }
+        messages::record_deliveries(&mut tx, &records, now).await?;
         tx.commit().await?;
         for (transport, outcome, received_at) in outcomes {
-            core.metrics.job(
-                kinds::DELIVER,
-                if outcome == "delivered" {
-                    "done"
-                } else if outcome == "failed" {
-                    "dead"
-                } else {
-                    "retry"
-                },
-            );
+            let job_outcome = match outcome {
+                "delivered" => "done",
+                "failed" => "dead",
+                _ => "retry",
+            };
+            core.metrics.job(kinds::DELIVER, job_outcome);
             core.metrics.delivery(&transport, outcome);
             if let (Some(at), "delivered") = (received_at, outcome) {
                 core.metrics.end_to_end(now - at.unix_millis());

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::message::NormalizedMessage;
 use crate::queue::kinds;
 use crate::store::jobs::{self, NewJob};
-use crate::store::messages::{self, NewMessage};
+use crate::store::messages::{self, ExternalKey, NewMessage};
 
 /// The most messages committed together.
 const MAX_BATCH: usize = 256;
@@ -86,63 +86,69 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
     let now = core.clock.now_ms();
     let max_attempts = core.queue.max_attempts(kinds::DISPATCH);
     let mut tx = core.db.begin().await?;
-    let mut out = Vec::with_capacity(batch.len());
+
+    // 1. Dedupe: claim every (transport, external id) at once.
+    let keys: Vec<ExternalKey<'_>> = batch
+        .iter()
+        .map(|p| ExternalKey { transport: &p.transport, external_id: &p.external_id, message_id: &p.msg.id })
+        .collect();
+    let fresh = messages::claim_external_ids(&mut tx, &keys, now).await?;
+
+    // 2. Threads: map each wire thread key to switchboard's thread id.
+    let new_ids: Vec<String> = batch.iter().map(|_| uuid::Uuid::now_v7().to_string()).collect();
+    let wanted: Vec<(&str, &str, &str)> = batch
+        .iter()
+        .zip(&new_ids)
+        .filter(|(p, _)| fresh.contains(&p.msg.id))
+        .map(|(p, id)| (p.transport.as_str(), p.msg.thread_id.as_str(), id.as_str()))
+        .collect();
+    let threads = messages::upsert_threads(&mut tx, &wanted, now).await?;
+
+    // 3. Messages and their dispatch jobs.
+    let mut outcomes = Vec::with_capacity(batch.len());
+    let mut bodies = Vec::new();
     for p in batch.iter_mut() {
-        let msg = &mut p.msg;
-        if let Some(original) =
-            messages::claim_external_id(&mut tx, &p.transport, &p.external_id, &msg.id, now).await?
-        {
-            let thread_id = messages::thread_of(&mut tx, &original).await?;
-            out.push(IngestOutcome {
-                message_id: original,
-                thread_id: thread_id.unwrap_or_default(),
-                duplicate: true,
-            });
+        if !fresh.contains(&p.msg.id) {
+            let (message_id, thread_id) = messages::duplicate_of(&mut tx, &p.transport, &p.external_id)
+                .await?
+                .ok_or_else(|| Error::Invalid("duplicate of an unknown message".into()))?;
+            outcomes.push(IngestOutcome { message_id, thread_id, duplicate: true });
             continue;
         }
-        let new_thread = uuid::Uuid::now_v7().to_string();
-        let thread_id =
-            messages::upsert_thread(&mut tx, &p.transport, &msg.thread_id, &new_thread, now)
-                .await?;
-        msg.thread_id = thread_id;
-        let body = serde_json::to_string(&msg).map_err(Error::Corrupt)?;
-        messages::insert(
-            &mut tx,
-            &NewMessage {
-                id: &msg.id,
-                thread_id: &msg.thread_id,
-                direction: "in",
-                agent: &p.agent,
-                transport: &p.transport,
-                answers: None,
-                body: &body,
-            },
-            now,
-        )
-        .await?;
-        let job_id = format!("dispatch:{}", msg.id);
-        let payload = serde_json::json!({ "message_id": msg.id }).to_string();
-        jobs::enqueue(
-            &mut tx,
-            &NewJob {
-                id: &job_id,
-                kind: kinds::DISPATCH,
-                payload: &payload,
-                max_attempts,
-                run_at: now,
-            },
-            now,
-        )
-        .await?;
-        out.push(IngestOutcome {
-            message_id: msg.id.clone(),
-            thread_id: msg.thread_id.clone(),
-            duplicate: false,
-        });
+        let thread_id = threads
+            .get(&(p.transport.clone(), p.msg.thread_id.clone()))
+            .cloned()
+            .ok_or_else(|| Error::Invalid("thread could not be stored".into()))?;
+        p.msg.thread_id = thread_id;
+        bodies.push(serde_json::to_string(&p.msg).map_err(Error::Corrupt)?);
+        outcomes.push(IngestOutcome { message_id: p.msg.id.clone(), thread_id: p.msg.thread_id.clone(), duplicate: false });
     }
-    if out.iter().any(|o| !o.duplicate) {
+    let stored: Vec<&Pending> = batch.iter().filter(|p| fresh.contains(&p.msg.id)).collect();
+    let rows: Vec<NewMessage<'_>> = stored
+        .iter()
+        .zip(&bodies)
+        .map(|(p, body)| NewMessage {
+            id: &p.msg.id,
+            thread_id: &p.msg.thread_id,
+            direction: "in",
+            agent: &p.agent,
+            transport: &p.transport,
+            answers: None,
+            body,
+        })
+        .collect();
+    messages::insert_many(&mut tx, &rows, now).await?;
+    let job_ids: Vec<String> = stored.iter().map(|p| format!("dispatch:{}", p.msg.id)).collect();
+    let payloads: Vec<String> = stored.iter().map(|p| serde_json::json!({ "message_id": p.msg.id }).to_string()).collect();
+    let new_jobs: Vec<NewJob<'_>> = job_ids
+        .iter()
+        .zip(&payloads)
+        .map(|(id, payload)| NewJob { id, kind: kinds::DISPATCH, payload, max_attempts, run_at: now })
+        .collect();
+    jobs::enqueue_many(&mut tx, &new_jobs, now).await?;
+    if !new_jobs.is_empty() {
         tx.notify(kinds::DISPATCH).await?;
     }
     tx.commit().await?;
-    Ok(out)
+    Ok(outcomes)
 }

@@ -1,7 +1,9 @@
 //! SQL of the durable queue: enqueue, claim with lease, finish, release, and the operator's
 //! list / retry / purge.
 
-use super::{Arg, Backend, Db, Tx};
+use std::collections::HashSet;
+
+use super::{Arg, Backend, Db, Tx, in_list, values_list};
 use crate::error::{Error, Result};
 
 /// A job as claimed by a worker.
@@ -91,21 +93,62 @@ pub enum Finish {
 /// # Errors
 /// Database errors.
 pub async fn enqueue(tx: &mut Tx, job: &NewJob<'_>, now: i64) -> Result<bool> {
-    let n = tx
-        .execute(
-            "INSERT INTO jobs (id, kind, payload, state, attempts, max_attempts, run_at, created_at, updated_at) \
-             VALUES ($1, $2, $3, 'ready', 0, $4, $5, $6, $6) ON CONFLICT DO NOTHING",
-            &[
-                Arg::Text(job.id),
-                Arg::Text(job.kind),
-                Arg::Text(job.payload),
-                Arg::Int(job.max_attempts),
-                Arg::Int(job.run_at),
-                Arg::Int(now),
-            ],
-        )
-        .await?;
-    Ok(n > 0)
+    Ok(enqueue_many(tx, std::slice::from_ref(job), now).await? > 0)
+}
+
+/// Inserts many jobs in one statement, skipping ids that exist; returns how many were inserted.
+///
+/// # Errors
+/// Database errors.
+pub async fn enqueue_many(tx: &mut Tx, jobs: &[NewJob<'_>], now: i64) -> Result<u64> {
+    if jobs.is_empty() {
+        return Ok(0);
+    }
+    let sql = format!(
+        "INSERT INTO jobs (id, kind, payload, state, attempts, max_attempts, run_at, created_at, updated_at) \
+         VALUES {} ON CONFLICT DO NOTHING",
+        values_list(jobs.len(), 9, 1)
+    );
+    let mut args = Vec::with_capacity(jobs.len() * 9);
+    for j in jobs {
+        args.extend([
+            Arg::Text(j.id),
+            Arg::Text(j.kind),
+            Arg::Text(j.payload),
+            Arg::Text("ready"),
+            Arg::Int(0),
+            Arg::Int(j.max_attempts),
+            Arg::Int(j.run_at),
+            Arg::Int(now),
+            Arg::Int(now),
+        ]);
+    }
+    tx.execute(&sql, &args).await
+}
+
+#[derive(sqlx::FromRow)]
+struct IdRow {
+    id: String,
+}
+
+/// Marks many jobs done in one statement where `owner` still holds the lease; returns the ids it
+/// did mark (a job missing from the answer lost its lease and must not apply its effects).
+///
+/// # Errors
+/// Database errors.
+pub async fn finish_done_many(tx: &mut Tx, ids: &[&str], owner: &str, now: i64) -> Result<HashSet<String>> {
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let sql = format!(
+        "UPDATE jobs SET state = 'done', lease_owner = NULL, lease_until = NULL, last_error = NULL, updated_at = $2 \
+         WHERE lease_owner = $1 AND state = 'running' AND id IN ({}) RETURNING id",
+        in_list(ids.len(), 3)
+    );
+    let mut args = vec![Arg::Text(owner), Arg::Int(now)];
+    args.extend(ids.iter().map(|id| Arg::Text(id)));
+    let rows: Vec<IdRow> = tx.fetch_all(&sql, &args).await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
 }
 
 /// Claims up to `limit` due jobs of `kind` (ready and due, or running with an expired lease),

@@ -1,7 +1,9 @@
 //! Threads, inbound messages with their dedupe keys, agents' responses, and delivery outcomes.
 
-use super::{Arg, Db, Tx};
-use crate::error::{Error, Result};
+use std::collections::{HashMap, HashSet};
+
+use super::{Arg, Db, Tx, in_list, values_list};
+use crate::error::Result;
 
 /// A stored message or response.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -24,86 +26,99 @@ pub struct StoredMessage {
     pub created_at: i64,
 }
 
-#[derive(sqlx::FromRow)]
-struct IdRow {
-    id: String,
+/// A dedupe key claimed for a message.
+#[derive(Debug, Clone, Copy)]
+pub struct ExternalKey<'a> {
+    /// Transport.
+    pub transport: &'a str,
+    /// The wire id.
+    pub external_id: &'a str,
+    /// The message claiming it.
+    pub message_id: &'a str,
 }
 
 #[derive(sqlx::FromRow)]
-struct ThreadRow {
-    thread_id: String,
-}
-
-/// The thread of a stored message.
-///
-/// # Errors
-/// Database errors.
-pub async fn thread_of(tx: &mut Tx, message_id: &str) -> Result<Option<String>> {
-    let row: Option<ThreadRow> = tx
-        .fetch_optional(
-            "SELECT thread_id FROM messages WHERE id = $1",
-            &[Arg::Text(message_id)],
-        )
-        .await?;
-    Ok(row.map(|r| r.thread_id))
-}
-
-#[derive(sqlx::FromRow)]
-struct SeenRow {
+struct MessageIdRow {
     message_id: String,
 }
 
-/// Claims the dedupe key `(transport, external_id)` for `message_id`. Returns the id of the
-/// message that already holds it when this is a duplicate.
+/// Claims dedupe keys in one statement; returns the message ids whose key was new. A message
+/// missing from the answer is a duplicate (see [`duplicate_of`]).
 ///
 /// # Errors
 /// Database errors.
-pub async fn claim_external_id(
-    tx: &mut Tx,
-    transport: &str,
-    external_id: &str,
-    message_id: &str,
-    now: i64,
-) -> Result<Option<String>> {
-    let n = tx
-        .execute(
-            "INSERT INTO inbound_seen (transport, external_id, message_id, created_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT DO NOTHING",
-            &[Arg::Text(transport), Arg::Text(external_id), Arg::Text(message_id), Arg::Int(now)],
-        )
-        .await?;
-    if n > 0 {
-        return Ok(None);
+pub async fn claim_external_ids(tx: &mut Tx, keys: &[ExternalKey<'_>], now: i64) -> Result<HashSet<String>> {
+    if keys.is_empty() {
+        return Ok(HashSet::new());
     }
-    let row: Option<SeenRow> = tx
+    let sql = format!(
+        "INSERT INTO inbound_seen (transport, external_id, message_id, created_at) VALUES {} \
+         ON CONFLICT DO NOTHING RETURNING message_id",
+        values_list(keys.len(), 4, 1)
+    );
+    let mut args = Vec::with_capacity(keys.len() * 4);
+    for k in keys {
+        args.extend([Arg::Text(k.transport), Arg::Text(k.external_id), Arg::Text(k.message_id), Arg::Int(now)]);
+    }
+    let rows: Vec<MessageIdRow> = tx.fetch_all(&sql, &args).await?;
+    Ok(rows.into_iter().map(|r| r.message_id).collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct DuplicateRow {
+    message_id: String,
+    thread_id: Option<String>,
+}
+
+/// The message (and its thread) that already holds `(transport, external_id)`.
+///
+/// # Errors
+/// Database errors.
+pub async fn duplicate_of(tx: &mut Tx, transport: &str, external_id: &str) -> Result<Option<(String, String)>> {
+    let row: Option<DuplicateRow> = tx
         .fetch_optional(
-            "SELECT message_id FROM inbound_seen WHERE transport = $1 AND external_id = $2",
+            "SELECT s.message_id, m.thread_id FROM inbound_seen s LEFT JOIN messages m ON m.id = s.message_id \
+             WHERE s.transport = $1 AND s.external_id = $2",
             &[Arg::Text(transport), Arg::Text(external_id)],
         )
         .await?;
-    Ok(Some(row.map_or_else(String::new, |r| r.message_id)))
+    Ok(row.map(|r| (r.message_id, r.thread_id.unwrap_or_default())))
 }
 
-/// The thread id for `(transport, thread_key)`, creating the thread with `new_id` if needed.
+#[derive(sqlx::FromRow)]
+struct ThreadKeyRow {
+    id: String,
+    transport: String,
+    thread_key: String,
+}
+
+/// Thread ids for `(transport, thread key)` pairs, creating missing threads with the ids given.
 ///
 /// # Errors
 /// Database errors.
-pub async fn upsert_thread(
+pub async fn upsert_threads(
     tx: &mut Tx,
-    transport: &str,
-    thread_key: &str,
-    new_id: &str,
+    threads: &[(&str, &str, &str)],
     now: i64,
-) -> Result<String> {
-    let row: Option<IdRow> = tx
-        .fetch_optional(
-            "INSERT INTO threads (id, transport, thread_key, created_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (transport, thread_key) DO UPDATE SET thread_key = excluded.thread_key RETURNING id",
-            &[Arg::Text(new_id), Arg::Text(transport), Arg::Text(thread_key), Arg::Int(now)],
-        )
-        .await?;
-    row.map(|r| r.id)
-        .ok_or_else(|| Error::Invalid("thread could not be stored".into()))
+) -> Result<HashMap<(String, String), String>> {
+    // One row per key: PostgreSQL refuses to upsert the same row twice in one statement.
+    let mut seen = HashSet::new();
+    let unique: Vec<_> = threads.iter().filter(|(t, k, _)| seen.insert((*t, *k))).collect();
+    if unique.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let sql = format!(
+        "INSERT INTO threads (id, transport, thread_key, created_at) VALUES {} \
+         ON CONFLICT (transport, thread_key) DO UPDATE SET thread_key = excluded.thread_key \
+         RETURNING id, transport, thread_key",
+        values_list(unique.len(), 4, 1)
+    );
+    let mut args = Vec::with_capacity(unique.len() * 4);
+    for (transport, key, id) in &unique {
+        args.extend([Arg::Text(id), Arg::Text(transport), Arg::Text(key), Arg::Int(now)]);
+    }
+    let rows: Vec<ThreadKeyRow> = tx.fetch_all(&sql, &args).await?;
+    Ok(rows.into_iter().map(|r| ((r.transport, r.thread_key), r.id)).collect())
 }
 
 /// A message or response to store.
@@ -125,29 +140,40 @@ pub struct NewMessage<'a> {
     pub body: &'a str,
 }
 
-/// Stores a message; returns `false` when its id, or for a response the message it answers,
-/// is already stored.
+#[derive(sqlx::FromRow)]
+struct IdRow {
+    id: String,
+}
+
+/// Stores messages in one statement; returns the ids stored. A message is skipped when its id,
+/// or for a response the message it answers, is already stored.
 ///
 /// # Errors
 /// Database errors.
-pub async fn insert(tx: &mut Tx, m: &NewMessage<'_>, now: i64) -> Result<bool> {
-    let n = tx
-        .execute(
-            "INSERT INTO messages (id, thread_id, direction, agent, transport, answers, body, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
-            &[
-                Arg::Text(m.id),
-                Arg::Text(m.thread_id),
-                Arg::Text(m.direction),
-                Arg::Text(m.agent),
-                Arg::Text(m.transport),
-                Arg::OptText(m.answers),
-                Arg::Text(m.body),
-                Arg::Int(now),
-            ],
-        )
-        .await?;
-    Ok(n > 0)
+pub async fn insert_many(tx: &mut Tx, msgs: &[NewMessage<'_>], now: i64) -> Result<HashSet<String>> {
+    if msgs.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let sql = format!(
+        "INSERT INTO messages (id, thread_id, direction, agent, transport, answers, body, created_at) \
+         VALUES {} ON CONFLICT DO NOTHING RETURNING id",
+        values_list(msgs.len(), 8, 1)
+    );
+    let mut args = Vec::with_capacity(msgs.len() * 8);
+    for m in msgs {
+        args.extend([
+            Arg::Text(m.id),
+            Arg::Text(m.thread_id),
+            Arg::Text(m.direction),
+            Arg::Text(m.agent),
+            Arg::Text(m.transport),
+            Arg::OptText(m.answers),
+            Arg::Text(m.body),
+            Arg::Int(now),
+        ]);
+    }
+    let rows: Vec<IdRow> = tx.fetch_all(&sql, &args).await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
 }
 
 const COLUMNS: &str = "seq, id, thread_id, direction, agent, transport, body, created_at";
@@ -162,6 +188,19 @@ pub async fn get(db: &Db, id: &str) -> Result<Option<StoredMessage>> {
         &[Arg::Text(id)],
     )
     .await
+}
+
+/// Stored messages or responses by id, in no particular order.
+///
+/// # Errors
+/// Database errors.
+pub async fn get_many(db: &Db, ids: &[&str]) -> Result<Vec<StoredMessage>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!("SELECT {COLUMNS} FROM messages WHERE id IN ({})", in_list(ids.len(), 1));
+    let args: Vec<Arg<'_>> = ids.iter().map(|id| Arg::Text(id)).collect();
+    db.fetch_all(&sql, &args).await
 }
 
 /// The response that answers `message_id`, if any.
@@ -231,17 +270,23 @@ pub struct DeliveryRecord<'a> {
     pub detail: Option<&'a str>,
 }
 
-/// Records the final outcome of a delivery job.
+/// Records final delivery outcomes in one statement (a retried job's record is replaced).
 ///
 /// # Errors
 /// Database errors.
-pub async fn record_delivery(tx: &mut Tx, r: &DeliveryRecord<'_>, now: i64) -> Result<()> {
-    tx.execute(
-        "INSERT INTO deliveries (job_id, response_id, transport, outcome, attempts, detail, finished_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) \
+pub async fn record_deliveries(tx: &mut Tx, records: &[DeliveryRecord<'_>], now: i64) -> Result<()> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let sql = format!(
+        "INSERT INTO deliveries (job_id, response_id, transport, outcome, attempts, detail, finished_at) VALUES {} \
          ON CONFLICT (job_id) DO UPDATE SET outcome = excluded.outcome, attempts = excluded.attempts, \
          detail = excluded.detail, finished_at = excluded.finished_at",
-        &[
+        values_list(records.len(), 7, 1)
+    );
+    let mut args = Vec::with_capacity(records.len() * 7);
+    for r in records {
+        args.extend([
             Arg::Text(r.job_id),
             Arg::Text(r.response_id),
             Arg::Text(r.transport),
@@ -249,9 +294,9 @@ pub async fn record_delivery(tx: &mut Tx, r: &DeliveryRecord<'_>, now: i64) -> R
             Arg::Int(r.attempts),
             Arg::OptText(r.detail),
             Arg::Int(now),
-        ],
-    )
-    .await?;
+        ]);
+    }
+    tx.execute(&sql, &args).await?;
     Ok(())
 }
 

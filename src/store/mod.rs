@@ -18,7 +18,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{FromRow, PgPool, Postgres, Sqlite, SqlitePool};
+use sqlx::{ConnectOptions, FromRow, PgPool, Postgres, Sqlite, SqlitePool};
 
 use crate::config::DatabaseConfig;
 use crate::error::{Error, Result};
@@ -187,6 +187,35 @@ impl Tx {
     }
 }
 
+/// `($1, $2), ($3, $4), …`: the VALUES list of a multi-row statement with `rows` rows of `cols`
+/// columns, numbering placeholders from `$first`. Batches go to the database as one statement,
+/// not one round trip per row.
+#[must_use]
+pub fn values_list(rows: usize, cols: usize, first: usize) -> String {
+    let mut s = String::with_capacity(rows * cols * 5);
+    for r in 0..rows {
+        if r > 0 {
+            s.push_str(", ");
+        }
+        s.push('(');
+        for c in 0..cols {
+            if c > 0 {
+                s.push_str(", ");
+            }
+            s.push('$');
+            s.push_str(&(first + r * cols + c).to_string());
+        }
+        s.push(')');
+    }
+    s
+}
+
+/// `$first, $first+1, …` for an `IN (…)` list of `n` items.
+#[must_use]
+pub fn in_list(n: usize, first: usize) -> String {
+    (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
 /// The `LISTEN` channel job wakeups travel on.
 pub const NOTIFY_CHANNEL: &str = "switchboard_jobs";
 
@@ -203,7 +232,9 @@ impl Db {
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))
-                .foreign_keys(true);
+                .foreign_keys(true)
+                .log_statements(log::LevelFilter::Trace)
+                .log_slow_statements(log::LevelFilter::Warn, Duration::from_secs(1));
             let memory = url.contains(":memory:") || url.contains("mode=memory");
             let write = SqlitePoolOptions::new()
                 .max_connections(1)
@@ -222,7 +253,9 @@ impl Db {
                 pools: Pools::Sqlite { write, read },
             })
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let opts = PgConnectOptions::from_str(url)?;
+            let opts = PgConnectOptions::from_str(url)?
+                .log_statements(log::LevelFilter::Trace)
+                .log_slow_statements(log::LevelFilter::Warn, Duration::from_secs(1));
             let pool = PgPoolOptions::new()
                 .max_connections(cfg.max_connections.max(2))
                 .acquire_timeout(Duration::from_secs(10))
@@ -413,6 +446,13 @@ pub fn migration_names(backend: Backend) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placeholder_lists() {
+        assert_eq!(values_list(2, 3, 1), "($1, $2, $3), ($4, $5, $6)");
+        assert_eq!(values_list(1, 2, 4), "($4, $5)");
+        assert_eq!(in_list(3, 2), "$2, $3, $4");
+    }
 
     #[test]
     fn both_engines_have_the_same_migrations() {
