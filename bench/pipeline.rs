@@ -16,10 +16,12 @@ use switchboard::{Application, Config};
 /// Process CPU time (user + system) from /proc, in microseconds.
 fn cpu_micros() -> u64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    // After the parenthesised command name: state, ppid, pgrp, session, tty, tpgid, flags,
+    // minflt, cminflt, majflt, cmajflt, utime, stime (proc(5)).
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = field(11) + field(12);
     ticks * 10_000 // USER_HZ = 100
 }
 
@@ -50,23 +52,36 @@ async fn run(label: &str, url: &str, n: usize) {
     config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
     config.database.url = Secret::new(url);
     config.queue.poll_interval_ms = 100;
-    let opts = Options { transports: vec![sink.clone()], ..Options::default() };
-    let app = Application::build_with(config, opts).await.unwrap_or_else(|e| panic!("{label}: {e}"));
+    let opts = Options {
+        transports: vec![sink.clone()],
+        ..Options::default()
+    };
+    let app = Application::build_with(config, opts)
+        .await
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
     let to = format!("@echo@{}", app.config().domain().unwrap_or_default());
     let pipeline = app.pipeline().clone();
 
+    // Messages are built before the clock starts: the load generator's work is not the server's.
+    let prebuilt: Arc<Vec<NormalizedMessage>> =
+        Arc::new((0..n + n / 10).map(|i| message(&to, i)).collect());
     let drive = |from: usize, count: usize| {
         let pipeline = pipeline.clone();
-        let to = to.clone();
+        let prebuilt = prebuilt.clone();
         async move {
-            let concurrency = 64;
+            let concurrency = std::env::var("BENCH_CONCURRENCY")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(64);
             let mut tasks = Vec::new();
             for w in 0..concurrency {
-                let (p, to) = (pipeline.clone(), to.clone());
+                let (p, msgs) = (pipeline.clone(), prebuilt.clone());
                 tasks.push(tokio::spawn(async move {
                     let mut i = from + w;
                     while i < from + count {
-                        p.ingest("bench", &format!("ext-{i}"), message(&to, i)).await.unwrap_or_else(|e| panic!("ingest: {e}"));
+                        p.ingest("bench", &format!("ext-{i}"), msgs[i].clone())
+                            .await
+                            .unwrap_or_else(|e| panic!("ingest: {e}"));
                         i += concurrency;
                     }
                 }));
@@ -111,19 +126,28 @@ async fn run(label: &str, url: &str, n: usize) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let n: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20_000);
+    let n: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(20_000);
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
     let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
     run("sqlite", &sqlite, n).await;
     match std::env::var("SWITCHBOARD_TEST_POSTGRES_URL") {
         Ok(base) if !base.is_empty() => {
             let name = format!("sb_bench_{}", uuid::Uuid::now_v7().simple());
-            let admin = sqlx::PgPool::connect(&base).await.unwrap_or_else(|e| panic!("postgres: {e}"));
-            let _ = sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await;
+            let admin = sqlx::PgPool::connect(&base)
+                .await
+                .unwrap_or_else(|e| panic!("postgres: {e}"));
+            let _ = sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&admin)
+                .await;
             let mut url = url::Url::parse(&base).unwrap_or_else(|e| panic!("{e}"));
             url.set_path(&format!("/{name}"));
             run("postgres", url.as_str(), n).await;
-            let _ = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)")).execute(&admin).await;
+            let _ = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
+                .execute(&admin)
+                .await;
         }
         _ => println!("postgres   skipped (set SWITCHBOARD_TEST_POSTGRES_URL)"),
     }

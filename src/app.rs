@@ -138,7 +138,7 @@ impl Application {
                 shutdown_rx.clone(),
             ));
         }
-        workers.push(queue.spawn_cleanup(shutdown_rx.clone()));
+        workers.push(queue.spawn_housekeeping(shutdown_rx.clone()));
         if let Some(listener) = queue.spawn_listener(shutdown_rx) {
             workers.push(listener);
         }

@@ -32,6 +32,13 @@ fn payload_id(job: &JobRow, key: &str) -> std::result::Result<String, OutboundEr
         .ok_or_else(|| OutboundError::permanent(format!("job payload has no {key}")))
 }
 
+fn payload_flag(job: &JobRow, key: &str) -> bool {
+    serde_json::from_str::<Value>(&job.payload)
+        .ok()
+        .and_then(|v| v.get(key).and_then(Value::as_bool))
+        .unwrap_or(false)
+}
+
 /// Database trouble while preparing a job is temporary; a corrupt row is permanent.
 fn internal(e: Error) -> OutboundError {
     match e {
@@ -42,13 +49,20 @@ fn internal(e: Error) -> OutboundError {
 
 /// Loads the stored rows a batch refers to, keyed by id. A database failure fails every job
 /// of the batch temporarily (they are retried with backoff) instead of stranding their leases.
-async fn load_many(core: &Core, ids: &[&str]) -> std::result::Result<HashMap<String, StoredMessage>, OutboundError> {
+async fn load_many(
+    core: &Core,
+    ids: &[&str],
+) -> std::result::Result<HashMap<String, StoredMessage>, OutboundError> {
     let rows = messages::get_many(&core.db, ids).await.map_err(internal)?;
     Ok(rows.into_iter().map(|r| (r.id.clone(), r)).collect())
 }
 
-fn lookup<'a>(rows: &'a HashMap<String, StoredMessage>, id: &str) -> std::result::Result<&'a StoredMessage, OutboundError> {
-    rows.get(id).ok_or_else(|| OutboundError::permanent(format!("message {id} is not stored")))
+fn lookup<'a>(
+    rows: &'a HashMap<String, StoredMessage>,
+    id: &str,
+) -> std::result::Result<&'a StoredMessage, OutboundError> {
+    rows.get(id)
+        .ok_or_else(|| OutboundError::permanent(format!("message {id} is not stored")))
 }
 
 fn parse<T: serde::de::DeserializeOwned>(
@@ -120,7 +134,11 @@ impl DispatchHandler {
         Ok(turns)
     }
 
-    async fn run(&self, row: &StoredMessage) -> std::result::Result<Dispatched, OutboundError> {
+    async fn run(
+        &self,
+        row: &StoredMessage,
+        new_thread: bool,
+    ) -> std::result::Result<Dispatched, OutboundError> {
         let id = &row.id;
         let mut msg: NormalizedMessage = parse(row)?;
         let agent = self.0.agents.get(&row.agent).ok_or_else(|| {
@@ -157,17 +175,23 @@ impl JobHandler for DispatchHandler {
         let ids: Vec<_> = batch.iter().map(|j| payload_id(j, "message_id")).collect();
         let wanted: Vec<&str> = ids.iter().filter_map(|r| r.as_deref().ok()).collect();
         let rows = load_many(core, &wanted).await;
-        let results = join_all(batch.iter().zip(&ids).map(|(_, id)| async {
+        let results = join_all(batch.iter().zip(&ids).map(|(job, id)| async {
             let id = id.as_ref().map_err(Clone::clone)?;
             let rows = rows.as_ref().map_err(Clone::clone)?;
-            self.run(lookup(rows, id)?).await
+            self.run(lookup(rows, id)?, payload_flag(job, "new_thread"))
+                .await
         }))
         .await;
 
         let now = core.clock.now_ms();
         let deliver_attempts = core.queue.max_attempts(kinds::DELIVER);
         let mut tx = core.db.begin().await?;
-        let done: Vec<&str> = batch.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(j, _)| j.id.as_str()).collect();
+        let done: Vec<&str> = batch
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(j, _)| j.id.as_str())
+            .collect();
         let owned = jobs::finish_done_many(&mut tx, &done, owner, now).await?;
         let mut outcomes = vec!["done"; owned.len()];
         let mut answers = Vec::new();
@@ -206,11 +230,22 @@ impl JobHandler for DispatchHandler {
         let job_ids: Vec<(String, String)> = answers
             .iter()
             .filter(|(resp, _, _)| stored.contains(&resp.id))
-            .map(|(resp, _, _)| (format!("deliver:{}", resp.id), serde_json::json!({ "response_id": resp.id }).to_string()))
+            .map(|(resp, _, _)| {
+                (
+                    format!("deliver:{}", resp.id),
+                    serde_json::json!({ "response_id": resp.id }).to_string(),
+                )
+            })
             .collect();
         let new_jobs: Vec<NewJob<'_>> = job_ids
             .iter()
-            .map(|(id, payload)| NewJob { id, kind: kinds::DELIVER, payload, max_attempts: deliver_attempts, run_at: now })
+            .map(|(id, payload)| NewJob {
+                id,
+                kind: kinds::DELIVER,
+                payload,
+                max_attempts: deliver_attempts,
+                run_at: now,
+            })
             .collect();
         jobs::enqueue_many(&mut tx, &new_jobs, now).await?;
         if !new_jobs.is_empty() {
@@ -253,7 +288,12 @@ impl DeliverHandler {
         response: std::result::Result<(&StoredMessage, NormalizedResponse), OutboundError>,
         originals: &std::result::Result<HashMap<String, StoredMessage>, OutboundError>,
     ) -> Attempt {
-        let mut attempt = Attempt { response_id: String::new(), transport: "unknown".into(), received_at: None, result: Ok(()) };
+        let mut attempt = Attempt {
+            response_id: String::new(),
+            transport: "unknown".into(),
+            received_at: None,
+            result: Ok(()),
+        };
         attempt.result = async {
             let (row, response) = response?;
             attempt.response_id.clone_from(&row.id);
@@ -261,13 +301,16 @@ impl DeliverHandler {
             let originals = originals.as_ref().map_err(Clone::clone)?;
             let original: NormalizedMessage = parse(lookup(originals, &response.in_reply_to)?)?;
             attempt.received_at = Some(original.received_at);
-            let transport = self
-                .0
-                .transports
-                .get(&row.transport)
-                .ok_or_else(|| OutboundError::permanent(format!("no transport named {:?}", row.transport)))?;
+            let transport = self.0.transports.get(&row.transport).ok_or_else(|| {
+                OutboundError::permanent(format!("no transport named {:?}", row.transport))
+            })?;
             transport
-                .deliver(&Delivery { job_id: job.id.clone(), attempt: job.attempts, response, original })
+                .deliver(&Delivery {
+                    job_id: job.id.clone(),
+                    attempt: job.attempts,
+                    response,
+                    original,
+                })
                 .await
         }
         .await;
@@ -298,21 +341,35 @@ impl JobHandler for DeliverHandler {
         let attempts = join_all(
             batch
                 .iter()
-                .zip(responses.iter().map(|r| r.as_ref().map(|(row, resp)| (*row, resp.clone())).map_err(Clone::clone)))
+                .zip(responses.iter().map(|r| {
+                    r.as_ref()
+                        .map(|(row, resp)| (*row, resp.clone()))
+                        .map_err(Clone::clone)
+                }))
                 .map(|(job, response)| self.run(job, response, &originals)),
         )
         .await;
 
         let now = core.clock.now_ms();
         let mut tx = core.db.begin().await?;
-        let done: Vec<&str> = batch.iter().zip(&attempts).filter(|(_, a)| a.result.is_ok()).map(|(j, _)| j.id.as_str()).collect();
+        let done: Vec<&str> = batch
+            .iter()
+            .zip(&attempts)
+            .filter(|(_, a)| a.result.is_ok())
+            .map(|(j, _)| j.id.as_str())
+            .collect();
         let owned = jobs::finish_done_many(&mut tx, &done, owner, now).await?;
         let mut records = Vec::new();
         let mut outcomes = Vec::new();
         let errors: Vec<Option<Finish>> = batch
             .iter()
             .zip(&attempts)
-            .map(|(job, a)| a.result.as_ref().err().map(|e| core.queue.finish_for_error(job, e)))
+            .map(|(job, a)| {
+                a.result
+                    .as_ref()
+                    .err()
+                    .map(|e| core.queue.finish_for_error(job, e))
+            })
             .collect();
         for ((job, a), finish) in batch.iter().zip(&attempts).zip(&errors) {
             let outcome = match (finish, &a.result) {
@@ -326,7 +383,11 @@ impl JobHandler for DeliverHandler {
                     if !jobs::finish(&mut tx, &job.id, owner, f, now).await? {
                         continue;
                     }
-                    if matches!(f, Finish::Dead { .. }) { "failed" } else { "retry" }
+                    if matches!(f, Finish::Dead { .. }) {
+                        "failed"
+                    } else {
+                        "retry"
+                    }
                 }
                 (Some(_), Ok(())) => continue,
             };

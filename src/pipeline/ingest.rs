@@ -90,12 +90,19 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
     // 1. Dedupe: claim every (transport, external id) at once.
     let keys: Vec<ExternalKey<'_>> = batch
         .iter()
-        .map(|p| ExternalKey { transport: &p.transport, external_id: &p.external_id, message_id: &p.msg.id })
+        .map(|p| ExternalKey {
+            transport: &p.transport,
+            external_id: &p.external_id,
+            message_id: &p.msg.id,
+        })
         .collect();
     let fresh = messages::claim_external_ids(&mut tx, &keys, now).await?;
 
     // 2. Threads: map each wire thread key to switchboard's thread id.
-    let new_ids: Vec<String> = batch.iter().map(|_| uuid::Uuid::now_v7().to_string()).collect();
+    let new_ids: Vec<String> = batch
+        .iter()
+        .map(|_| uuid::Uuid::now_v7().to_string())
+        .collect();
     let wanted: Vec<(&str, &str, &str)> = batch
         .iter()
         .zip(&new_ids)
@@ -109,10 +116,15 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
     let mut bodies = Vec::new();
     for p in batch.iter_mut() {
         if !fresh.contains(&p.msg.id) {
-            let (message_id, thread_id) = messages::duplicate_of(&mut tx, &p.transport, &p.external_id)
-                .await?
-                .ok_or_else(|| Error::Invalid("duplicate of an unknown message".into()))?;
-            outcomes.push(IngestOutcome { message_id, thread_id, duplicate: true });
+            let (message_id, thread_id) =
+                messages::duplicate_of(&mut tx, &p.transport, &p.external_id)
+                    .await?
+                    .ok_or_else(|| Error::Invalid("duplicate of an unknown message".into()))?;
+            outcomes.push(IngestOutcome {
+                message_id,
+                thread_id,
+                duplicate: true,
+            });
             continue;
         }
         let thread_id = threads
@@ -121,9 +133,15 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
             .ok_or_else(|| Error::Invalid("thread could not be stored".into()))?;
         p.msg.thread_id = thread_id;
         bodies.push(serde_json::to_string(&p.msg).map_err(Error::Corrupt)?);
-        outcomes.push(IngestOutcome { message_id: p.msg.id.clone(), thread_id: p.msg.thread_id.clone(), duplicate: false });
+        outcomes.push(IngestOutcome {
+            message_id: p.msg.id.clone(),
+            thread_id: p.msg.thread_id.clone(),
+            duplicate: false,
+        });
     }
     let stored: Vec<&Pending> = batch.iter().filter(|p| fresh.contains(&p.msg.id)).collect();
+    // A message that created its thread has no history: dispatch can skip looking for it.
+    let created: std::collections::HashSet<&str> = new_ids.iter().map(String::as_str).collect();
     let rows: Vec<NewMessage<'_>> = stored
         .iter()
         .zip(&bodies)
@@ -138,12 +156,27 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
         })
         .collect();
     messages::insert_many(&mut tx, &rows, now).await?;
-    let job_ids: Vec<String> = stored.iter().map(|p| format!("dispatch:{}", p.msg.id)).collect();
-    let payloads: Vec<String> = stored.iter().map(|p| serde_json::json!({ "message_id": p.msg.id }).to_string()).collect();
+    let job_ids: Vec<String> = stored
+        .iter()
+        .map(|p| format!("dispatch:{}", p.msg.id))
+        .collect();
+    let payloads: Vec<String> = stored
+        .iter()
+        .map(|p| {
+            let new_thread = created.contains(p.msg.thread_id.as_str());
+            serde_json::json!({ "message_id": p.msg.id, "new_thread": new_thread }).to_string()
+        })
+        .collect();
     let new_jobs: Vec<NewJob<'_>> = job_ids
         .iter()
         .zip(&payloads)
-        .map(|(id, payload)| NewJob { id, kind: kinds::DISPATCH, payload, max_attempts, run_at: now })
+        .map(|(id, payload)| NewJob {
+            id,
+            kind: kinds::DISPATCH,
+            payload,
+            max_attempts,
+            run_at: now,
+        })
         .collect();
     jobs::enqueue_many(&mut tx, &new_jobs, now).await?;
     if !new_jobs.is_empty() {

@@ -195,24 +195,56 @@ impl Queue {
         jobs::release_owned(&self.db, &self.owner, self.clock.now_ms()).await
     }
 
-    /// Periodically deletes finished jobs past their retention.
-    pub fn spawn_cleanup(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
+    /// Housekeeping: returns jobs with expired leases to the queue (every quarter lease, at
+    /// most every few seconds) and deletes finished jobs past their retention (every minute).
+    pub fn spawn_housekeeping(
+        self: &Arc<Self>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> JoinHandle<()> {
         let q = Arc::clone(self);
         tokio::spawn(async move {
             let keep = i64::try_from(q.cfg.done_retention_seconds.saturating_mul(1000))
                 .unwrap_or(i64::MAX);
+            let tick =
+                Duration::from_millis((q.cfg.lease_seconds.saturating_mul(250)).clamp(100, 5_000));
+            let mut last_cleanup = q.clock.now_ms();
             loop {
                 tokio::select! {
-                    () = tokio::time::sleep(Duration::from_secs(60)) => {}
+                    () = tokio::time::sleep(tick) => {}
                     _ = shutdown.changed() => return,
                 }
-                match jobs::cleanup_done(&q.db, q.clock.now_ms().saturating_sub(keep)).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::debug!(n, "deleted finished jobs"),
-                    Err(e) => tracing::warn!(error = %e, "deleting finished jobs failed"),
+                let now = q.clock.now_ms();
+                for kind in q.known_kinds() {
+                    match jobs::reap_expired(&q.db, &kind, now).await {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            tracing::warn!(
+                                n,
+                                kind,
+                                "jobs whose worker stopped answering are back in the queue"
+                            );
+                            q.wake(&kind);
+                        }
+                        Err(e) => tracing::warn!(error = %e, "reaping expired leases failed"),
+                    }
+                }
+                if now - last_cleanup >= 60_000 {
+                    last_cleanup = now;
+                    match jobs::cleanup_done(&q.db, now.saturating_sub(keep)).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::debug!(n, "deleted finished jobs"),
+                        Err(e) => tracing::warn!(error = %e, "deleting finished jobs failed"),
+                    }
                 }
             }
         })
+    }
+
+    fn known_kinds(&self) -> Vec<String> {
+        match self.wakers.lock() {
+            Ok(m) => m.keys().cloned().collect(),
+            Err(p) => p.into_inner().keys().cloned().collect(),
+        }
     }
 
     /// On PostgreSQL, listens for job notifications from every instance and wakes local

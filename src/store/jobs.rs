@@ -136,7 +136,12 @@ struct IdRow {
 ///
 /// # Errors
 /// Database errors.
-pub async fn finish_done_many(tx: &mut Tx, ids: &[&str], owner: &str, now: i64) -> Result<HashSet<String>> {
+pub async fn finish_done_many(
+    tx: &mut Tx,
+    ids: &[&str],
+    owner: &str,
+    now: i64,
+) -> Result<HashSet<String>> {
     if ids.is_empty() {
         return Ok(HashSet::new());
     }
@@ -151,8 +156,8 @@ pub async fn finish_done_many(tx: &mut Tx, ids: &[&str], owner: &str, now: i64) 
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
 
-/// Claims up to `limit` due jobs of `kind` (ready and due, or running with an expired lease),
-/// leasing them to `owner` until `lease_until`.
+/// Claims up to `limit` ready jobs of `kind` that are due, leasing them to `owner` until
+/// `lease_until`. (Jobs whose lease expired come back through [`reap_expired`].)
 ///
 /// # Errors
 /// Database errors.
@@ -166,13 +171,10 @@ pub async fn claim(
 ) -> Result<Vec<JobRow>> {
     let pick = match db.backend() {
         Backend::Sqlite => {
-            "SELECT id FROM jobs WHERE kind = $1 AND \
-             ((state = 'ready' AND run_at <= $3) OR (state = 'running' AND lease_until < $3)) \
-             ORDER BY run_at LIMIT $5"
+            "SELECT id FROM jobs WHERE kind = $1 AND state = 'ready' AND run_at <= $3 ORDER BY run_at LIMIT $5"
         }
         Backend::Postgres => {
-            "SELECT id FROM jobs WHERE kind = $1 AND \
-             ((state = 'ready' AND run_at <= $3) OR (state = 'running' AND lease_until < $3)) \
+            "SELECT id FROM jobs WHERE kind = $1 AND state = 'ready' AND run_at <= $3 \
              ORDER BY run_at LIMIT $5 FOR UPDATE SKIP LOCKED"
         }
     };
@@ -234,6 +236,20 @@ pub async fn finish(
         }
     };
     Ok(n > 0)
+}
+
+/// Returns jobs of `kind` whose lease expired (their worker died) to the queue; the attempt they used
+/// still counts. Returns how many.
+///
+/// # Errors
+/// Database errors.
+pub async fn reap_expired(db: &Db, kind: &str, now: i64) -> Result<u64> {
+    db.execute(
+        "UPDATE jobs SET state = 'ready', lease_owner = NULL, lease_until = NULL, run_at = $1, updated_at = $1, \
+         last_error = 'lease expired' WHERE kind = $2 AND state = 'running' AND lease_until < $1",
+        &[Arg::Int(now), Arg::Text(kind)],
+    )
+    .await
 }
 
 /// Returns every job `owner` still leases to the queue, undoing the attempt it counted.

@@ -47,7 +47,11 @@ struct MessageIdRow {
 ///
 /// # Errors
 /// Database errors.
-pub async fn claim_external_ids(tx: &mut Tx, keys: &[ExternalKey<'_>], now: i64) -> Result<HashSet<String>> {
+pub async fn claim_external_ids(
+    tx: &mut Tx,
+    keys: &[ExternalKey<'_>],
+    now: i64,
+) -> Result<HashSet<String>> {
     if keys.is_empty() {
         return Ok(HashSet::new());
     }
@@ -58,7 +62,12 @@ pub async fn claim_external_ids(tx: &mut Tx, keys: &[ExternalKey<'_>], now: i64)
     );
     let mut args = Vec::with_capacity(keys.len() * 4);
     for k in keys {
-        args.extend([Arg::Text(k.transport), Arg::Text(k.external_id), Arg::Text(k.message_id), Arg::Int(now)]);
+        args.extend([
+            Arg::Text(k.transport),
+            Arg::Text(k.external_id),
+            Arg::Text(k.message_id),
+            Arg::Int(now),
+        ]);
     }
     let rows: Vec<MessageIdRow> = tx.fetch_all(&sql, &args).await?;
     Ok(rows.into_iter().map(|r| r.message_id).collect())
@@ -74,7 +83,11 @@ struct DuplicateRow {
 ///
 /// # Errors
 /// Database errors.
-pub async fn duplicate_of(tx: &mut Tx, transport: &str, external_id: &str) -> Result<Option<(String, String)>> {
+pub async fn duplicate_of(
+    tx: &mut Tx,
+    transport: &str,
+    external_id: &str,
+) -> Result<Option<(String, String)>> {
     let row: Option<DuplicateRow> = tx
         .fetch_optional(
             "SELECT s.message_id, m.thread_id FROM inbound_seen s LEFT JOIN messages m ON m.id = s.message_id \
@@ -103,7 +116,10 @@ pub async fn upsert_threads(
 ) -> Result<HashMap<(String, String), String>> {
     // One row per key: PostgreSQL refuses to upsert the same row twice in one statement.
     let mut seen = HashSet::new();
-    let unique: Vec<_> = threads.iter().filter(|(t, k, _)| seen.insert((*t, *k))).collect();
+    let unique: Vec<_> = threads
+        .iter()
+        .filter(|(t, k, _)| seen.insert((*t, *k)))
+        .collect();
     if unique.is_empty() {
         return Ok(HashMap::new());
     }
@@ -115,10 +131,18 @@ pub async fn upsert_threads(
     );
     let mut args = Vec::with_capacity(unique.len() * 4);
     for (transport, key, id) in &unique {
-        args.extend([Arg::Text(id), Arg::Text(transport), Arg::Text(key), Arg::Int(now)]);
+        args.extend([
+            Arg::Text(id),
+            Arg::Text(transport),
+            Arg::Text(key),
+            Arg::Int(now),
+        ]);
     }
     let rows: Vec<ThreadKeyRow> = tx.fetch_all(&sql, &args).await?;
-    Ok(rows.into_iter().map(|r| ((r.transport, r.thread_key), r.id)).collect())
+    Ok(rows
+        .into_iter()
+        .map(|r| ((r.transport, r.thread_key), r.id))
+        .collect())
 }
 
 /// A message or response to store.
@@ -150,7 +174,11 @@ struct IdRow {
 ///
 /// # Errors
 /// Database errors.
-pub async fn insert_many(tx: &mut Tx, msgs: &[NewMessage<'_>], now: i64) -> Result<HashSet<String>> {
+pub async fn insert_many(
+    tx: &mut Tx,
+    msgs: &[NewMessage<'_>],
+    now: i64,
+) -> Result<HashSet<String>> {
     if msgs.is_empty() {
         return Ok(HashSet::new());
     }
@@ -198,7 +226,10 @@ pub async fn get_many(db: &Db, ids: &[&str]) -> Result<Vec<StoredMessage>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let sql = format!("SELECT {COLUMNS} FROM messages WHERE id IN ({})", in_list(ids.len(), 1));
+    let sql = format!(
+        "SELECT {COLUMNS} FROM messages WHERE id IN ({})",
+        in_list(ids.len(), 1)
+    );
     let args: Vec<Arg<'_>> = ids.iter().map(|id| Arg::Text(id)).collect();
     db.fetch_all(&sql, &args).await
 }
@@ -274,7 +305,11 @@ pub struct DeliveryRecord<'a> {
 ///
 /// # Errors
 /// Database errors.
-pub async fn record_deliveries(tx: &mut Tx, records: &[DeliveryRecord<'_>], now: i64) -> Result<()> {
+pub async fn record_deliveries(
+    tx: &mut Tx,
+    records: &[DeliveryRecord<'_>],
+    now: i64,
+) -> Result<()> {
     if records.is_empty() {
         return Ok(());
     }
