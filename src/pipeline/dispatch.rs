@@ -148,10 +148,12 @@ impl DispatchHandler {
             tracing::debug!(message = %id, "an agent never answers itself");
             return Ok(None);
         }
-        let trimmed = self
-            .0
-            .history
-            .apply(self.history(&row, &agent.address).await?);
+        let turns = if new_thread {
+            Vec::new()
+        } else {
+            self.history(row, &agent.address).await?
+        };
+        let trimmed = self.0.history.apply(turns);
         if !trimmed.turns.is_empty() {
             msg.history = Some(trimmed.turns);
             msg.history_cache_breakpoint_after = trimmed.cache_breakpoint_after;

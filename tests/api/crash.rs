@@ -222,7 +222,7 @@ callback_url = "{cb}"
         "graceful shutdown exits cleanly: {status}"
     );
 
-    let by_message = sink.by_message.lock().unwrap();
+    let by_message = sink.by_message.lock().unwrap().clone();
     let multi: Vec<_> = by_message.iter().filter(|(_, r)| r.len() != 1).collect();
     assert!(
         multi.is_empty(),

@@ -1,6 +1,9 @@
 //! The one integration-test binary: the real server on port 0 against a temporary SQLite file,
 //! and against PostgreSQL when `SWITCHBOARD_TEST_POSTGRES_URL` is set.
 
+// A failed unwrap in a test is a test failure with a backtrace, which is what we want here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod api;
 mod cli;
 mod crash;

@@ -160,7 +160,7 @@ async fn answers_json_sse_and_204(engine: Engine) {
         (t.transport.count() == 2).then_some(())
     })
     .await;
-    let calls = hook.calls.lock().unwrap();
+    let calls = hook.calls.lock().unwrap().clone();
     assert!(
         calls.iter().all(|(signed, _)| *signed),
         "every call carries a valid HMAC signature"
