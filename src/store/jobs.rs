@@ -146,11 +146,11 @@ pub async fn finish_done_many(
         return Ok(HashSet::new());
     }
     let sql = format!(
-        "UPDATE jobs SET state = 'done', lease_owner = NULL, lease_until = NULL, last_error = NULL, updated_at = $2 \
-         WHERE lease_owner = $1 AND state = 'running' AND id IN ({}) RETURNING id",
+        "UPDATE jobs SET state = 'done', lease_owner = NULL, lease_until = NULL, last_error = NULL, updated_at = $1 \
+         WHERE lease_owner = $2 AND state = 'running' AND id IN ({}) RETURNING id",
         in_list(ids.len(), 3)
     );
-    let mut args = vec![Arg::Text(owner), Arg::Int(now)];
+    let mut args = vec![Arg::Int(now), Arg::Text(owner)];
     args.extend(ids.iter().map(|id| Arg::Text(id)));
     let rows: Vec<IdRow> = tx.fetch_all(&sql, &args).await?;
     Ok(rows.into_iter().map(|r| r.id).collect())

@@ -105,10 +105,13 @@ impl Tx {
     /// Database errors.
     pub async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
         Ok(match self {
-            Self::Sqlite(tx) => bind_all!(sqlx::query(sql), args)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected(),
+            Self::Sqlite(tx) => {
+                let sql = sqlite_sql(sql);
+                bind_all!(sqlx::query(&sql), args)
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected()
+            }
             Self::Postgres(tx) => bind_all!(sqlx::query(sql), args)
                 .execute(&mut **tx)
                 .await?
@@ -123,7 +126,8 @@ impl Tx {
     pub async fn fetch_all<T: Row>(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<T>> {
         Ok(match self {
             Self::Sqlite(tx) => {
-                bind_all!(sqlx::query_as::<_, T>(sql), args)
+                let sql = sqlite_sql(sql);
+                bind_all!(sqlx::query_as::<_, T>(&sql), args)
                     .fetch_all(&mut **tx)
                     .await?
             }
@@ -146,7 +150,8 @@ impl Tx {
     ) -> Result<Option<T>> {
         Ok(match self {
             Self::Sqlite(tx) => {
-                bind_all!(sqlx::query_as::<_, T>(sql), args)
+                let sql = sqlite_sql(sql);
+                bind_all!(sqlx::query_as::<_, T>(&sql), args)
                     .fetch_optional(&mut **tx)
                     .await?
             }
@@ -185,6 +190,39 @@ impl Tx {
         }
         Ok(())
     }
+}
+
+/// For SQLite, rewrites `$1, $2, … $n` to anonymous `?` when every placeholder appears once and
+/// in order (true of all multi-row statements). SQLite looks named parameters up by a linear
+/// scan, so binding a statement with hundreds of `$N` costs time quadratic in their number;
+/// anonymous ones bind by position.
+fn sqlite_sql(sql: &str) -> std::borrow::Cow<'_, str> {
+    let bytes = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len());
+    let (mut expected, mut last, mut i) = (1usize, 0usize, 0usize);
+    while i < bytes.len() {
+        if bytes[i] == b'$' {
+            let digits = bytes[i + 1..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .count();
+            if digits > 0 {
+                let n: usize = sql[i + 1..i + 1 + digits].parse().unwrap_or(0);
+                if n != expected {
+                    return std::borrow::Cow::Borrowed(sql);
+                }
+                expected += 1;
+                out.push_str(&sql[last..i]);
+                out.push('?');
+                i += 1 + digits;
+                last = i;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out.push_str(&sql[last..]);
+    std::borrow::Cow::Owned(out)
 }
 
 /// `($1, $2), ($3, $4), …`: the VALUES list of a multi-row statement with `rows` rows of `cols`
@@ -335,10 +373,13 @@ impl Db {
     /// Database errors.
     pub async fn execute(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
         Ok(match &self.pools {
-            Pools::Sqlite { write, .. } => bind_all!(sqlx::query(sql), args)
-                .execute(write)
-                .await?
-                .rows_affected(),
+            Pools::Sqlite { write, .. } => {
+                let sql = sqlite_sql(sql);
+                bind_all!(sqlx::query(&sql), args)
+                    .execute(write)
+                    .await?
+                    .rows_affected()
+            }
             Pools::Postgres(p) => bind_all!(sqlx::query(sql), args)
                 .execute(p)
                 .await?
@@ -353,7 +394,8 @@ impl Db {
     pub async fn write_fetch_all<T: Row>(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<T>> {
         Ok(match &self.pools {
             Pools::Sqlite { write, .. } => {
-                bind_all!(sqlx::query_as::<_, T>(sql), args)
+                let sql = sqlite_sql(sql);
+                bind_all!(sqlx::query_as::<_, T>(&sql), args)
                     .fetch_all(write)
                     .await?
             }
@@ -372,7 +414,8 @@ impl Db {
     pub async fn fetch_all<T: Row>(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<T>> {
         Ok(match &self.pools {
             Pools::Sqlite { read, .. } => {
-                bind_all!(sqlx::query_as::<_, T>(sql), args)
+                let sql = sqlite_sql(sql);
+                bind_all!(sqlx::query_as::<_, T>(&sql), args)
                     .fetch_all(read)
                     .await?
             }
@@ -391,7 +434,8 @@ impl Db {
     pub async fn fetch_optional<T: Row>(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<T>> {
         Ok(match &self.pools {
             Pools::Sqlite { read, .. } => {
-                bind_all!(sqlx::query_as::<_, T>(sql), args)
+                let sql = sqlite_sql(sql);
+                bind_all!(sqlx::query_as::<_, T>(&sql), args)
                     .fetch_optional(read)
                     .await?
             }
@@ -452,6 +496,22 @@ pub fn migration_names(backend: Backend) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sqlite_placeholders_become_positional_only_when_in_order() {
+        assert_eq!(
+            sqlite_sql("VALUES ($1, $2), ($3, $4)"),
+            "VALUES (?, ?), (?, ?)"
+        );
+        assert_eq!(
+            sqlite_sql("SELECT '$x' WHERE a = $1"),
+            "SELECT '$x' WHERE a = ?"
+        );
+        let reused = "UPDATE t SET a = $2 WHERE b = $1";
+        assert_eq!(sqlite_sql(reused), reused);
+        let twice = "SELECT $1 WHERE x = $1";
+        assert_eq!(sqlite_sql(twice), twice);
+    }
 
     #[test]
     fn placeholder_lists() {
