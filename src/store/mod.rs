@@ -274,9 +274,6 @@ impl Db {
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))
                 .foreign_keys(true)
-                // 32 MiB page cache per connection: the hot pages of the queue and of recent
-                // messages stay in memory instead of being re-read on every statement.
-                .pragma("cache_size", "-32768")
                 .log_statements(log::LevelFilter::Trace)
                 .log_slow_statements(log::LevelFilter::Warn, Duration::from_secs(1));
             let memory = url.contains(":memory:") || url.contains("mode=memory");
