@@ -25,10 +25,40 @@ fn cpu_micros() -> u64 {
     ticks * 10_000 // USER_HZ = 100
 }
 
-fn message(recipient: &str, i: usize) -> NormalizedMessage {
+/// CPU time of every PostgreSQL server process on this machine, in microseconds.
+fn postgres_cpu_micros() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| stat.contains("(postgres)"))
+        .map(|stat| {
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r).to_owned();
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+            (field(11) + field(12)) * 10_000
+        })
+        .sum()
+}
+
+/// How messages spread over threads.
+#[derive(Clone, Copy)]
+enum Threads {
+    /// Every message opens a thread (no history to load).
+    New,
+    /// 500 threads: each message continues one, so history is loaded and trimmed.
+    Shared,
+}
+
+fn message(recipient: &str, i: usize, threads: Threads) -> NormalizedMessage {
+    let thread = match threads {
+        Threads::New => i,
+        Threads::Shared => i % 500,
+    };
     serde_json::from_value(serde_json::json!({
         "id": uuid::Uuid::now_v7().to_string(),
-        "thread_id": format!("bench-thread-{}", i),
+        "thread_id": format!("bench-thread-{thread}"),
         "sender": {"address": "@alice@remote.example", "auth_method": "ap-http-signature", "verified": true,
                    "identities": [{"subject": "https://remote.example/users/alice", "issuer": "https://bench.example",
                      "method": "ap-http-signature", "assurance": "domain", "audience": "https://bench.example",
@@ -45,7 +75,7 @@ fn message(recipient: &str, i: usize) -> NormalizedMessage {
     .unwrap_or_else(|e| panic!("bench message: {e}"))
 }
 
-async fn run(label: &str, url: &str, n: usize) {
+async fn run(label: &str, url: &str, n: usize, threads: Threads) {
     let sink = Arc::new(MemoryTransport::counting("bench"));
     let mut config = Config::default();
     config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
@@ -64,7 +94,7 @@ async fn run(label: &str, url: &str, n: usize) {
 
     // Messages are built before the clock starts: the load generator's work is not the server's.
     let prebuilt: Arc<Vec<NormalizedMessage>> =
-        Arc::new((0..n + n / 10).map(|i| message(&to, i)).collect());
+        Arc::new((0..n + n / 10).map(|i| message(&to, i, threads)).collect());
     let drive = |from: usize, count: usize| {
         let pipeline = pipeline.clone();
         let prebuilt = prebuilt.clone();
@@ -104,21 +134,32 @@ async fn run(label: &str, url: &str, n: usize) {
     drive(0, warm).await;
     wait_delivered(warm as u64).await;
 
-    let cpu0 = cpu_micros();
+    let (cpu0, pg0) = (cpu_micros(), postgres_cpu_micros());
     let t0 = Instant::now();
     drive(warm, n).await;
     let ingested = t0.elapsed();
     wait_delivered((warm + n) as u64).await;
     let total = t0.elapsed();
     let cpu = cpu_micros() - cpu0;
+    let pg = postgres_cpu_micros() - pg0;
     #[allow(clippy::cast_precision_loss)]
-    let (rate, ingest_rate, cpu_per) = (
+    let (rate, ingest_rate, cpu_per, pg_per) = (
         n as f64 / total.as_secs_f64(),
         n as f64 / ingested.as_secs_f64(),
         cpu as f64 / n as f64,
+        pg as f64 / n as f64,
     );
+    let shape = match threads {
+        Threads::New => "new threads",
+        Threads::Shared => "500 threads",
+    };
+    let pg_col = if pg > 0 {
+        format!(" + PostgreSQL {pg_per:>5.1}")
+    } else {
+        String::new()
+    };
     println!(
-        "{label:<10} {n:>7} msgs  end-to-end {rate:>8.0} msg/s  ({:>6.2} s; ingest alone {ingest_rate:>8.0} msg/s)  CPU {cpu_per:>6.1} µs/msg (switchboard process)",
+        "{label:<9} {shape:<12} {n:>6} msgs  {rate:>6.0} msg/s end to end ({:>5.2} s; ingest {ingest_rate:>6.0} msg/s)  CPU µs/msg: switchboard {cpu_per:>5.1}{pg_col}",
         total.as_secs_f64()
     );
     let _ = app.shutdown().await;
@@ -130,24 +171,28 @@ async fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(20_000);
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
-    run("sqlite", &sqlite, n).await;
+    for threads in [Threads::New, Threads::Shared] {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
+        run("sqlite", &sqlite, n, threads).await;
+    }
     match std::env::var("SWITCHBOARD_TEST_POSTGRES_URL") {
         Ok(base) if !base.is_empty() => {
-            let name = format!("sb_bench_{}", uuid::Uuid::now_v7().simple());
             let admin = sqlx::PgPool::connect(&base)
                 .await
                 .unwrap_or_else(|e| panic!("postgres: {e}"));
-            let _ = sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&admin)
-                .await;
-            let mut url = url::Url::parse(&base).unwrap_or_else(|e| panic!("{e}"));
-            url.set_path(&format!("/{name}"));
-            run("postgres", url.as_str(), n).await;
-            let _ = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
-                .execute(&admin)
-                .await;
+            for threads in [Threads::New, Threads::Shared] {
+                let name = format!("sb_bench_{}", uuid::Uuid::now_v7().simple());
+                let _ = sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&admin)
+                    .await;
+                let mut url = url::Url::parse(&base).unwrap_or_else(|e| panic!("{e}"));
+                url.set_path(&format!("/{name}"));
+                run("postgres", url.as_str(), n, threads).await;
+                let _ = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
+                    .execute(&admin)
+                    .await;
+            }
         }
         _ => println!("postgres   skipped (set SWITCHBOARD_TEST_POSTGRES_URL)"),
     }

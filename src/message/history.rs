@@ -52,15 +52,8 @@ fn push_merged(out: &mut Vec<HistoricalMessage>, turn: HistoricalMessage) {
 }
 
 impl HistoryPolicy {
-    /// How many of the newest turns a caller needs to load for [`HistoryPolicy::apply`] to see
-    /// everything it could keep after the head (merging can fold several turns into one).
-    #[must_use]
-    pub fn tail_load_limit(&self) -> usize {
-        self.window.saturating_mul(4).max(8)
-    }
-
-    /// Trims `turns` (oldest first, the whole thread before the current message or its head and
-    /// a recent tail) to the policy.
+    /// Trims `turns` (oldest first, the whole thread before the current message, or its first
+    /// `keep_head` and last `window` turns: nothing else can be kept) to the policy.
     ///
     /// The head is the first `keep_head` turns and never changes as the thread grows, so a
     /// prompt cache placed after it stays valid. The window is filled from the newest turn

@@ -72,6 +72,23 @@ fn parse<T: serde::de::DeserializeOwned>(
         .map_err(|e| OutboundError::permanent(format!("stored message {} is corrupt: {e}", row.id)))
 }
 
+/// What history needs of a stored inbound message (the rest, `raw` above all, is skipped).
+#[derive(serde::Deserialize)]
+struct InboundTurn {
+    id: String,
+    sender: Sender,
+    parts: Vec<crate::message::Part>,
+    received_at: Timestamp,
+}
+
+/// What history needs of a stored response.
+#[derive(serde::Deserialize)]
+struct OutboundTurn {
+    id: String,
+    agent: String,
+    parts: Vec<crate::message::Part>,
+}
+
 /// The agent's own sender record for its historical turns.
 fn agent_sender(address: &str) -> Sender {
     Sender {
@@ -104,14 +121,14 @@ impl DispatchHandler {
             &row.thread_id,
             row.seq,
             policy.keep_head,
-            policy.tail_load_limit(),
+            policy.window,
         )
         .await
         .map_err(internal)?;
         let mut turns = Vec::with_capacity(rows.len());
         for r in &rows {
             if r.direction == "in" {
-                let m: NormalizedMessage = parse(r)?;
+                let m: InboundTurn = parse(r)?;
                 turns.push(HistoricalMessage {
                     id: Some(m.id),
                     role: Role::User,
@@ -120,7 +137,7 @@ impl DispatchHandler {
                     timestamp: m.received_at,
                 });
             } else {
-                let resp: NormalizedResponse = parse(r)?;
+                let resp: OutboundTurn = parse(r)?;
                 let own = resp.agent.eq_ignore_ascii_case(agent_address);
                 turns.push(HistoricalMessage {
                     id: Some(resp.id),
