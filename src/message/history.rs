@@ -52,8 +52,9 @@ fn push_merged(out: &mut Vec<HistoricalMessage>, turn: HistoricalMessage) {
 }
 
 impl HistoryPolicy {
-    /// Trims `turns` (oldest first, the whole thread before the current message, or its first
-    /// `keep_head` and last `window` turns: nothing else can be kept) to the policy.
+    /// Trims `turns` (oldest first: the whole thread before the current message, or its first
+    /// `keep_head` and last `window + 1` turns, which is all that can be kept plus one turn to
+    /// show whether anything was elided) to the policy.
     ///
     /// The head is the first `keep_head` turns and never changes as the thread grows, so a
     /// prompt cache placed after it stays valid. The window is filled from the newest turn
@@ -201,6 +202,22 @@ mod tests {
         assert_eq!(h.turns[0].parts.len(), 1, "the head must not change");
         for w in h.turns.windows(2) {
             assert_ne!(w[0].role, w[1].role, "roles alternate");
+        }
+    }
+
+    #[test]
+    fn head_plus_window_and_one_gives_the_same_answer_as_the_whole_thread() {
+        let p = HistoryPolicy {
+            keep_head: 1,
+            window: 4,
+            max_chars: 10_000,
+        };
+        for n in 1..15 {
+            let full = alternating(n);
+            let mut loaded: Vec<_> = full.iter().take(1).cloned().collect();
+            let tail_from = n.saturating_sub(p.window + 1).max(1);
+            loaded.extend(full.iter().skip(tail_from).cloned());
+            assert_eq!(p.apply(loaded), p.apply(full), "thread of {n} turns");
         }
     }
 

@@ -121,7 +121,8 @@ impl DispatchHandler {
             &row.thread_id,
             row.seq,
             policy.keep_head,
-            policy.window,
+            // One more than the window, so the policy can tell that turns were elided.
+            policy.window + 1,
         )
         .await
         .map_err(internal)?;
