@@ -14,6 +14,14 @@ pub struct Address<'a> {
 
 impl<'a> Address<'a> {
     /// Parses `@name@domain` (a handle) or `local@domain` (an email address).
+    ///
+    /// ```
+    /// use switchboard::message::Address;
+    /// let a = Address::parse("@helper@example.org").unwrap();
+    /// assert_eq!((a.local, a.domain, a.handle), ("helper", "example.org", true));
+    /// assert!(Address::parse("helper@example.org").is_some_and(|a| !a.handle));
+    /// assert!(Address::parse("@helper").is_none());
+    /// ```
     #[must_use]
     pub fn parse(s: &'a str) -> Option<Self> {
         let (handle, rest) = match s.strip_prefix('@') {

@@ -6,6 +6,13 @@ use serde::{Deserialize, Serialize};
 use super::types::{HistoricalMessage, Part};
 
 /// How much of a thread an agent sees.
+///
+/// ```
+/// use switchboard::message::HistoryPolicy;
+/// let policy = HistoryPolicy { keep_head: 1, window: 20, max_chars: 32_000 };
+/// let trimmed = policy.apply(Vec::new());
+/// assert!(trimmed.turns.is_empty() && trimmed.cache_breakpoint_after.is_none());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HistoryPolicy {
