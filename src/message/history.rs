@@ -137,22 +137,13 @@ impl HistoryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{AuthMethod, Role, Sender, Timestamp};
+    use crate::message::{Role, Sender, Timestamp};
 
     fn turn(i: usize, role: Role, text: &str) -> HistoricalMessage {
         HistoricalMessage {
             id: Some(format!("m{i}")),
             role,
-            sender: Sender {
-                address: "@a@example.org".into(),
-                display_name: None,
-                profile: None,
-                auth_method: AuthMethod::None,
-                verified: true,
-                key_id: None,
-                identities: None,
-                extra: Default::default(),
-            },
+            sender: Sender::local_agent("@a@example.org"),
             parts: vec![Part::text(text)],
             timestamp: Timestamp::from_unix_millis(i64::try_from(i).unwrap()),
         }

@@ -140,6 +140,24 @@ open_string_enum! {
     }
 }
 
+impl Sender {
+    /// The sender record of one of switchboard's own agents (its responses in history): nothing
+    /// to verify on a wire, so `auth_method` is `none` and `verified` is true.
+    #[must_use]
+    pub fn local_agent(address: &str) -> Self {
+        Self {
+            address: address.to_owned(),
+            display_name: None,
+            profile: None,
+            auth_method: AuthMethod::None,
+            verified: true,
+            key_id: None,
+            identities: None,
+            extra: Extra::new(),
+        }
+    }
+}
+
 /// Presentation context about a sender; never used for authorization.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SenderProfile {

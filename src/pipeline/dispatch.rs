@@ -15,8 +15,7 @@ use serde_json::Value;
 use super::Core;
 use crate::error::{Error, OutboundError, Result};
 use crate::message::{
-    AuthMethod, Extra, HistoricalMessage, NormalizedMessage, NormalizedResponse, Role, Sender,
-    Timestamp,
+    HistoricalMessage, NormalizedMessage, NormalizedResponse, Role, Sender, Timestamp,
 };
 use crate::queue::{JobHandler, kinds};
 use crate::store::jobs::{self, Finish, JobRow, NewJob};
@@ -89,20 +88,6 @@ struct OutboundTurn {
     parts: Vec<crate::message::Part>,
 }
 
-/// The agent's own sender record for its historical turns.
-fn agent_sender(address: &str) -> Sender {
-    Sender {
-        address: address.to_owned(),
-        display_name: None,
-        profile: None,
-        auth_method: AuthMethod::None,
-        verified: true,
-        key_id: None,
-        identities: None,
-        extra: Extra::new(),
-    }
-}
-
 /// The dispatch outcome of one job: a response to store, or nothing to say.
 type Dispatched = Option<(NormalizedResponse, String, String)>;
 
@@ -143,7 +128,7 @@ impl DispatchHandler {
                 turns.push(HistoricalMessage {
                     id: Some(resp.id),
                     role: if own { Role::Assistant } else { Role::User },
-                    sender: agent_sender(&resp.agent),
+                    sender: Sender::local_agent(&resp.agent),
                     parts: resp.parts,
                     timestamp: Timestamp::from_unix_millis(r.created_at),
                 });

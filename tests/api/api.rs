@@ -3,10 +3,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 
-use crate::helpers::{Engine, on_both_engines, spawn_app, wait_for};
+use crate::helpers::{Engine, on_both_engines, serve_route, spawn_app, wait_for};
 
 fn body(recipient: &str, external_id: &str, text: &str) -> Value {
     json!({
@@ -155,18 +155,7 @@ async fn callback(seen: web::Data<Seen>, req: HttpRequest, body: web::Bytes) -> 
 
 async fn api_responses_reach_the_callback_signed(engine: Engine) {
     let seen: Seen = Arc::default();
-    let s = seen.clone();
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(web::Data::new(s.clone()))
-            .route("/cb", web::post().to(callback))
-    })
-    .workers(1)
-    .disable_signals()
-    .bind("127.0.0.1:0")
-    .unwrap();
-    let cb = format!("http://{}/cb", server.addrs()[0]);
-    tokio::spawn(server.run());
+    let cb = serve_route!(seen.clone(), post, "/cb", callback);
     let mut t = spawn_app(engine, move |c, _| {
         c.api.callback_url = Some(cb);
         c.api.callback_secret = Some(switchboard::config::Secret::new("cb-secret"));

@@ -7,12 +7,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use switchboard::store::messages;
 
-use crate::helpers::{Engine, TestDb, fresh_db, job_states, on_both_engines, wait_for};
+use crate::helpers::{
+    Engine, TestDb, fresh_db, job_states, on_both_engines, serve_route, wait_for,
+};
 
 const N: usize = 1000;
 
@@ -112,18 +114,7 @@ async fn post_all(http: &reqwest::Client, base: &str, ids: &[usize]) -> Vec<(usi
 async fn sigkill_mid_flight_loses_and_duplicates_nothing(engine: Engine) {
     let db: TestDb = fresh_db(engine).await;
     let sink = Arc::new(Sink::default());
-    let s = sink.clone();
-    let receiver = HttpServer::new(move || {
-        App::new()
-            .app_data(web::Data::new(s.clone()))
-            .route("/cb", web::post().to(receive))
-    })
-    .workers(1)
-    .disable_signals()
-    .bind("127.0.0.1:0")
-    .unwrap();
-    let cb = format!("http://{}/cb", receiver.addrs()[0]);
-    tokio::spawn(receiver.run());
+    let cb = serve_route!(sink.clone(), post, "/cb", receive);
 
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("switchboard.toml");

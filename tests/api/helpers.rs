@@ -205,6 +205,27 @@ where
     }
 }
 
+/// Starts a one-route HTTP server on a loopback port with `data` as its app data; returns the
+/// route's URL.
+macro_rules! serve_route {
+    ($data:expr, $method:ident, $path:literal, $handler:expr) => {{
+        let data = $data;
+        let server = actix_web::HttpServer::new(move || {
+            actix_web::App::new()
+                .app_data(actix_web::web::Data::new(data.clone()))
+                .route($path, actix_web::web::$method().to($handler))
+        })
+        .workers(1)
+        .disable_signals()
+        .bind("127.0.0.1:0")
+        .unwrap();
+        let url = format!("http://{}{}", server.addrs()[0], $path);
+        tokio::spawn(server.run());
+        url
+    }};
+}
+pub(crate) use serve_route;
+
 /// Runs a test body on SQLite, and on PostgreSQL when it is configured.
 macro_rules! on_both_engines {
     ($name:ident) => {

@@ -5,13 +5,15 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::json;
 use switchboard::config::{AgentConfig, BackendConfig, Secret};
 use switchboard::message::{NormalizedMessage, Part};
 use switchboard::store::jobs;
 
-use crate::helpers::{Engine, TestApp, job_states, message, on_both_engines, spawn_app, wait_for};
+use crate::helpers::{
+    Engine, TestApp, job_states, message, on_both_engines, serve_route, spawn_app, wait_for,
+};
 
 const SECRET: &str = "hook-secret";
 
@@ -75,19 +77,8 @@ async fn start_hook(script: Vec<Answer>) -> (Arc<Hook>, String) {
         script: Mutex::new(script.into()),
         ..Hook::default()
     });
-    let h = hook.clone();
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(web::Data::new(h.clone()))
-            .route("/hook", web::post().to(handle))
-    })
-    .workers(1)
-    .disable_signals()
-    .bind("127.0.0.1:0")
-    .unwrap();
-    let addr = server.addrs()[0];
-    tokio::spawn(server.run());
-    (hook, format!("http://{addr}/hook"))
+    let url = serve_route!(hook.clone(), post, "/hook", handle);
+    (hook, url)
 }
 
 async fn with_hook(
