@@ -88,3 +88,40 @@ async fn two_instances_drain_one_queue_exactly_once() {
         "nothing ready, running or dead: {states:?}"
     );
 }
+
+/// With polling effectively off, work is picked up only if wakeups arrive: in-process after a
+/// local commit, and through LISTEN/NOTIFY from another instance on PostgreSQL.
+async fn wakeups_not_polling_move_the_work(engine: Engine) {
+    let slow_poll = |c: &mut switchboard::Config| c.queue.poll_interval_ms = 600_000;
+    // Same instance: ingest wakes dispatch, dispatch wakes delivery.
+    let mut t = crate::helpers::spawn_app(engine, move |c, _| slow_poll(c)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await; // workers are idle now
+    t.ingest("w-1", message(&t.agent("echo"), "k", "wake up"))
+        .await;
+    wait_for(10, "delivery without polling", || async {
+        (t.transport.count() == 1).then_some(())
+    })
+    .await;
+    t.stop().await;
+    if engine == Engine::Sqlite {
+        return;
+    }
+    // Another instance: B only learns of A's jobs through NOTIFY.
+    let mut b = spawn_on(fresh_db(Engine::Postgres).await, move |c, _| slow_poll(c)).await;
+    let url = b.db.url.clone();
+    let mut a = spawn_on(
+        crate::helpers::TestDb::url_only(url),
+        |_, o: &mut Options| o.workers = false,
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    a.ingest("w-2", message(&a.agent("echo"), "k2", "over there"))
+        .await;
+    wait_for(10, "delivery by the other instance", || async {
+        (b.transport.count() == 1).then_some(())
+    })
+    .await;
+    a.stop().await;
+    b.stop().await;
+}
+crate::helpers::on_both_engines!(wakeups_not_polling_move_the_work);

@@ -25,6 +25,7 @@ enum Answer {
     Status(u16),
     Slow(Duration),
     Big(usize),
+    RetryAfter(u64),
 }
 
 #[derive(Default)]
@@ -63,6 +64,9 @@ async fn handle(hook: web::Data<Arc<Hook>>, req: HttpRequest, body: web::Bytes) 
             HttpResponse::Ok()
                 .json(json!({"parts": [{"kind": "text", "mime": "text/plain", "content": "late"}]}))
         }
+        Answer::RetryAfter(secs) => HttpResponse::TooManyRequests()
+            .insert_header(("Retry-After", secs.to_string()))
+            .finish(),
         Answer::Big(n) => HttpResponse::Ok()
             .content_type("application/json")
             .body(format!(
@@ -303,3 +307,29 @@ async fn webhook_to_a_private_address_is_refused(engine: Engine) {
     );
 }
 on_both_engines!(webhook_to_a_private_address_is_refused);
+
+async fn webhook_retry_after_is_honoured(engine: Engine) {
+    let (hook, url) = start_hook(vec![Answer::RetryAfter(3)]).await;
+    let mut t = with_hook(engine, &url, |c| c.queue.backoff_max_ms = 60_000).await;
+    t.ingest("ra-1", message(&t.agent("hook"), "k", "hi")).await;
+    let db = t.open_db().await;
+    let job = wait_for(20, "the job back in the queue", || async {
+        jobs::list(&db, Some("ready"), Some("dispatch"), 1)
+            .await
+            .unwrap()
+            .pop()
+            .filter(|j| j.attempts == 1)
+    })
+    .await;
+    assert!(job.last_error.as_deref().unwrap().contains("HTTP 429"));
+    // Backoff alone would retry after 25-75 ms in this configuration; the peer asked for 3 s.
+    assert!(
+        job.run_at - job.updated_at >= 3_000,
+        "run_at {} updated_at {}",
+        job.run_at,
+        job.updated_at
+    );
+    assert_eq!(hook.calls.lock().unwrap().len(), 1);
+    t.stop().await;
+}
+on_both_engines!(webhook_retry_after_is_honoured);
