@@ -10,9 +10,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::join_all;
-use serde_json::Value;
 
-use super::Core;
+use super::{Core, DeliverJob, DispatchJob};
 use crate::error::{Error, OutboundError, Result};
 use crate::message::{
     HistoricalMessage, NormalizedMessage, NormalizedResponse, Role, Sender, Timestamp,
@@ -22,20 +21,9 @@ use crate::store::jobs::{self, Finish, JobRow, NewJob};
 use crate::store::messages::{self, DeliveryRecord, NewMessage, StoredMessage};
 use crate::transports::Delivery;
 
-fn payload_id(job: &JobRow, key: &str) -> std::result::Result<String, OutboundError> {
-    let v: Value = serde_json::from_str(&job.payload)
-        .map_err(|e| OutboundError::permanent(format!("job payload is not JSON: {e}")))?;
-    v.get(key)
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .ok_or_else(|| OutboundError::permanent(format!("job payload has no {key}")))
-}
-
-fn payload_flag(job: &JobRow, key: &str) -> bool {
-    serde_json::from_str::<Value>(&job.payload)
-        .ok()
-        .and_then(|v| v.get(key).and_then(Value::as_bool))
-        .unwrap_or(false)
+fn payload<T: serde::de::DeserializeOwned>(job: &JobRow) -> std::result::Result<T, OutboundError> {
+    serde_json::from_str(&job.payload)
+        .map_err(|e| OutboundError::permanent(format!("job payload is malformed: {e}")))
 }
 
 /// Database trouble while preparing a job is temporary; a corrupt row is permanent.
@@ -177,13 +165,16 @@ impl DispatchHandler {
 impl JobHandler for DispatchHandler {
     async fn handle(&self, owner: &str, batch: Vec<JobRow>) -> Result<()> {
         let core = &self.0;
-        let ids: Vec<_> = batch.iter().map(|j| payload_id(j, "message_id")).collect();
-        let wanted: Vec<&str> = ids.iter().filter_map(|r| r.as_deref().ok()).collect();
+        let jobs: Vec<_> = batch.iter().map(payload::<DispatchJob>).collect();
+        let wanted: Vec<&str> = jobs
+            .iter()
+            .filter_map(|j| j.as_ref().ok().map(|j| j.message_id.as_str()))
+            .collect();
         let rows = load_many(core, &wanted).await;
-        let results = join_all(batch.iter().zip(&ids).map(|(job, id)| async {
-            let id = id.as_ref().map_err(Clone::clone)?;
+        let results = join_all(jobs.iter().map(|job| async {
+            let job = job.as_ref().map_err(Clone::clone)?;
             let rows = rows.as_ref().map_err(Clone::clone)?;
-            self.run(lookup(rows, id)?, payload_flag(job, "new_thread"))
+            self.run(lookup(rows, &job.message_id)?, job.new_thread)
                 .await
         }))
         .await;
@@ -232,16 +223,20 @@ impl JobHandler for DispatchHandler {
             })
             .collect();
         let stored = messages::insert_many(&mut tx, &rows, now).await?;
-        let job_ids: Vec<(String, String)> = answers
+        let job_ids = answers
             .iter()
             .filter(|(resp, _, _)| stored.contains(&resp.id))
             .map(|(resp, _, _)| {
-                (
+                let payload = DeliverJob {
+                    response_id: resp.id.clone(),
+                };
+                Ok((
                     format!("deliver:{}", resp.id),
-                    serde_json::json!({ "response_id": resp.id }).to_string(),
-                )
+                    serde_json::to_string(&payload)?,
+                ))
             })
-            .collect();
+            .collect::<std::result::Result<Vec<(String, String)>, serde_json::Error>>()
+            .map_err(Error::Corrupt)?;
         let new_jobs: Vec<NewJob<'_>> = job_ids
             .iter()
             .map(|(id, payload)| NewJob {
@@ -327,14 +322,17 @@ impl DeliverHandler {
 impl JobHandler for DeliverHandler {
     async fn handle(&self, owner: &str, batch: Vec<JobRow>) -> Result<()> {
         let core = &self.0;
-        let ids: Vec<_> = batch.iter().map(|j| payload_id(j, "response_id")).collect();
-        let wanted: Vec<&str> = ids.iter().filter_map(|r| r.as_deref().ok()).collect();
-        let rows = load_many(core, &wanted).await;
-        let responses: Vec<_> = ids
+        let jobs: Vec<_> = batch.iter().map(payload::<DeliverJob>).collect();
+        let wanted: Vec<&str> = jobs
             .iter()
-            .map(|id| {
-                let id = id.as_ref().map_err(Clone::clone)?;
-                let row = lookup(rows.as_ref().map_err(Clone::clone)?, id)?;
+            .filter_map(|j| j.as_ref().ok().map(|j| j.response_id.as_str()))
+            .collect();
+        let rows = load_many(core, &wanted).await;
+        let responses: Vec<_> = jobs
+            .iter()
+            .map(|job| {
+                let job = job.as_ref().map_err(Clone::clone)?;
+                let row = lookup(rows.as_ref().map_err(Clone::clone)?, &job.response_id)?;
                 Ok((row, parse::<NormalizedResponse>(row)?))
             })
             .collect();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::Core;
+use super::{Core, DispatchJob};
 use crate::error::{Error, Result};
 use crate::message::NormalizedMessage;
 use crate::queue::kinds;
@@ -160,13 +160,16 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
         .iter()
         .map(|p| format!("dispatch:{}", p.msg.id))
         .collect();
-    let payloads: Vec<String> = stored
+    let payloads = stored
         .iter()
         .map(|p| {
-            let new_thread = created.contains(p.msg.thread_id.as_str());
-            serde_json::json!({ "message_id": p.msg.id, "new_thread": new_thread }).to_string()
+            serde_json::to_string(&DispatchJob {
+                message_id: p.msg.id.clone(),
+                new_thread: created.contains(p.msg.thread_id.as_str()),
+            })
         })
-        .collect();
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(Error::Corrupt)?;
     let new_jobs: Vec<NewJob<'_>> = job_ids
         .iter()
         .zip(&payloads)

@@ -22,6 +22,23 @@ use crate::queue::{JobHandler, Queue};
 use crate::store::Db;
 use crate::transports::TransportRegistry;
 
+/// Payload of a `dispatch` job.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct DispatchJob {
+    /// The stored message to dispatch.
+    pub(crate) message_id: String,
+    /// The message opened its thread, so there is no history to load.
+    #[serde(default)]
+    pub(crate) new_thread: bool,
+}
+
+/// Payload of a `deliver` job.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct DeliverJob {
+    /// The stored response to deliver.
+    pub(crate) response_id: String,
+}
+
 /// Shared state of the pipeline's stages.
 #[derive(Debug)]
 pub struct Core {
