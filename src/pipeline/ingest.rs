@@ -140,8 +140,9 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
         });
     }
     let stored: Vec<&Pending> = batch.iter().filter(|p| fresh.contains(&p.msg.id)).collect();
-    // A message that created its thread has no history: dispatch can skip looking for it.
-    let created: std::collections::HashSet<&str> = new_ids.iter().map(String::as_str).collect();
+    // The first message of a thread created in this batch has no history: its dispatch can skip
+    // looking for it. (Later messages of the same new thread do have one.)
+    let mut created: std::collections::HashSet<&str> = new_ids.iter().map(String::as_str).collect();
     let rows: Vec<NewMessage<'_>> = stored
         .iter()
         .zip(&bodies)
@@ -165,7 +166,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
         .map(|p| {
             serde_json::to_string(&DispatchJob {
                 message_id: p.msg.id.clone(),
-                new_thread: created.contains(p.msg.thread_id.as_str()),
+                new_thread: created.remove(p.msg.thread_id.as_str()),
             })
         })
         .collect::<std::result::Result<Vec<_>, _>>()

@@ -122,6 +122,35 @@ async fn history_follows_the_thread(engine: Engine) {
 }
 on_both_engines!(history_follows_the_thread);
 
+async fn messages_arriving_together_on_a_new_thread_see_each_other(engine: Engine) {
+    let agent = Arc::new(RecordingAgent::default());
+    let a2 = agent.clone();
+    let mut t = spawn_app(engine, move |_, o| o.agents.push(("rec".into(), a2))).await;
+    let to = t.agent("rec");
+    let p = t.app().pipeline().clone();
+    // Concurrent ingests are committed together: one of them opens the thread.
+    let all = (0..20).map(|i| {
+        let (p, m) = (p.clone(), message(&to, "together", &format!("m{i}")));
+        async move { p.ingest("test", &format!("tog-{i}"), m).await.unwrap() }
+    });
+    let outcomes = futures_util::future::join_all(all).await;
+    assert!(
+        outcomes
+            .windows(2)
+            .all(|w| w[0].thread_id == w[1].thread_id),
+        "one thread"
+    );
+    wait_for(20, "all replies", || async {
+        (t.transport.count() == 20).then_some(())
+    })
+    .await;
+    let seen = agent.seen.lock().unwrap().clone();
+    let without = seen.iter().filter(|m| m.history.is_none()).count();
+    assert_eq!(without, 1, "only the opening message lacks history");
+    t.stop().await;
+}
+on_both_engines!(messages_arriving_together_on_a_new_thread_see_each_other);
+
 async fn bad_input_is_refused_before_storage(engine: Engine) {
     let mut t = spawn_app(engine, |_, _| {}).await;
     let p = t.app().pipeline().clone();
