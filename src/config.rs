@@ -433,12 +433,21 @@ impl Config {
             if !seen.insert(agent.name.to_lowercase()) {
                 problems.push(format!("agents[{i}].name {:?}: duplicate", agent.name));
             }
-            if let BackendConfig::Webhook { url, .. } = &agent.backend {
+            if let BackendConfig::Webhook {
+                url, timeout_ms, ..
+            } = &agent.backend
+            {
                 match url::Url::parse(url) {
                     Ok(u) if matches!(u.scheme(), "http" | "https") => {}
                     _ => problems.push(format!(
                         "agents[{i}].backend.url {url:?}: not an http(s) URL"
                     )),
+                }
+                // A lease must outlive the call it covers, or the job runs twice.
+                if *timeout_ms >= self.queue.lease_seconds.saturating_mul(1000) {
+                    problems.push(format!(
+                        "agents[{i}].backend.timeout_ms {timeout_ms}: must be shorter than queue.lease_seconds"
+                    ));
                 }
             }
         }
@@ -664,6 +673,13 @@ mod tests {
             e.contains("agents[2].name") && e.contains("duplicate"),
             "{e}"
         );
+        std::fs::write(
+            &path,
+            "[queue]\nlease_seconds = 10\n[[agents]]\nname = \"w\"\nbackend = { kind = \"webhook\", url = \"https://a.example\", secret = \"s\", timeout_ms = 10000 }\n",
+        )
+        .unwrap();
+        let e = Config::load(Some(&path), vec![]).unwrap_err().to_string();
+        assert!(e.contains("shorter than queue.lease_seconds"), "{e}");
     }
 
     #[test]

@@ -64,7 +64,13 @@ async fn healthz() -> HttpResponse {
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    match state.pipeline.db().ready().await {
+    let db = state.pipeline.db().clone();
+    match state
+        .pipeline
+        .on_main(async move { db.ready().await })
+        .await
+        .and_then(|r| r)
+    {
         Ok(true) => HttpResponse::Ok().content_type("text/plain").body("ready"),
         Ok(false) => HttpResponse::ServiceUnavailable()
             .content_type("text/plain")
@@ -111,7 +117,13 @@ pub fn configure_metrics(cfg: &mut web::ServiceConfig, state: AppState) {
 
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let m = state.pipeline.metrics();
-    match jobs::counts(state.pipeline.db()).await {
+    let db = state.pipeline.db().clone();
+    match state
+        .pipeline
+        .on_main(async move { jobs::counts(&db).await })
+        .await
+        .and_then(|r| r)
+    {
         Ok(counts) => {
             let rows: Vec<_> = counts.into_iter().map(|c| (c.kind, c.state, c.n)).collect();
             m.set_queue_depth(&rows);

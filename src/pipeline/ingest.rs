@@ -31,6 +31,9 @@ pub(super) struct Pending {
     pub(super) transport: String,
     pub(super) external_id: String,
     pub(super) agent: String,
+    /// The wire thread key, kept apart because `msg.thread_id` is rewritten to switchboard's
+    /// thread id (and a failed batch is retried message by message).
+    pub(super) thread_key: String,
     pub(super) msg: NormalizedMessage,
     pub(super) reply: oneshot::Sender<Result<IngestOutcome>>,
 }
@@ -78,7 +81,12 @@ fn answer(core: &Core, batch: Vec<Pending>, outcomes: Vec<IngestOutcome>) {
 fn fail(batch: Vec<Pending>, e: Error) {
     tracing::error!(error = %e, "ingest failed");
     for p in batch {
-        let _ = p.reply.send(Err(Error::Unavailable));
+        // The caller learns what it did wrong, never internal detail.
+        let err = match &e {
+            Error::Invalid(why) => Error::Invalid(why.clone()),
+            _ => Error::Unavailable,
+        };
+        let _ = p.reply.send(Err(err));
     }
 }
 
@@ -107,7 +115,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
         .iter()
         .zip(&new_ids)
         .filter(|(p, _)| fresh.contains(&p.msg.id))
-        .map(|(p, id)| (p.transport.as_str(), p.msg.thread_id.as_str(), id.as_str()))
+        .map(|(p, id)| (p.transport.as_str(), p.thread_key.as_str(), id.as_str()))
         .collect();
     let threads = messages::upsert_threads(&mut tx, &wanted, now).await?;
 
@@ -128,7 +136,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
             continue;
         }
         let thread_id = threads
-            .get(&(p.transport.clone(), p.msg.thread_id.clone()))
+            .get(&(p.transport.clone(), p.thread_key.clone()))
             .cloned()
             .ok_or_else(|| Error::Invalid("thread could not be stored".into()))?;
         p.msg.thread_id = thread_id;
@@ -138,6 +146,21 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
             thread_id: p.msg.thread_id.clone(),
             duplicate: false,
         });
+    }
+    // A duplicate of a message earlier in this same batch: its thread is known only here.
+    let batch_threads: std::collections::HashMap<String, String> = outcomes
+        .iter()
+        .filter(|o| !o.duplicate)
+        .map(|o| (o.message_id.clone(), o.thread_id.clone()))
+        .collect();
+    for o in outcomes
+        .iter_mut()
+        .filter(|o| o.duplicate && o.thread_id.is_empty())
+    {
+        o.thread_id = batch_threads
+            .get(&o.message_id)
+            .cloned()
+            .unwrap_or_default();
     }
     let stored: Vec<&Pending> = batch.iter().filter(|p| fresh.contains(&p.msg.id)).collect();
     // The first message of a thread created in this batch has no history: its dispatch can skip
@@ -156,7 +179,12 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
             body,
         })
         .collect();
-    messages::insert_many(&mut tx, &rows, now).await?;
+    let inserted = messages::insert_many(&mut tx, &rows, now).await?;
+    if inserted.len() != rows.len() {
+        return Err(Error::Invalid(
+            "a message with this id is already stored".into(),
+        ));
+    }
     let job_ids: Vec<String> = stored
         .iter()
         .map(|p| format!("dispatch:{}", p.msg.id))

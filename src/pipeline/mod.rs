@@ -56,6 +56,7 @@ pub struct Core {
 pub struct Pipeline {
     core: Arc<Core>,
     ingest_tx: mpsc::Sender<ingest::Pending>,
+    main: tokio::runtime::Handle,
 }
 
 impl Pipeline {
@@ -81,7 +82,11 @@ impl Pipeline {
         });
         let (ingest_tx, rx) = mpsc::channel(4096);
         tokio::spawn(ingest::writer(Arc::clone(&core), rx));
-        Self { core, ingest_tx }
+        Self {
+            core,
+            ingest_tx,
+            main: tokio::runtime::Handle::current(),
+        }
     }
 
     /// Stores a verified message and schedules its dispatch, exactly once per
@@ -111,6 +116,7 @@ impl Pipeline {
             transport: transport.to_owned(),
             external_id: external_id.to_owned(),
             agent: agent.name.clone(),
+            thread_key: msg.thread_id.clone(),
             msg,
             reply,
         };
@@ -119,6 +125,21 @@ impl Pipeline {
             .await
             .map_err(|_| Error::Unavailable)?;
         rx.await.map_err(|_| Error::Unavailable)?
+    }
+
+    /// Runs `fut` on the runtime the pipeline was built on and waits for it.
+    ///
+    /// HTTP handlers run on the server's own worker runtimes; database and outbound connections
+    /// opened there would be bound to those runtimes and break when they stop. Handlers that
+    /// touch the database go through here so every connection belongs to the main runtime.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when the main runtime is shutting down.
+    pub async fn on_main<T: Send + 'static>(
+        &self,
+        fut: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Result<T> {
+        self.main.spawn(fut).await.map_err(|_| Error::Unavailable)
     }
 
     /// The handler of `dispatch` jobs.

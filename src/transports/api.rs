@@ -193,7 +193,12 @@ async fn get_response(
     if let Err(e) = authorize(&state, &req) {
         return error_response(&e);
     }
-    match messages::response_to(state.pipeline.db(), &path).await {
+    let (db, id) = (state.pipeline.db().clone(), path.into_inner());
+    let found = state
+        .pipeline
+        .on_main(async move { messages::response_to(&db, &id).await })
+        .await;
+    match found.and_then(|r| r) {
         Ok(Some(row)) => HttpResponse::Ok()
             .content_type("application/json")
             .body(row.body),
