@@ -77,7 +77,8 @@ fn message(recipient: &str, i: usize, threads: Threads) -> NormalizedMessage {
 
 async fn run(label: &str, url: &str, n: usize, threads: Threads) {
     let sink = Arc::new(MemoryTransport::counting("bench"));
-    let mut config = Config::default();
+    // SWITCHBOARD__… variables tune the run (queue workers, batch sizes, history).
+    let mut config = Config::from_env(None).unwrap_or_else(|e| panic!("configuration: {e}"));
     config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
     config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
     config.database.url = Secret::new(url);
