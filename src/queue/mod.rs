@@ -169,8 +169,17 @@ impl Queue {
                         // More may be waiting: let another idle worker help.
                         waker.notify_one();
                     }
+                    let ids: Vec<String> = batch.iter().map(|j| j.id.clone()).collect();
                     if let Err(e) = handler.handle(&self.owner, batch).await {
-                        tracing::error!(kind, error = %e, "job batch failed; its leases will expire and it will run again");
+                        // The commit failed, so nothing of the batch took effect: hand the jobs
+                        // back (after a pause) rather than leave them leased until expiry.
+                        let retry_at = self
+                            .clock
+                            .now_ms()
+                            .saturating_add(i64::try_from(poll.as_millis()).unwrap_or(i64::MAX));
+                        let released =
+                            jobs::release_many(&self.db, &ids, &self.owner, retry_at).await;
+                        tracing::error!(kind, error = %e, released = ?released.ok(), "job batch failed; it will run again");
                         tokio::time::sleep(poll).await;
                     }
                     continue;

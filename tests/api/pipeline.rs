@@ -283,3 +283,62 @@ async fn an_agent_never_answers_itself(engine: Engine) {
     t.stop().await;
 }
 on_both_engines!(an_agent_never_answers_itself);
+
+async fn leases_are_released_or_reaped(engine: Engine) {
+    // No workers: the test plays the worker.
+    let mut t = spawn_app(engine, |_, o| o.workers = false).await;
+    for i in 0..3 {
+        t.ingest(&format!("l-{i}"), message(&t.agent("echo"), "k", "x"))
+            .await;
+    }
+    let db = t.open_db().await;
+    let now = 4_000_000_000_000; // far after the jobs' run_at
+    let claimed = jobs::claim(&db, "dispatch", "worker-a", now, now + 1_000, 10)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    assert!(
+        jobs::claim(&db, "dispatch", "worker-b", now, now + 1_000, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "leased jobs are not claimed twice"
+    );
+    // A failed batch hands its jobs back at once; another owner cannot release them.
+    let ids: Vec<String> = claimed.iter().map(|j| j.id.clone()).collect();
+    assert_eq!(
+        jobs::release_many(&db, &ids[..1], "worker-b", now + 500)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        jobs::release_many(&db, &ids[..1], "worker-a", now + 500)
+            .await
+            .unwrap(),
+        1
+    );
+    // An expired lease comes back through the reaper, only once it has expired.
+    assert_eq!(
+        jobs::reap_expired(&db, "dispatch", now + 999)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        jobs::reap_expired(&db, "dispatch", now + 1_001)
+            .await
+            .unwrap(),
+        2
+    );
+    let again = jobs::claim(&db, "dispatch", "worker-b", now + 1_001, now + 2_000, 10)
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 3);
+    assert!(
+        again.iter().all(|j| j.attempts == 2),
+        "the lost attempt counts"
+    );
+    t.stop().await;
+}
+on_both_engines!(leases_are_released_or_reaped);
