@@ -10,13 +10,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::agents::{AgentBackend, AgentRegistry};
+use crate::blobs::BlobStore;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::net::HttpClient;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Core, Pipeline};
 use crate::queue::{Queue, kinds};
 use crate::store::Db;
 use crate::transports::api::{ApiState, ApiTransport};
@@ -114,15 +115,23 @@ impl Application {
         }
         let queue = Queue::new(db.clone(), clock.clone(), config.queue.clone());
         let metrics = Arc::new(Metrics::new());
-        let pipeline = Pipeline::new(
+        let public_url = config.public_url().map_err(Error::Config)?;
+        let blobs = BlobStore::new(
             db.clone(),
             clock.clone(),
-            queue.clone(),
-            Arc::new(agents),
+            &config.media,
+            public_url.as_str(),
+        );
+        let pipeline = Pipeline::new(Core {
+            db: db.clone(),
+            clock: clock.clone(),
+            queue: queue.clone(),
+            agents: Arc::new(agents),
             transports,
             metrics,
-            config.history,
-        );
+            history: config.history,
+            blobs,
+        });
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let mut workers = Vec::new();

@@ -87,6 +87,8 @@ pub struct Config {
     pub net: NetConfig,
     /// The operator's HTTP message API.
     pub api: ApiConfig,
+    /// Attachments and their signed URLs.
+    pub media: MediaConfig,
     /// The agents this instance hosts.
     pub agents: Vec<AgentConfig>,
 }
@@ -101,6 +103,7 @@ impl Default for Config {
             history: HistoryPolicy::default(),
             net: NetConfig::default(),
             api: ApiConfig::default(),
+            media: MediaConfig::default(),
             agents: vec![AgentConfig {
                 name: "echo".into(),
                 display_name: Some("Echo".into()),
@@ -312,6 +315,28 @@ pub struct ApiConfig {
     pub callback_url: Option<String>,
     /// HMAC secret for callback signatures (the webhook scheme).
     pub callback_secret: Option<Secret>,
+}
+
+/// Attachments (`/media/{sha256}?exp=…&sig=…`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MediaConfig {
+    /// HMAC key of media URLs; the same on every instance. A random key per start when unset.
+    pub secret: Option<Secret>,
+    /// How long a minted media URL stays valid.
+    pub url_ttl_seconds: u64,
+    /// Largest attachment stored.
+    pub max_bytes: usize,
+}
+
+impl Default for MediaConfig {
+    fn default() -> Self {
+        Self {
+            secret: None,
+            url_ttl_seconds: 3_600,
+            max_bytes: 25 * 1024 * 1024,
+        }
+    }
 }
 
 /// One hosted agent.

@@ -2,6 +2,7 @@
 
 pub mod agents;
 pub mod app;
+pub mod blobs;
 pub mod clock;
 pub mod config;
 pub mod error;

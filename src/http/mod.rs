@@ -56,6 +56,7 @@ pub fn configure(
         .app_data(web::PayloadConfig::new(max_body))
         .route("/healthz", web::get().to(healthz))
         .route("/readyz", web::get().to(readyz))
+        .route("/media/{digest}", web::get().to(media))
         .configure(api::configure);
 }
 
@@ -81,6 +82,46 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
                 .content_type("text/plain")
                 .body("database unavailable")
         }
+    }
+}
+
+/// `exp` and `sig` of a media URL.
+#[derive(Debug, serde::Deserialize)]
+struct MediaQuery {
+    exp: i64,
+    sig: String,
+}
+
+async fn media(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    query: Option<web::Query<MediaQuery>>,
+) -> HttpResponse {
+    let digest = path.into_inner();
+    if !crate::blobs::is_digest(&digest) {
+        return error_response(&Error::NotFound("no such media".into()));
+    }
+    let blobs = state.pipeline.blobs().clone();
+    let granted = query
+        .is_some_and(|q| blobs.check(&digest, q.exp, &q.sig) == crate::blobs::MediaAccess::Granted);
+    if !granted {
+        return error_response(&Error::Forbidden);
+    }
+    let found = state
+        .pipeline
+        .on_main(async move { blobs.get(&digest).await })
+        .await
+        .and_then(|r| r);
+    match found {
+        Ok(Some((mime, data))) => HttpResponse::Ok()
+            .content_type(mime)
+            .insert_header(("Cache-Control", "private, max-age=300"))
+            .insert_header(("X-Content-Type-Options", "nosniff"))
+            // Served from our origin: never let a stored document run script there.
+            .insert_header(("Content-Security-Policy", "default-src 'none'; sandbox"))
+            .body(data),
+        Ok(None) => error_response(&Error::NotFound("no such media".into())),
+        Err(e) => error_response(&e),
     }
 }
 

@@ -144,7 +144,12 @@ impl DispatchHandler {
         } else {
             self.history(row, &agent.address).await?
         };
-        let trimmed = self.0.history.apply(turns);
+        let mut trimmed = self.0.history.apply(turns);
+        // Stored references keep the digest only: mint URLs valid from now.
+        self.0.blobs.refresh_urls(&mut msg.parts);
+        for turn in &mut trimmed.turns {
+            self.0.blobs.refresh_urls(&mut turn.parts);
+        }
         if !trimmed.turns.is_empty() {
             msg.history = Some(trimmed.turns);
             msg.history_cache_breakpoint_after = trimmed.cache_breakpoint_after;
@@ -156,6 +161,7 @@ impl DispatchHandler {
             .agent_call(&agent.name, started.elapsed(), answer.is_ok());
         Ok(answer?.map(|mut resp| {
             resp.thread_id.clone_from(&row.thread_id);
+            crate::blobs::strip_urls(&mut resp.parts);
             (resp, agent.name.clone(), row.transport.clone())
         }))
     }
@@ -299,8 +305,11 @@ impl DeliverHandler {
             attempt.response_id.clone_from(&row.id);
             attempt.transport.clone_from(&row.transport);
             let originals = originals.as_ref().map_err(Clone::clone)?;
-            let original: NormalizedMessage = parse(lookup(originals, &response.in_reply_to)?)?;
+            let mut original: NormalizedMessage = parse(lookup(originals, &response.in_reply_to)?)?;
             attempt.received_at = Some(original.received_at);
+            let mut response = response;
+            self.0.blobs.refresh_urls(&mut response.parts);
+            self.0.blobs.refresh_urls(&mut original.parts);
             let transport = self.0.transports.get(&row.transport).ok_or_else(|| {
                 OutboundError::permanent(format!("no transport named {:?}", row.transport))
             })?;

@@ -140,6 +140,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
             .cloned()
             .ok_or_else(|| Error::Invalid("thread could not be stored".into()))?;
         p.msg.thread_id = thread_id;
+        crate::blobs::strip_urls(&mut p.msg.parts);
         bodies.push(serde_json::to_string(&p.msg).map_err(Error::Corrupt)?);
         outcomes.push(IngestOutcome {
             message_id: p.msg.id.clone(),

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 pub use ingest::IngestOutcome;
 
 use crate::agents::AgentRegistry;
+use crate::blobs::BlobStore;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::message::{HistoryPolicy, NormalizedMessage};
@@ -39,16 +40,25 @@ pub(crate) struct DeliverJob {
     pub(crate) response_id: String,
 }
 
-/// Shared state of the pipeline's stages.
+/// What the pipeline's stages share.
 #[derive(Debug)]
 pub struct Core {
-    pub(crate) db: Db,
-    pub(crate) clock: SharedClock,
-    pub(crate) queue: Arc<Queue>,
-    pub(crate) agents: Arc<AgentRegistry>,
-    pub(crate) transports: TransportRegistry,
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) history: HistoryPolicy,
+    /// The database.
+    pub db: Db,
+    /// The clock.
+    pub clock: SharedClock,
+    /// The job queue.
+    pub queue: Arc<Queue>,
+    /// The hosted agents.
+    pub agents: Arc<AgentRegistry>,
+    /// The transports responses go out by.
+    pub transports: TransportRegistry,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// What agents see of a thread.
+    pub history: HistoryPolicy,
+    /// Attachments.
+    pub blobs: BlobStore,
 }
 
 /// The entry point transports hand verified messages to.
@@ -62,24 +72,8 @@ pub struct Pipeline {
 impl Pipeline {
     /// Builds the pipeline and starts its ingest writer.
     #[must_use]
-    pub fn new(
-        db: Db,
-        clock: SharedClock,
-        queue: Arc<Queue>,
-        agents: Arc<AgentRegistry>,
-        transports: TransportRegistry,
-        metrics: Arc<Metrics>,
-        history: HistoryPolicy,
-    ) -> Self {
-        let core = Arc::new(Core {
-            db,
-            clock,
-            queue,
-            agents,
-            transports,
-            metrics,
-            history,
-        });
+    pub fn new(core: Core) -> Self {
+        let core = Arc::new(core);
         let (ingest_tx, rx) = mpsc::channel(4096);
         tokio::spawn(ingest::writer(Arc::clone(&core), rx));
         Self {
@@ -170,6 +164,12 @@ impl Pipeline {
     #[must_use]
     pub fn agents(&self) -> &Arc<AgentRegistry> {
         &self.core.agents
+    }
+
+    /// The blob store.
+    #[must_use]
+    pub fn blobs(&self) -> &BlobStore {
+        &self.core.blobs
     }
 
     /// The metrics.

@@ -7,6 +7,7 @@
 //! time anyway, and this way writers queue in-process instead of spinning on `SQLITE_BUSY`) and
 //! a pool of readers.
 
+pub mod blobs;
 pub mod jobs;
 pub mod messages;
 
@@ -58,6 +59,8 @@ pub enum Arg<'a> {
     Int(i64),
     /// Nullable INTEGER / BIGINT.
     OptInt(Option<i64>),
+    /// BLOB / BYTEA.
+    Bytes(&'a [u8]),
 }
 
 /// A row type decodable from both engines.
@@ -74,6 +77,7 @@ macro_rules! bind_all {
                 Arg::OptText(s) => q.bind(*s),
                 Arg::Int(i) => q.bind(*i),
                 Arg::OptInt(i) => q.bind(*i),
+                Arg::Bytes(b) => q.bind(*b),
             };
         }
         q

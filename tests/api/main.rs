@@ -8,6 +8,7 @@ mod api;
 mod cli;
 mod crash;
 mod helpers;
+mod media;
 mod pipeline;
 mod scale_out;
 mod serving;

@@ -1,0 +1,156 @@
+//! Content-addressed attachments and the signed, expiring URLs agents fetch them by
+//! (`/media/{sha256}?exp=…&sig=…`, spec §3).
+//!
+//! Storage keeps the digest, never a signed URL; a fresh URL is minted whenever a message is
+//! handed to an agent.
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+use crate::clock::SharedClock;
+use crate::config::{MediaConfig, Secret};
+use crate::error::{Error, Result};
+use crate::message::{BytesRef, ContentAddressedBytes, Part};
+use crate::store::{Db, blobs};
+
+/// The blob store.
+#[derive(Debug, Clone)]
+pub struct BlobStore {
+    db: Db,
+    clock: SharedClock,
+    key: Secret,
+    base: String,
+    ttl_ms: i64,
+    max_bytes: usize,
+}
+
+/// What a `/media` request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MediaAccess {
+    /// Signature valid and not expired.
+    Granted,
+    /// Signature wrong, or the URL expired.
+    Refused,
+}
+
+impl BlobStore {
+    /// A store whose URLs start at `public_url` (no trailing slash).
+    #[must_use]
+    pub fn new(db: Db, clock: SharedClock, cfg: &MediaConfig, public_url: &str) -> Self {
+        let key = cfg.secret.clone().unwrap_or_else(|| {
+            tracing::warn!("media.secret is not set: media URLs are signed with a key that changes at every start");
+            Secret::new(hex::encode(rand::random::<[u8; 32]>()))
+        });
+        Self {
+            db,
+            clock,
+            key,
+            base: public_url.trim_end_matches('/').to_owned(),
+            ttl_ms: i64::try_from(cfg.url_ttl_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
+            max_bytes: cfg.max_bytes,
+        }
+    }
+
+    /// Stores `data` and returns its reference with a fresh URL.
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] over `media.max_bytes`; database errors.
+    pub async fn put(&self, data: &[u8], mime: &str) -> Result<ContentAddressedBytes> {
+        if data.len() > self.max_bytes {
+            return Err(Error::TooLarge(format!(
+                "attachment over {} bytes",
+                self.max_bytes
+            )));
+        }
+        let digest = hex::encode(Sha256::digest(data));
+        blobs::put(&self.db, &digest, mime, data, self.clock.now_ms()).await?;
+        Ok(ContentAddressedBytes {
+            algo: "sha256".into(),
+            url: Some(self.url(&digest)),
+            digest,
+        })
+    }
+
+    /// The blob's media type and bytes.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn get(&self, digest: &str) -> Result<Option<(String, Vec<u8>)>> {
+        Ok(blobs::get(&self.db, digest)
+            .await?
+            .map(|b| (b.mime, b.data)))
+    }
+
+    fn sign(&self, digest: &str, exp: i64) -> String {
+        // HMAC takes keys of any length, so `new_from_slice` cannot fail here.
+        let Ok(mut mac) = <Hmac<Sha256> as Mac>::new_from_slice(self.key.expose().as_bytes())
+        else {
+            return String::new();
+        };
+        mac.update(digest.as_bytes());
+        mac.update(b".");
+        mac.update(exp.to_string().as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// A URL for `digest` valid for `media.url_ttl_seconds`.
+    #[must_use]
+    pub fn url(&self, digest: &str) -> String {
+        let exp = (self.clock.now_ms().saturating_add(self.ttl_ms)) / 1000;
+        format!(
+            "{}/media/{digest}?exp={exp}&sig={}",
+            self.base,
+            self.sign(digest, exp)
+        )
+    }
+
+    /// Checks a `/media` request's expiry (unix seconds) and signature.
+    #[must_use]
+    pub fn check(&self, digest: &str, exp: i64, sig: &str) -> MediaAccess {
+        let expected = self.sign(digest, exp);
+        let same = expected.len() == sig.len()
+            && expected
+                .bytes()
+                .zip(sig.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if same && exp.saturating_mul(1000) >= self.clock.now_ms() {
+            MediaAccess::Granted
+        } else {
+            MediaAccess::Refused
+        }
+    }
+
+    /// Replaces the URL of every content-addressed reference in `parts` with a fresh one.
+    pub fn refresh_urls(&self, parts: &mut [Part]) {
+        for_each_content_ref(parts, |c| c.url = Some(self.url(&c.digest)));
+    }
+}
+
+/// Drops the URLs of content-addressed references: storage keeps the digest only.
+pub fn strip_urls(parts: &mut [Part]) {
+    for_each_content_ref(parts, |c| c.url = None);
+}
+
+fn for_each_content_ref(parts: &mut [Part], mut f: impl FnMut(&mut ContentAddressedBytes)) {
+    for part in parts {
+        let bytes_ref = match part {
+            Part::File(file) => Some(&mut file.bytes_ref),
+            Part::Artifact(a) => a.bytes_ref.as_mut(),
+            _ => None,
+        };
+        if let Some(BytesRef::ContentAddressed(c)) = bytes_ref
+            && c.algo == "sha256"
+        {
+            f(c);
+        }
+    }
+}
+
+/// Whether `s` looks like a lower-case hex sha256.
+#[must_use]
+pub fn is_digest(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
