@@ -1,24 +1,13 @@
 //! The built-in echo agent: answers with the text it received, so a new install works at once.
 
-use crate::clock::SharedClock;
 use crate::error::OutboundError;
 use crate::message::{Extra, NormalizedMessage, NormalizedResponse, Part, TextMime, TextPart};
 
 use super::AgentBackend;
 
 /// Answers every message with its own text.
-#[derive(Debug)]
-pub struct EchoAgent {
-    _clock: SharedClock,
-}
-
-impl EchoAgent {
-    /// A new echo agent.
-    #[must_use]
-    pub fn new(clock: SharedClock) -> Self {
-        Self { _clock: clock }
-    }
-}
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EchoAgent;
 
 #[async_trait::async_trait]
 impl AgentBackend for EchoAgent {

@@ -67,7 +67,7 @@ impl AgentRegistry {
         };
         for a in agents {
             let backend: Arc<dyn AgentBackend> = match &a.backend {
-                BackendConfig::Echo => Arc::new(EchoAgent::new(clock.clone())),
+                BackendConfig::Echo => Arc::new(EchoAgent),
                 BackendConfig::Webhook {
                     url,
                     secret,

@@ -87,16 +87,8 @@ pub enum Finish {
     },
 }
 
-/// Inserts a job unless one with the same id exists; returns whether it was inserted. Call
-/// [`Tx::notify`] once per transaction so other instances wake.
-///
-/// # Errors
-/// Database errors.
-pub async fn enqueue(tx: &mut Tx, job: &NewJob<'_>, now: i64) -> Result<bool> {
-    Ok(enqueue_many(tx, std::slice::from_ref(job), now).await? > 0)
-}
-
-/// Inserts many jobs in one statement, skipping ids that exist; returns how many were inserted.
+/// Inserts jobs in one statement, skipping ids that exist; returns how many were inserted.
+/// Call [`Tx::notify`] once per transaction so other instances wake.
 ///
 /// # Errors
 /// Database errors.

@@ -94,15 +94,6 @@ pub enum Tx {
 }
 
 impl Tx {
-    /// The engine.
-    #[must_use]
-    pub fn backend(&self) -> Backend {
-        match self {
-            Self::Sqlite(_) => Backend::Sqlite,
-            Self::Postgres(_) => Backend::Postgres,
-        }
-    }
-
     /// Runs a statement; returns the number of rows affected.
     ///
     /// # Errors

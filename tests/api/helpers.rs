@@ -274,7 +274,6 @@ impl switchboard::agents::AgentBackend for RecordingAgent {
     ) -> Result<Option<switchboard::message::NormalizedResponse>, switchboard::error::OutboundError>
     {
         self.seen.lock().unwrap().push(msg.clone());
-        let echo = switchboard::agents::EchoAgent::new(Arc::new(switchboard::clock::SystemClock));
-        switchboard::agents::AgentBackend::respond(&echo, msg).await
+        switchboard::agents::AgentBackend::respond(&switchboard::agents::EchoAgent, msg).await
     }
 }
