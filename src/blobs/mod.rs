@@ -4,13 +4,13 @@
 //! Storage keeps the digest, never a signed URL; a fresh URL is minted whenever a message is
 //! handed to an agent.
 
-use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use crate::clock::SharedClock;
 use crate::config::{MediaConfig, Secret};
 use crate::error::{Error, Result};
 use crate::message::{BytesRef, ContentAddressedBytes, Part};
+use crate::net::{constant_time_eq, hmac_hex};
 use crate::store::{Db, blobs};
 
 /// The blob store.
@@ -82,15 +82,11 @@ impl BlobStore {
     }
 
     fn sign(&self, digest: &str, exp: i64) -> String {
-        // HMAC takes keys of any length, so `new_from_slice` cannot fail here.
-        let Ok(mut mac) = <Hmac<Sha256> as Mac>::new_from_slice(self.key.expose().as_bytes())
-        else {
-            return String::new();
-        };
-        mac.update(digest.as_bytes());
-        mac.update(b".");
-        mac.update(exp.to_string().as_bytes());
-        hex::encode(mac.finalize().into_bytes())
+        hmac_hex(
+            self.key.expose().as_bytes(),
+            digest.as_bytes(),
+            exp.to_string().as_bytes(),
+        )
     }
 
     /// A URL for `digest` valid for `media.url_ttl_seconds`.
@@ -107,13 +103,7 @@ impl BlobStore {
     /// Checks a `/media` request's expiry (unix seconds) and signature.
     #[must_use]
     pub fn check(&self, digest: &str, exp: i64, sig: &str) -> MediaAccess {
-        let expected = self.sign(digest, exp);
-        let same = expected.len() == sig.len()
-            && expected
-                .bytes()
-                .zip(sig.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
+        let same = constant_time_eq(self.sign(digest, exp).as_bytes(), sig.as_bytes());
         if same && exp.saturating_mul(1000) >= self.clock.now_ms() {
             MediaAccess::Granted
         } else {

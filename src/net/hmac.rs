@@ -1,5 +1,6 @@
-//! HMAC-SHA256 request signing shared by every webhook-style POST switchboard makes (agent
-//! webhooks, API callbacks): `X-Switchboard-Signature: v1=<hex HMAC(secret, ts + "." + body)>`.
+//! HMAC-SHA256 as switchboard uses it: request signing for every webhook-style POST (agent
+//! webhooks, API callbacks: `X-Switchboard-Signature: v1=<hex HMAC(secret, ts + "." + body)>`),
+//! the signatures of `/media` URLs, and constant-time comparison of secrets.
 
 use hmac::{Hmac, Mac};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
@@ -12,17 +13,32 @@ pub const TIMESTAMP_HEADER: &str = "x-switchboard-timestamp";
 /// Header carrying `v1=<hex HMAC-SHA256(secret, timestamp + "." + body)>`.
 pub const SIGNATURE_HEADER: &str = "x-switchboard-signature";
 
+/// Hex HMAC-SHA256 of `head + "." + tail` under `key`.
+#[must_use]
+pub fn hmac_hex(key: &[u8], head: &[u8], tail: &[u8]) -> String {
+    // HMAC takes keys of any length, so `new_from_slice` cannot fail here.
+    let Ok(mut mac) = <Hmac<Sha256> as Mac>::new_from_slice(key) else {
+        return String::new();
+    };
+    mac.update(head);
+    mac.update(b".");
+    mac.update(tail);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Compares two secrets (tokens, signatures) in time independent of where they differ.
+#[must_use]
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// `v1=<hex>` for `body` signed at `timestamp` with `secret`.
 #[must_use]
 pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
-    // HMAC takes keys of any length, so `new_from_slice` cannot fail here.
-    let Ok(mut mac) = <Hmac<Sha256> as Mac>::new_from_slice(secret) else {
-        return String::new();
-    };
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("v1={}", hex::encode(mac.finalize().into_bytes()))
+    format!(
+        "v1={}",
+        hmac_hex(secret, timestamp.to_string().as_bytes(), body)
+    )
 }
 
 /// Signed headers for a webhook-style POST of `body`.
@@ -51,5 +67,12 @@ mod tests {
             sign(b"secret", 1_700_000_000, b"{}"),
             "v1=b8569b78799ff9e3cbff0fc2d63a33a2b57f3282abd07c37ae5e8e7d79a5f163"
         );
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
     }
 }

@@ -16,7 +16,9 @@ use bytes::Bytes;
 use reqwest::{Method, StatusCode, header::HeaderMap};
 
 pub use guard::{check_url, is_forbidden_ip};
-pub use hmac::{SIGNATURE_HEADER, TIMESTAMP_HEADER, sign, signed_headers};
+pub use hmac::{
+    SIGNATURE_HEADER, TIMESTAMP_HEADER, constant_time_eq, hmac_hex, sign, signed_headers,
+};
 
 use crate::clock::SharedClock;
 use crate::config::NetConfig;

@@ -17,7 +17,7 @@ use crate::config::{ApiConfig, Secret};
 use crate::error::{Error, OutboundError};
 use crate::http::error_response;
 use crate::message::NormalizedMessage;
-use crate::net::{HttpClient, HttpRequest as OutRequest, signed_headers};
+use crate::net::{HttpClient, HttpRequest as OutRequest, constant_time_eq, signed_headers};
 use crate::pipeline::Pipeline;
 use crate::store::messages;
 
@@ -120,10 +120,6 @@ fn authorize(state: &ApiState, req: &HttpRequest) -> Result<(), Error> {
     } else {
         Err(Error::Unauthenticated)
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Turns an API request body into a NormalizedMessage, filling what the API may omit.
@@ -232,12 +228,5 @@ mod tests {
                 .to_string()
                 .contains("external_id")
         );
-    }
-
-    #[test]
-    fn token_comparison() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
     }
 }
