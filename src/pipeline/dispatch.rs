@@ -169,7 +169,7 @@ impl DispatchHandler {
 
 #[async_trait::async_trait]
 impl JobHandler for DispatchHandler {
-    async fn handle(&self, owner: &str, batch: Vec<JobRow>) -> Result<()> {
+    async fn handle(&self, owner: &str, batch: &[JobRow]) -> Result<()> {
         let core = &self.0;
         let jobs: Vec<_> = batch.iter().map(payload::<DispatchJob>).collect();
         let wanted: Vec<&str> = jobs
@@ -329,7 +329,7 @@ impl DeliverHandler {
 
 #[async_trait::async_trait]
 impl JobHandler for DeliverHandler {
-    async fn handle(&self, owner: &str, batch: Vec<JobRow>) -> Result<()> {
+    async fn handle(&self, owner: &str, batch: &[JobRow]) -> Result<()> {
         let core = &self.0;
         let jobs: Vec<_> = batch.iter().map(payload::<DeliverJob>).collect();
         let wanted: Vec<&str> = jobs
@@ -345,19 +345,16 @@ impl JobHandler for DeliverHandler {
                 Ok((row, parse::<NormalizedResponse>(row)?))
             })
             .collect();
-        let original_ids: Vec<&str> = responses
+        let original_ids: Vec<String> = responses
             .iter()
-            .filter_map(|r| r.as_ref().ok().map(|(_, resp)| resp.in_reply_to.as_str()))
+            .filter_map(|r| r.as_ref().ok().map(|(_, resp)| resp.in_reply_to.clone()))
             .collect();
-        let originals = load_many(core, &original_ids).await;
+        let wanted: Vec<&str> = original_ids.iter().map(String::as_str).collect();
+        let originals = load_many(core, &wanted).await;
         let attempts = join_all(
             batch
                 .iter()
-                .zip(responses.iter().map(|r| {
-                    r.as_ref()
-                        .map(|(row, resp)| (*row, resp.clone()))
-                        .map_err(Clone::clone)
-                }))
+                .zip(responses)
                 .map(|(job, response)| self.run(job, response, &originals)),
         )
         .await;

@@ -35,7 +35,7 @@ pub trait JobHandler: Send + Sync + 'static {
     ///
     /// # Errors
     /// When the batch could not be committed; its leases then expire and the jobs run again.
-    async fn handle(&self, owner: &str, jobs: Vec<JobRow>) -> Result<()>;
+    async fn handle(&self, owner: &str, jobs: &[JobRow]) -> Result<()>;
 }
 
 /// The queue: configuration, this instance's lease owner id, and the wakers of each kind.
@@ -169,8 +169,7 @@ impl Queue {
                         // More may be waiting: let another idle worker help.
                         waker.notify_one();
                     }
-                    let ids: Vec<String> = batch.iter().map(|j| j.id.clone()).collect();
-                    if let Err(e) = handler.handle(&self.owner, batch).await {
+                    if let Err(e) = handler.handle(&self.owner, &batch).await {
                         // The commit failed, so nothing of the batch took effect: hand the jobs
                         // back (after a pause) rather than leave them leased until expiry.
                         let retry_at = self
@@ -178,7 +177,7 @@ impl Queue {
                             .now_ms()
                             .saturating_add(i64::try_from(poll.as_millis()).unwrap_or(i64::MAX));
                         let released =
-                            jobs::release_many(&self.db, &ids, &self.owner, retry_at).await;
+                            jobs::release_many(&self.db, &batch, &self.owner, retry_at).await;
                         tracing::error!(kind, error = %e, released = ?released.ok(), "job batch failed; it will run again");
                         tokio::time::sleep(poll).await;
                     }

@@ -244,22 +244,22 @@ pub async fn reap_expired(db: &Db, kind: &str, now: i64) -> Result<u64> {
     .await
 }
 
-/// Returns the named jobs `owner` still leases to the queue, to run at `run_at` (the attempt
+/// Returns these jobs, if `owner` still leases them, to the queue, to run at `run_at` (the attempt
 /// counts). Used when a batch could not be committed.
 ///
 /// # Errors
 /// Database errors (the leases then expire on their own).
-pub async fn release_many(db: &Db, ids: &[String], owner: &str, run_at: i64) -> Result<u64> {
-    if ids.is_empty() {
+pub async fn release_many(db: &Db, jobs: &[JobRow], owner: &str, run_at: i64) -> Result<u64> {
+    if jobs.is_empty() {
         return Ok(0);
     }
     let sql = format!(
         "UPDATE jobs SET state = 'ready', lease_owner = NULL, lease_until = NULL, run_at = $1, updated_at = $1 \
          WHERE lease_owner = $2 AND state = 'running' AND id IN ({})",
-        in_list(ids.len(), 3)
+        in_list(jobs.len(), 3)
     );
     let mut args = vec![Arg::Int(run_at), Arg::Text(owner)];
-    args.extend(ids.iter().map(|id| Arg::Text(id)));
+    args.extend(jobs.iter().map(|j| Arg::Text(&j.id)));
     db.execute(&sql, &args).await
 }
 

@@ -305,15 +305,14 @@ async fn leases_are_released_or_reaped(engine: Engine) {
         "leased jobs are not claimed twice"
     );
     // A failed batch hands its jobs back at once; another owner cannot release them.
-    let ids: Vec<String> = claimed.iter().map(|j| j.id.clone()).collect();
     assert_eq!(
-        jobs::release_many(&db, &ids[..1], "worker-b", now + 500)
+        jobs::release_many(&db, &claimed[..1], "worker-b", now + 500)
             .await
             .unwrap(),
         0
     );
     assert_eq!(
-        jobs::release_many(&db, &ids[..1], "worker-a", now + 500)
+        jobs::release_many(&db, &claimed[..1], "worker-a", now + 500)
             .await
             .unwrap(),
         1
