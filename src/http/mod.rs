@@ -70,7 +70,6 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
         .pipeline
         .on_main(async move { db.ready().await })
         .await
-        .and_then(|r| r)
     {
         Ok(true) => HttpResponse::Ok().content_type("text/plain").body("ready"),
         Ok(false) => HttpResponse::ServiceUnavailable()
@@ -110,8 +109,7 @@ async fn media(
     let found = state
         .pipeline
         .on_main(async move { blobs.get(&digest).await })
-        .await
-        .and_then(|r| r);
+        .await;
     match found {
         Ok(Some((mime, data))) => HttpResponse::Ok()
             .content_type(mime)
@@ -163,7 +161,6 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         .pipeline
         .on_main(async move { jobs::counts(&db).await })
         .await
-        .and_then(|r| r)
     {
         Ok(counts) => {
             let rows: Vec<_> = counts.into_iter().map(|c| (c.kind, c.state, c.n)).collect();

@@ -128,12 +128,12 @@ impl Pipeline {
     /// touch the database go through here so every connection belongs to the main runtime.
     ///
     /// # Errors
-    /// [`Error::Unavailable`] when the main runtime is shutting down.
+    /// The future's own error, or [`Error::Unavailable`] when the main runtime is shutting down.
     pub async fn on_main<T: Send + 'static>(
         &self,
-        fut: impl std::future::Future<Output = T> + Send + 'static,
+        fut: impl std::future::Future<Output = Result<T>> + Send + 'static,
     ) -> Result<T> {
-        self.main.spawn(fut).await.map_err(|_| Error::Unavailable)
+        self.main.spawn(fut).await.map_err(|_| Error::Unavailable)?
     }
 
     /// The handler of `dispatch` jobs.

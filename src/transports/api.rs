@@ -194,7 +194,7 @@ async fn get_response(
         .pipeline
         .on_main(async move { messages::response_to(&db, &id).await })
         .await;
-    match found.and_then(|r| r) {
+    match found {
         Ok(Some(row)) => HttpResponse::Ok()
             .content_type("application/json")
             .body(row.body),
