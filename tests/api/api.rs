@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 
-use crate::helpers::{Engine, on_both_engines, serve_route, spawn_app, wait_for};
+use crate::helpers::{
+    Engine, header, on_both_engines, serve_route, signed_with, spawn_app, wait_for,
+};
 
 fn body(recipient: &str, external_id: &str, text: &str) -> Value {
     json!({
@@ -136,18 +138,9 @@ async fn api_is_off_without_a_token() {
 type Seen = Arc<Mutex<Vec<(String, bool, Value)>>>;
 
 async fn callback(seen: web::Data<Seen>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
-    let h = |n: &str| {
-        req.headers()
-            .get(n)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned()
-    };
-    let ts: i64 = h("x-switchboard-timestamp").parse().unwrap_or(0);
-    let signed = h("x-switchboard-signature") == switchboard::net::sign(b"cb-secret", ts, &body);
     seen.lock().unwrap().push((
-        h("idempotency-key"),
-        signed,
+        header(&req, "idempotency-key"),
+        signed_with(&req, &body, b"cb-secret"),
         serde_json::from_slice(&body).unwrap(),
     ));
     HttpResponse::Ok().finish()

@@ -15,23 +15,26 @@ fn switchboard() -> Command {
     c
 }
 
+/// Runs the command: (succeeded, stdout, stderr).
+fn run(cmd: &mut Command) -> (bool, String, String) {
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn check_config_masks_secrets() {
-    let out = switchboard()
+    let (ok, stdout, stderr) = run(switchboard()
         .args(["check-config"])
         .env(
             "SWITCHBOARD__DATABASE__URL",
             "postgres://u:hunter2@db.example/sb",
         )
-        .env("SWITCHBOARD__API__TOKEN", "tok-secret-value")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
+        .env("SWITCHBOARD__API__TOKEN", "tok-secret-value"));
+    assert!(ok, "{stderr}");
     assert!(
         !stdout.contains("hunter2") && !stdout.contains("tok-secret-value"),
         "{stdout}"
@@ -48,12 +51,8 @@ fn check_config_names_the_unknown_key_and_loads_the_example() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
     std::fs::write(&path, "[queue]\nlease_secs = 3\n").unwrap();
-    let out = switchboard()
-        .args(["check-config", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (ok, _, stderr) = run(switchboard().args(["check-config", path.to_str().unwrap()]));
+    assert!(!ok);
     assert!(
         stderr.contains("queue") && stderr.contains("lease_secs"),
         "{stderr}"
@@ -63,15 +62,8 @@ fn check_config_names_the_unknown_key_and_loads_the_example() {
         env!("CARGO_MANIFEST_DIR"),
         "/deploy/switchboard.example.toml"
     );
-    let out = switchboard()
-        .args(["--config", example, "check-config"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, _, stderr) = run(switchboard().args(["--config", example, "check-config"]));
+    assert!(ok, "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,16 +81,9 @@ async fn queue_list_retry_purge() {
     .await;
     t.stop().await;
     let run = |args: &[&str]| {
-        let out = switchboard()
+        run(switchboard()
             .args(args)
-            .env("SWITCHBOARD__DATABASE__URL", &t.db.url)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+            .env("SWITCHBOARD__DATABASE__URL", &t.db.url))
     };
     let (ok, out, _) = run(&["queue", "list"]);
     assert!(ok);

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use switchboard::store::messages;
 
 use crate::helpers::{
-    Engine, TestDb, fresh_db, job_states, on_both_engines, serve_route, wait_for,
+    Engine, TestDb, fresh_db, header, job_states, on_both_engines, serve_route, wait_for,
 };
 
 const N: usize = 1000;
@@ -31,13 +31,7 @@ async fn receive(sink: web::Data<Arc<Sink>>, req: HttpRequest, body: web::Bytes)
     let _g = sink.gate.lock().await;
     tokio::time::sleep(Duration::from_millis(2)).await;
     let resp: Value = serde_json::from_slice(&body).unwrap();
-    let key = req
-        .headers()
-        .get("idempotency-key")
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let key = header(&req, "idempotency-key");
     assert_eq!(key, resp["id"].as_str().unwrap());
     sink.by_message
         .lock()

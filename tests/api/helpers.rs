@@ -205,6 +205,21 @@ where
     }
 }
 
+/// A request header as a string ("" when absent).
+pub fn header(req: &actix_web::HttpRequest, name: &str) -> String {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// Whether a received POST carries a valid switchboard signature of `body` under `secret`.
+pub fn signed_with(req: &actix_web::HttpRequest, body: &[u8], secret: &[u8]) -> bool {
+    let ts: i64 = header(req, "x-switchboard-timestamp").parse().unwrap_or(0);
+    header(req, "x-switchboard-signature") == switchboard::net::sign(secret, ts, body)
+}
+
 /// Starts a one-route HTTP server on a loopback port with `data` as its app data; returns the
 /// route's URL.
 macro_rules! serve_route {

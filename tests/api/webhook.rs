@@ -12,7 +12,8 @@ use switchboard::message::{NormalizedMessage, Part};
 use switchboard::store::jobs;
 
 use crate::helpers::{
-    Engine, TestApp, job_states, message, on_both_engines, serve_route, spawn_app, wait_for,
+    Engine, TestApp, job_states, message, on_both_engines, serve_route, signed_with, spawn_app,
+    wait_for,
 };
 
 const SECRET: &str = "hook-secret";
@@ -35,16 +36,7 @@ struct Hook {
 }
 
 async fn handle(hook: web::Data<Arc<Hook>>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
-    let header = |n: &str| {
-        req.headers()
-            .get(n)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned()
-    };
-    let ts: i64 = header("x-switchboard-timestamp").parse().unwrap_or(0);
-    let signed =
-        header("x-switchboard-signature") == switchboard::net::sign(SECRET.as_bytes(), ts, &body);
+    let signed = signed_with(&req, &body, SECRET.as_bytes());
     let msg: NormalizedMessage = serde_json::from_slice(&body).unwrap();
     hook.calls.lock().unwrap().push((signed, msg));
     let answer = hook
