@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use super::{Arg, Backend, Db, Tx, in_list, values_list};
+use super::{Arg, Backend, Db, Tx, in_list, rows};
 use crate::error::{Error, Result};
 
 /// A job as claimed by a worker.
@@ -96,14 +96,8 @@ pub async fn enqueue_many(tx: &mut Tx, jobs: &[NewJob<'_>], now: i64) -> Result<
     if jobs.is_empty() {
         return Ok(0);
     }
-    let sql = format!(
-        "INSERT INTO jobs (id, kind, payload, state, attempts, max_attempts, run_at, created_at, updated_at) \
-         VALUES {} ON CONFLICT DO NOTHING",
-        values_list(jobs.len(), 9, 1)
-    );
-    let mut args = Vec::with_capacity(jobs.len() * 9);
-    for j in jobs {
-        args.extend([
+    let (values, args) = rows(jobs, |j| {
+        [
             Arg::Text(j.id),
             Arg::Text(j.kind),
             Arg::Text(j.payload),
@@ -113,8 +107,12 @@ pub async fn enqueue_many(tx: &mut Tx, jobs: &[NewJob<'_>], now: i64) -> Result<
             Arg::Int(j.run_at),
             Arg::Int(now),
             Arg::Int(now),
-        ]);
-    }
+        ]
+    });
+    let sql = format!(
+        "INSERT INTO jobs (id, kind, payload, state, attempts, max_attempts, run_at, created_at, updated_at) \
+         VALUES {values} ON CONFLICT DO NOTHING"
+    );
     tx.execute(&sql, &args).await
 }
 

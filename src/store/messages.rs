@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Arg, Db, Tx, in_list, values_list};
+use super::{Arg, Db, Tx, in_list, rows};
 use crate::error::Result;
 
 /// A stored message or response.
@@ -55,20 +55,18 @@ pub async fn claim_external_ids(
     if keys.is_empty() {
         return Ok(HashSet::new());
     }
-    let sql = format!(
-        "INSERT INTO inbound_seen (transport, external_id, message_id, created_at) VALUES {} \
-         ON CONFLICT DO NOTHING RETURNING message_id",
-        values_list(keys.len(), 4, 1)
-    );
-    let mut args = Vec::with_capacity(keys.len() * 4);
-    for k in keys {
-        args.extend([
+    let (values, args) = rows(keys, |k| {
+        [
             Arg::Text(k.transport),
             Arg::Text(k.external_id),
             Arg::Text(k.message_id),
             Arg::Int(now),
-        ]);
-    }
+        ]
+    });
+    let sql = format!(
+        "INSERT INTO inbound_seen (transport, external_id, message_id, created_at) VALUES {values} \
+         ON CONFLICT DO NOTHING RETURNING message_id"
+    );
     let rows: Vec<MessageIdRow> = tx.fetch_all(&sql, &args).await?;
     Ok(rows.into_iter().map(|r| r.message_id).collect())
 }
@@ -123,21 +121,19 @@ pub async fn upsert_threads(
     if unique.is_empty() {
         return Ok(HashMap::new());
     }
-    let sql = format!(
-        "INSERT INTO threads (id, transport, thread_key, created_at) VALUES {} \
-         ON CONFLICT (transport, thread_key) DO UPDATE SET thread_key = excluded.thread_key \
-         RETURNING id, transport, thread_key",
-        values_list(unique.len(), 4, 1)
-    );
-    let mut args = Vec::with_capacity(unique.len() * 4);
-    for (transport, key, id) in &unique {
-        args.extend([
+    let (values, args) = rows(&unique, |(transport, key, id)| {
+        [
             Arg::Text(id),
             Arg::Text(transport),
             Arg::Text(key),
             Arg::Int(now),
-        ]);
-    }
+        ]
+    });
+    let sql = format!(
+        "INSERT INTO threads (id, transport, thread_key, created_at) VALUES {values} \
+         ON CONFLICT (transport, thread_key) DO UPDATE SET thread_key = excluded.thread_key \
+         RETURNING id, transport, thread_key"
+    );
     let rows: Vec<ThreadKeyRow> = tx.fetch_all(&sql, &args).await?;
     Ok(rows
         .into_iter()
@@ -182,14 +178,8 @@ pub async fn insert_many(
     if msgs.is_empty() {
         return Ok(HashSet::new());
     }
-    let sql = format!(
-        "INSERT INTO messages (id, thread_id, direction, agent, transport, answers, body, created_at) \
-         VALUES {} ON CONFLICT DO NOTHING RETURNING id",
-        values_list(msgs.len(), 8, 1)
-    );
-    let mut args = Vec::with_capacity(msgs.len() * 8);
-    for m in msgs {
-        args.extend([
+    let (values, args) = rows(msgs, |m| {
+        [
             Arg::Text(m.id),
             Arg::Text(m.thread_id),
             Arg::Text(m.direction),
@@ -198,8 +188,12 @@ pub async fn insert_many(
             Arg::OptText(m.answers),
             Arg::Text(m.body),
             Arg::Int(now),
-        ]);
-    }
+        ]
+    });
+    let sql = format!(
+        "INSERT INTO messages (id, thread_id, direction, agent, transport, answers, body, created_at) \
+         VALUES {values} ON CONFLICT DO NOTHING RETURNING id"
+    );
     let rows: Vec<IdRow> = tx.fetch_all(&sql, &args).await?;
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
@@ -313,15 +307,8 @@ pub async fn record_deliveries(
     if records.is_empty() {
         return Ok(());
     }
-    let sql = format!(
-        "INSERT INTO deliveries (job_id, response_id, transport, outcome, attempts, detail, finished_at) VALUES {} \
-         ON CONFLICT (job_id) DO UPDATE SET outcome = excluded.outcome, attempts = excluded.attempts, \
-         detail = excluded.detail, finished_at = excluded.finished_at",
-        values_list(records.len(), 7, 1)
-    );
-    let mut args = Vec::with_capacity(records.len() * 7);
-    for r in records {
-        args.extend([
+    let (values, args) = rows(records, |r| {
+        [
             Arg::Text(r.job_id),
             Arg::Text(r.response_id),
             Arg::Text(r.transport),
@@ -329,8 +316,13 @@ pub async fn record_deliveries(
             Arg::Int(r.attempts),
             Arg::OptText(r.detail),
             Arg::Int(now),
-        ]);
-    }
+        ]
+    });
+    let sql = format!(
+        "INSERT INTO deliveries (job_id, response_id, transport, outcome, attempts, detail, finished_at) VALUES {values} \
+         ON CONFLICT (job_id) DO UPDATE SET outcome = excluded.outcome, attempts = excluded.attempts, \
+         detail = excluded.detail, finished_at = excluded.finished_at"
+    );
     tx.execute(&sql, &args).await?;
     Ok(())
 }

@@ -243,6 +243,18 @@ pub fn values_list(rows: usize, cols: usize, first: usize) -> String {
     s
 }
 
+/// The VALUES list and the flattened arguments of a multi-row statement: one row of `N`
+/// arguments per item.
+pub fn rows<'a, T, const N: usize>(
+    items: &'a [T],
+    row: impl Fn(&'a T) -> [Arg<'a>; N],
+) -> (String, Vec<Arg<'a>>) {
+    (
+        values_list(items.len(), N, 1),
+        items.iter().flat_map(row).collect(),
+    )
+}
+
 /// `$first, $first+1, …` for an `IN (…)` list of `n` items.
 #[must_use]
 pub fn in_list(n: usize, first: usize) -> String {
