@@ -20,6 +20,7 @@ use crate::net::HttpClient;
 use crate::pipeline::{Core, Pipeline};
 use crate::queue::{Queue, kinds};
 use crate::store::Db;
+use crate::transports::activitypub::{self, ActivityPub};
 use crate::transports::api::{ApiState, ApiTransport};
 use crate::transports::{Transport, TransportRegistry};
 
@@ -122,11 +123,28 @@ impl Application {
             &config.media,
             public_url.as_str(),
         );
+        let agents = Arc::new(agents);
+        let keys = crate::keys::Keys::default();
+        let activitypub = ActivityPub::new(
+            &config,
+            activitypub::Parts {
+                db: db.clone(),
+                clock: clock.clone(),
+                http: http_client.clone(),
+                keys: keys.clone(),
+                agents: agents.clone(),
+                blobs: blobs.clone(),
+                queue: queue.clone(),
+            },
+        )?;
+        if activitypub.enabled() {
+            transports.register(Arc::new(activitypub.clone()));
+        }
         let pipeline = Pipeline::new(Core {
             db: db.clone(),
             clock: clock.clone(),
             queue: queue.clone(),
-            agents: Arc::new(agents),
+            agents,
             transports,
             metrics,
             history: config.history,
@@ -146,6 +164,13 @@ impl Application {
                 pipeline.deliver_handler(),
                 shutdown_rx.clone(),
             ));
+            if activitypub.enabled() {
+                workers.extend(queue.spawn_workers(
+                    activitypub::JOB_KIND,
+                    activitypub.deliver_handler(),
+                    shutdown_rx.clone(),
+                ));
+            }
         }
         workers.push(queue.spawn_housekeeping(shutdown_rx.clone()));
         if let Some(listener) = queue.spawn_listener(shutdown_rx) {
@@ -162,11 +187,14 @@ impl Application {
         let max_body = config.server.max_body_bytes;
         let grace = config.server.shutdown_grace_seconds;
         let app_state = state.clone();
+        let ap_pipeline = pipeline.clone();
         let server = HttpServer::new(move || {
             let (s, a) = (app_state.clone(), api_state.clone());
+            let (ap, p) = (activitypub.clone(), ap_pipeline.clone());
             App::new()
                 .wrap(from_fn(http::track))
                 .configure(move |c| http::configure(c, s, a, max_body))
+                .configure(move |c| ap.configure(c, p))
         })
         .workers(config.server.workers.max(1))
         .disable_signals()

@@ -3,6 +3,7 @@
 //! [`Transport::deliver`]. The pipeline knows them only through this trait, registered at
 //! start-up; no transport imports another.
 
+pub mod activitypub;
 pub mod api;
 pub mod memory;
 

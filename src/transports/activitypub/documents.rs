@@ -1,0 +1,390 @@
+//! Discovery and the documents other servers fetch: WebFinger, agent actors (JSON for
+//! ActivityPub clients, an HTML profile page for browsers), the instance actor, NodeInfo 2.1,
+//! outbox and followers collections, and every note an agent posted at its id.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde_json::{Value, json};
+
+use super::mapping::{self, str_of};
+use super::{HttpState, Inner, store};
+use crate::agents::Agent;
+use crate::error::Error;
+
+const AP_JSON: &str = "application/activity+json";
+
+pub(super) fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/.well-known/webfinger", web::get().to(webfinger))
+        .route("/.well-known/nodeinfo", web::get().to(nodeinfo_links))
+        .route("/nodeinfo/2.1", web::get().to(nodeinfo))
+        .route("/actor", web::get().to(instance_actor))
+        .route("/agents/{name}", web::get().to(actor))
+        .route("/agents/{name}/outbox", web::get().to(outbox))
+        .route("/agents/{name}/followers", web::get().to(followers))
+        .route("/agents/{name}/notes/{id}", web::get().to(note))
+        .route(
+            "/agents/{name}/notes/{id}/activity",
+            web::get().to(note_activity),
+        );
+}
+
+fn not_found() -> HttpResponse {
+    HttpResponse::NotFound().json(json!({"error": "not found"}))
+}
+
+fn ap(doc: &Value) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(AP_JSON)
+        .insert_header(("Vary", "Accept"))
+        .body(doc.to_string())
+}
+
+fn wants_ap(req: &HttpRequest) -> bool {
+    req.headers()
+        .get(actix_web::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| {
+            a.contains("activity+json") || a.contains("ld+json") || a.contains("application/json")
+        })
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct WfQuery {
+    resource: Option<String>,
+}
+
+async fn webfinger(state: web::Data<HttpState>, q: web::Query<WfQuery>) -> HttpResponse {
+    let inner = &state.ap.inner;
+    let Some(resource) = q.resource.as_deref() else {
+        return HttpResponse::BadRequest().json(json!({"error": "resource is required"}));
+    };
+    let agent = if let Some(acct) = resource.strip_prefix("acct:") {
+        let acct = acct.trim_start_matches('@');
+        acct.rsplit_once('@')
+            .filter(|(_, d)| d.eq_ignore_ascii_case(&inner.domain))
+            .and_then(|(n, _)| inner.agents.get(n))
+    } else {
+        inner.local_agent(resource)
+    };
+    let Some(agent) = agent else {
+        if resource == inner.instance_actor() || resource == format!("acct:{0}@{0}", inner.domain) {
+            return jrd(json!({
+                "subject": format!("acct:{0}@{0}", inner.domain),
+                "aliases": [inner.instance_actor()],
+                "links": [{"rel": "self", "type": AP_JSON, "href": inner.instance_actor()}],
+            }));
+        }
+        return not_found();
+    };
+    let actor = inner.actor_url(&agent.name);
+    jrd(json!({
+        "subject": format!("acct:{}@{}", agent.name, inner.domain),
+        "aliases": [actor],
+        "links": [
+            {"rel": "self", "type": AP_JSON, "href": actor},
+            {"rel": "https://mentionable.dev/ns/rel/agent-card", "type": "application/json",
+             "href": format!("{actor}/agent-card.json")},
+            {"rel": "http://webfinger.net/rel/profile-page", "type": "text/html", "href": actor},
+        ],
+    }))
+}
+
+fn jrd(v: Value) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/jrd+json")
+        .insert_header(("Access-Control-Allow-Origin", "*"))
+        .body(v.to_string())
+}
+
+async fn nodeinfo_links(state: web::Data<HttpState>) -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "links": [{
+            "rel": "http://nodeinfo.diaspora.software/ns/schema/2.1",
+            "href": format!("{}/nodeinfo/2.1", state.ap.inner.base),
+        }]
+    }))
+}
+
+async fn nodeinfo(state: web::Data<HttpState>) -> HttpResponse {
+    let n = state.ap.inner.agents.all().len();
+    HttpResponse::Ok()
+        .content_type(
+            "application/json; profile=\"http://nodeinfo.diaspora.software/ns/schema/2.1#\"",
+        )
+        .body(
+            json!({
+                "version": "2.1",
+                "software": {
+                    "name": "switchboard",
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "repository": "https://github.com/switchboard/switchboard",
+                },
+                "protocols": ["activitypub"],
+                "services": {"inbound": [], "outbound": []},
+                "openRegistrations": false,
+                "usage": {"users": {"total": n, "activeMonth": n, "activeHalfyear": n}},
+                "metadata": {"nodeName": state.ap.inner.domain},
+            })
+            .to_string(),
+        )
+}
+
+/// Runs a fallible database read on the main runtime.
+async fn on_main<T: Send + 'static>(
+    state: &HttpState,
+    fut: impl std::future::Future<Output = crate::Result<T>> + Send + 'static,
+) -> Result<T, HttpResponse> {
+    state.pipeline.on_main(fut).await.map_err(|e| {
+        tracing::warn!(error = %e, "ActivityPub document unavailable");
+        crate::http::error_response(&e)
+    })
+}
+
+async fn instance_actor(state: web::Data<HttpState>) -> HttpResponse {
+    let inner = std::sync::Arc::clone(&state.ap.inner);
+    let keys = inner.keys.clone();
+    let key = match on_main(&state, async move {
+        keys.rsa("ap:instance")
+            .await
+            .map_err(|e| Error::Invalid(e.to_string()))
+    })
+    .await
+    {
+        Ok(k) => k,
+        Err(r) => return r,
+    };
+    let id = inner.instance_actor();
+    ap(&json!({
+        "@context": mapping::context(),
+        "id": id,
+        "type": "Application",
+        "preferredUsername": inner.domain,
+        "name": "switchboard",
+        "inbox": format!("{}/inbox", inner.base),
+        "outbox": format!("{id}/outbox"),
+        "endpoints": {"sharedInbox": format!("{}/inbox", inner.base)},
+        "manuallyApprovesFollowers": true,
+        "publicKey": {"id": format!("{id}#main-key"), "owner": id, "publicKeyPem": key.public_key_pem()},
+    }))
+}
+
+/// The actor document of an agent.
+async fn actor_doc(inner: &Inner, agent: &Agent) -> crate::Result<Value> {
+    let rsa = inner
+        .keys
+        .rsa(&Inner::rsa_key_name(&agent.name))
+        .await
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let ed = inner
+        .keys
+        .ed25519(&Inner::ed_key_name(&agent.name))
+        .await
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let id = inner.actor_url(&agent.name);
+    Ok(json!({
+        "@context": [
+            "https://www.w3.org/ns/activitystreams",
+            "https://w3id.org/security/v1",
+            "https://w3id.org/security/multikey/v1",
+            {"manuallyApprovesFollowers": "as:manuallyApprovesFollowers", "discoverable": "http://joinmastodon.org/ns#discoverable", "webfinger": "https://purl.archive.org/socialweb/webfinger"},
+        ],
+        "id": id,
+        "type": "Service",
+        "preferredUsername": agent.name,
+        "name": agent.display_name.clone().unwrap_or_else(|| agent.name.clone()),
+        "summary": agent.summary.as_deref().map(super::html::text_to_html).unwrap_or_default(),
+        "url": id,
+        "inbox": format!("{id}/inbox"),
+        "outbox": format!("{id}/outbox"),
+        "followers": format!("{id}/followers"),
+        "endpoints": {"sharedInbox": format!("{}/inbox", inner.base)},
+        "manuallyApprovesFollowers": false,
+        "discoverable": true,
+        "webfinger": format!("{}@{}", agent.name, inner.domain),
+        "publicKey": {
+            "id": format!("{id}#main-key"),
+            "owner": id,
+            "publicKeyPem": rsa.public_key_pem(),
+        },
+        "assertionMethod": [{
+            "id": format!("{id}#ed25519-key"),
+            "type": "Multikey",
+            "controller": id,
+            "publicKeyMultibase": super::proof::ed25519_multikey(&ed.public_key_raw()),
+        }],
+    }))
+}
+
+async fn actor(
+    state: web::Data<HttpState>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> HttpResponse {
+    let inner = std::sync::Arc::clone(&state.ap.inner);
+    let Some(agent) = inner.agents.get(&path.into_inner()) else {
+        return not_found();
+    };
+    if !wants_ap(&req) {
+        return profile_page(&inner, &agent);
+    }
+    match on_main(&state, async move { actor_doc(&inner, &agent).await }).await {
+        Ok(doc) => ap(&doc),
+        Err(r) => r,
+    }
+}
+
+fn profile_page(inner: &Inner, agent: &Agent) -> HttpResponse {
+    use super::html::escape;
+    let name = agent.display_name.as_deref().unwrap_or(&agent.name);
+    let actor = inner.actor_url(&agent.name);
+    let page = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{n}</title>\
+         <link rel=\"alternate\" type=\"application/activity+json\" href=\"{a}\"></head>\
+         <body><main><h1>{n}</h1><p>@{u}@{d}</p><p>{s}</p>\
+         <p>An AI agent. Mention it from any fediverse account to talk to it.</p></main></body></html>",
+        n = escape(name),
+        a = escape(&actor),
+        u = escape(&agent.name),
+        d = escape(&inner.domain),
+        s = escape(agent.summary.as_deref().unwrap_or_default()),
+    );
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header(("Vary", "Accept"))
+        .insert_header(("Content-Security-Policy", "default-src 'none'"))
+        .body(page)
+}
+
+async fn outbox(state: web::Data<HttpState>, path: web::Path<String>) -> HttpResponse {
+    let inner = std::sync::Arc::clone(&state.ap.inner);
+    let Some(agent) = inner.agents.get(&path.into_inner()) else {
+        return not_found();
+    };
+    let (db, name) = (inner.db.clone(), agent.name.clone());
+    let rows = on_main(&state, async move {
+        Ok((
+            store::outbox_count(&db, &name).await?,
+            store::outbox(&db, &name, 20).await?,
+        ))
+    })
+    .await;
+    let (total, rows) = match rows {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let items: Vec<Value> = rows
+        .iter()
+        .filter_map(|r| serde_json::from_str::<Value>(&r.body).ok())
+        .map(|n| {
+            let mut c = mapping::create_of(&n);
+            if let Some(m) = c.as_object_mut() {
+                m.remove("@context");
+            }
+            c
+        })
+        .collect();
+    let id = format!("{}/outbox", inner.actor_url(&agent.name));
+    ap(&json!({
+        "@context": "https://www.w3.org/ns/activitystreams",
+        "id": id,
+        "type": "OrderedCollection",
+        "totalItems": total,
+        "orderedItems": items,
+    }))
+}
+
+async fn followers(state: web::Data<HttpState>, path: web::Path<String>) -> HttpResponse {
+    let inner = std::sync::Arc::clone(&state.ap.inner);
+    let Some(agent) = inner.agents.get(&path.into_inner()) else {
+        return not_found();
+    };
+    let (db, name) = (inner.db.clone(), agent.name.clone());
+    let rows = match on_main(&state, async move { store::followers(&db, &name).await }).await {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let items: Vec<&str> = rows.iter().map(|r| r.actor.as_str()).collect();
+    ap(&json!({
+        "@context": "https://www.w3.org/ns/activitystreams",
+        "id": format!("{}/followers", inner.actor_url(&agent.name)),
+        "type": "OrderedCollection",
+        "totalItems": items.len(),
+        "orderedItems": items,
+    }))
+}
+
+/// A stored note of ours, if the requester may see it: public and unlisted notes to anyone;
+/// followers-only and direct notes only to a request signed by an addressee.
+async fn visible_note(
+    state: &HttpState,
+    req: &HttpRequest,
+    name: &str,
+    id: &str,
+) -> Result<Value, HttpResponse> {
+    let inner = std::sync::Arc::clone(&state.ap.inner);
+    let note_id = format!("{}/notes/{id}", inner.actor_url(name));
+    let incoming = super::inbox::Incoming::from_request(req);
+    on_main(state, async move {
+        let Some(row) = store::object(&inner.db, &note_id).await? else {
+            return Err(Error::NotFound("no such note".into()));
+        };
+        if row.kind != "out" {
+            return Err(Error::NotFound("no such note".into()));
+        }
+        let note: Value = serde_json::from_str(&row.body).map_err(Error::Corrupt)?;
+        if row.deleted != 0 {
+            return Ok(json!({"id": note_id, "type": "Tombstone", "@gone": true}));
+        }
+        if row.public == 0 {
+            let signer = super::inbox::verify_http(&inner, &incoming, None)
+                .await
+                .map_err(|_| Error::NotFound("no such note".into()))?;
+            if !mapping::audience(&note, &Value::Null)
+                .iter()
+                .any(|a| *a == signer.0.id)
+            {
+                return Err(Error::NotFound("no such note".into()));
+            }
+        }
+        Ok(note)
+    })
+    .await
+}
+
+async fn note(
+    state: web::Data<HttpState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
+    let (name, id) = path.into_inner();
+    match visible_note(&state, &req, &name, &id).await {
+        Ok(mut n) if n.get("@gone").is_some() => {
+            if let Some(m) = n.as_object_mut() {
+                m.remove("@gone");
+            }
+            HttpResponse::Gone()
+                .content_type(AP_JSON)
+                .body(n.to_string())
+        }
+        Ok(mut n) => {
+            if let Some(m) = n.as_object_mut() {
+                m.insert("@context".into(), mapping::context());
+            }
+            ap(&n)
+        }
+        Err(r) => r,
+    }
+}
+
+async fn note_activity(
+    state: web::Data<HttpState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
+    let (name, id) = path.into_inner();
+    match visible_note(&state, &req, &name, &id).await {
+        Ok(n) if n.get("@gone").is_some() => not_found(),
+        Ok(n) if str_of(&n, "id").is_some() => ap(&mapping::create_of(&n)),
+        Ok(_) => not_found(),
+        Err(r) => r,
+    }
+}

@@ -1,0 +1,476 @@
+//! Pure mapping between ActivityStreams JSON and the contract: who a note wakes (the addressing
+//! rule), its visibility, sender address and profile, text, thread keys; and the reverse, a
+//! NormalizedResponse rendered as a `Create(Note)` with Mastodon-compatible addressing, mention
+//! markup and tags. No I/O here.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+use super::html;
+use crate::message::{Part, TextMime, Visibility};
+
+/// The public collection, in its three spellings.
+pub const PUBLIC: &str = "https://www.w3.org/ns/activitystreams#Public";
+
+/// The `@context` of everything we publish.
+#[must_use]
+pub fn context() -> Value {
+    json!([
+        "https://www.w3.org/ns/activitystreams",
+        "https://w3id.org/security/v1",
+        "https://w3id.org/security/data-integrity/v1",
+        {
+            "Hashtag": "as:Hashtag",
+            "sensitive": "as:sensitive",
+            "conversation": "http://ostatus.org#conversation",
+            "ostatus": "http://ostatus.org#",
+        }
+    ])
+}
+
+fn is_public(s: &str) -> bool {
+    matches!(s, PUBLIC | "as:Public" | "Public")
+}
+
+/// The values of a property that may be one value or an array.
+#[must_use]
+pub fn many(v: Option<&Value>) -> Vec<&Value> {
+    match v {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a.iter().collect(),
+        Some(x) => vec![x],
+    }
+}
+
+/// The IRI of a value that is an IRI string or an object with `id` (or `href`).
+#[must_use]
+pub fn iri(v: &Value) -> Option<&str> {
+    match v {
+        Value::String(s) => Some(s),
+        Value::Object(m) => m
+            .get("id")
+            .or_else(|| m.get("href"))
+            .and_then(Value::as_str),
+        _ => None,
+    }
+}
+
+/// The IRIs of a one-or-many property.
+#[must_use]
+pub fn iris(v: Option<&Value>) -> Vec<String> {
+    many(v)
+        .into_iter()
+        .filter_map(iri)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A string property.
+#[must_use]
+pub fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+/// `host[:port]` of an IRI.
+#[must_use]
+pub fn host_of(iri: &str) -> Option<String> {
+    let u = url::Url::parse(iri).ok()?;
+    let h = u.host_str()?.to_ascii_lowercase();
+    Some(match u.port() {
+        Some(p) => format!("{h}:{p}"),
+        None => h,
+    })
+}
+
+/// Everyone a note or its activity addresses (`to`, `cc`, `bto`, `bcc`, `audience`).
+#[must_use]
+pub fn audience(note: &Value, activity: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for obj in [note, activity] {
+        for k in ["to", "cc", "bto", "bcc", "audience"] {
+            out.extend(iris(obj.get(k)));
+        }
+    }
+    out
+}
+
+/// The `href`s of a note's `Mention` tags.
+#[must_use]
+pub fn mention_hrefs(note: &Value) -> Vec<String> {
+    many(note.get("tag"))
+        .into_iter()
+        .filter(|t| str_of(t, "type") == Some("Mention"))
+        .filter_map(|t| str_of(t, "href").map(str::to_owned))
+        .collect()
+}
+
+/// Mention tags as href → `@user@domain`. A tag name without a domain gets the href's host.
+#[must_use]
+pub fn mention_names(note: &Value) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for t in many(note.get("tag")) {
+        if str_of(t, "type") != Some("Mention") {
+            continue;
+        }
+        let (Some(href), Some(name)) = (str_of(t, "href"), str_of(t, "name")) else {
+            continue;
+        };
+        let name = name.trim_start_matches('@');
+        let addr = if name.contains('@') {
+            format!("@{name}")
+        } else {
+            match host_of(href) {
+                Some(h) => format!("@{name}@{h}"),
+                None => continue,
+            }
+        };
+        out.insert(href.to_owned(), addr);
+    }
+    out
+}
+
+/// The addressing rule (`mention_relay: addressing`): the agent is woken only when it is both
+/// addressed and mentioned by a `Mention` tag.
+#[must_use]
+pub fn wakes(note: &Value, activity: &Value, agent_iri: &str) -> bool {
+    audience(note, activity).iter().any(|a| a == agent_iri)
+        && mention_hrefs(note).iter().any(|h| h == agent_iri)
+}
+
+/// Mastodon's visibility classes of an inbound note.
+#[must_use]
+pub fn visibility_of(note: &Value, author_followers: Option<&str>) -> Visibility {
+    let to = iris(note.get("to"));
+    let cc = iris(note.get("cc"));
+    if to.iter().any(|s| is_public(s)) {
+        Visibility::Public
+    } else if cc.iter().any(|s| is_public(s)) {
+        Visibility::Unlisted
+    } else if author_followers.is_some_and(|f| to.iter().chain(&cc).any(|s| s == f))
+        || to.iter().chain(&cc).any(|s| s.ends_with("/followers"))
+    {
+        Visibility::Followers
+    } else {
+        Visibility::Direct
+    }
+}
+
+/// The conversation key of a note: `context`, else `conversation` (FEP-7888, OStatus).
+#[must_use]
+pub fn explicit_thread(note: &Value) -> Option<String> {
+    note.get("context")
+        .and_then(iri)
+        .or_else(|| str_of(note, "conversation"))
+        .map(str::to_owned)
+}
+
+/// `@user@host` of an actor document.
+#[must_use]
+pub fn address_of(actor: &Value) -> Option<String> {
+    let user = str_of(actor, "preferredUsername")?;
+    let host = host_of(str_of(actor, "id")?)?;
+    Some(format!("@{user}@{host}"))
+}
+
+/// The plain text of a note: `summary` (content warning) first, then the content.
+#[must_use]
+pub fn note_text(note: &Value) -> String {
+    let mentions = mention_names(note);
+    let content = str_of(note, "content")
+        .or_else(|| {
+            note.get("contentMap")
+                .and_then(Value::as_object)
+                .and_then(|m| m.values().find_map(Value::as_str))
+        })
+        .unwrap_or_default();
+    let body = html::to_text(content, &mentions);
+    let cw = str_of(note, "summary")
+        .map(|s| html::to_text(s, &mentions))
+        .filter(|s| !s.is_empty());
+    let name = str_of(note, "name").filter(|s| !s.is_empty());
+    match (name, cw) {
+        (Some(n), _) if body.is_empty() => n.to_owned(),
+        (Some(n), _) if str_of(note, "type") != Some("Note") => format!("{n}\n\n{body}"),
+        (_, Some(cw)) => format!("CW: {cw}\n\n{body}"),
+        _ => body,
+    }
+}
+
+/// One attachment of a note: where it is and what it claims to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    /// The URL.
+    pub url: String,
+    /// Claimed media type.
+    pub mime: Option<String>,
+    /// Name or alt text.
+    pub name: Option<String>,
+    /// A `Link`, not a file.
+    pub is_link: bool,
+}
+
+/// A note's attachments, at most `limit`.
+#[must_use]
+pub fn attachments(note: &Value, limit: usize) -> Vec<Attachment> {
+    many(note.get("attachment"))
+        .into_iter()
+        .filter_map(|a| {
+            let url = match a.get("url") {
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(Value::Array(v)) => v.iter().find_map(|u| match u {
+                    Value::String(s) => Some(s.clone()),
+                    o => str_of(o, "href").map(str::to_owned),
+                }),
+                Some(o @ Value::Object(_)) => str_of(o, "href").map(str::to_owned),
+                _ => str_of(a, "href").map(str::to_owned),
+            }?;
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                return None;
+            }
+            Some(Attachment {
+                url,
+                mime: str_of(a, "mediaType").map(str::to_owned),
+                name: str_of(a, "name").map(str::to_owned),
+                is_link: str_of(a, "type") == Some("Link"),
+            })
+        })
+        .take(limit)
+        .collect()
+}
+
+/// A recipient of a reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recipient {
+    /// Actor IRI.
+    pub iri: String,
+    /// `@user@host`.
+    pub address: String,
+    /// Profile URL for the mention link (the IRI when unknown).
+    pub url: String,
+}
+
+/// Everything a reply note is built from.
+#[derive(Debug, Clone)]
+pub struct ReplyPlan<'a> {
+    /// The note's IRI.
+    pub note_id: &'a str,
+    /// The agent's actor IRI.
+    pub actor: &'a str,
+    /// The agent's followers collection.
+    pub followers: &'a str,
+    /// The note replied to.
+    pub in_reply_to: Option<&'a str>,
+    /// The conversation (`context`, `conversation`) to keep.
+    pub thread: Option<&'a str>,
+    /// Visibility.
+    pub visibility: Visibility,
+    /// Addressed and mentioned recipients.
+    pub recipients: &'a [Recipient],
+    /// The response's parts (file parts must carry a fetchable URL already).
+    pub parts: &'a [Part],
+    /// ISO 8601 publication time.
+    pub published: &'a str,
+}
+
+/// `(to, cc)` by visibility, as Mastodon emits them.
+#[must_use]
+pub fn addressing(
+    visibility: &Visibility,
+    followers: &str,
+    mentioned: &[String],
+) -> (Vec<String>, Vec<String>) {
+    let m = mentioned.iter().cloned();
+    match visibility {
+        Visibility::Public => (
+            vec![PUBLIC.into()],
+            std::iter::once(followers.into()).chain(m).collect(),
+        ),
+        Visibility::Unlisted => (
+            vec![followers.into()],
+            std::iter::once(PUBLIC.into()).chain(m).collect(),
+        ),
+        Visibility::Followers => (vec![followers.into()], m.collect()),
+        _ => (m.collect(), Vec::new()),
+    }
+}
+
+/// The reply's HTML: mention markup for recipients the text does not already mention, then the
+/// text parts (plain and markdown escaped, HTML sanitised), then links.
+#[must_use]
+pub fn reply_html(recipients: &[Recipient], parts: &[Part]) -> String {
+    let mut body = String::new();
+    let mut texts = String::new();
+    for p in parts {
+        match p {
+            Part::Text(t) => {
+                texts.push_str(&t.content);
+                texts.push('\n');
+                match t.mime {
+                    TextMime::Html => body.push_str(&html::sanitize(&t.content)),
+                    _ => body.push_str(&html::text_to_html(&t.content)),
+                }
+            }
+            Part::Link(l) => {
+                if url::Url::parse(&l.url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+                    let title = l.title.as_deref().unwrap_or(&l.url);
+                    body.push_str(&format!(
+                        "<p><a href=\"{}\" rel=\"nofollow noopener noreferrer\" target=\"_blank\">{}</a></p>",
+                        html::escape(&l.url),
+                        html::escape(title)
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    let prefix: Vec<String> = recipients
+        .iter()
+        .filter(|r| !texts.contains(&r.address))
+        .map(|r| {
+            let user = r
+                .address
+                .trim_start_matches('@')
+                .split('@')
+                .next()
+                .unwrap_or_default();
+            html::mention_html(&r.url, user)
+        })
+        .collect();
+    if prefix.is_empty() {
+        return body;
+    }
+    let prefix = prefix.join(" ");
+    match body.strip_prefix("<p>") {
+        Some(rest) => format!("<p>{prefix} {rest}"),
+        None => format!("<p>{prefix}</p>{body}"),
+    }
+}
+
+/// The reply note (without `@context`).
+#[must_use]
+pub fn reply_note(plan: &ReplyPlan<'_>, attachments: Vec<Value>) -> Value {
+    let mentioned: Vec<String> = plan.recipients.iter().map(|r| r.iri.clone()).collect();
+    let (to, cc) = addressing(&plan.visibility, plan.followers, &mentioned);
+    let tags: Vec<Value> = plan
+        .recipients
+        .iter()
+        .map(|r| json!({"type": "Mention", "href": r.iri, "name": r.address}))
+        .collect();
+    let mut note = json!({
+        "id": plan.note_id,
+        "type": "Note",
+        "attributedTo": plan.actor,
+        "content": reply_html(plan.recipients, plan.parts),
+        "published": plan.published,
+        "to": to,
+        "cc": cc,
+        "tag": tags,
+        "url": plan.note_id,
+        "sensitive": false,
+    });
+    if let Some(m) = note.as_object_mut() {
+        if let Some(r) = plan.in_reply_to {
+            m.insert("inReplyTo".into(), r.into());
+        }
+        if let Some(t) = plan.thread {
+            m.insert("context".into(), t.into());
+            m.insert("conversation".into(), t.into());
+        }
+        if !attachments.is_empty() {
+            m.insert("attachment".into(), Value::Array(attachments));
+        }
+    }
+    note
+}
+
+/// Wraps a note in its `Create`, with the note's addressing and our `@context`.
+#[must_use]
+pub fn create_of(note: &Value) -> Value {
+    let id = format!("{}/activity", str_of(note, "id").unwrap_or_default());
+    json!({
+        "@context": context(),
+        "id": id,
+        "type": "Create",
+        "actor": note.get("attributedTo"),
+        "published": note.get("published"),
+        "to": note.get("to"),
+        "cc": note.get("cc"),
+        "object": note,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addressing_rule_needs_both() {
+        let agent = "https://sb.example/agents/helper";
+        let note = json!({"to": [PUBLIC], "cc": [agent], "tag": [{"type": "Mention", "href": agent, "name": "@helper@sb.example"}]});
+        assert!(wakes(&note, &json!({}), agent));
+        let no_tag = json!({"to": [agent]});
+        assert!(!wakes(&no_tag, &json!({}), agent));
+        let no_addr = json!({"to": [PUBLIC], "tag": {"type": "Mention", "href": agent}});
+        assert!(!wakes(&no_addr, &json!({}), agent));
+        // Addressing on the activity counts (single-valued, as GoToSocial and Fedify send it).
+        let single = json!({"tag": {"type": "Mention", "href": agent}});
+        assert!(wakes(&single, &json!({"to": agent}), agent));
+    }
+
+    #[test]
+    fn visibility_follows_mastodon() {
+        let f = "https://m.example/users/a/followers";
+        assert_eq!(
+            visibility_of(&json!({"to": [PUBLIC]}), Some(f)),
+            Visibility::Public
+        );
+        assert_eq!(
+            visibility_of(&json!({"to": [f], "cc": ["as:Public"]}), Some(f)),
+            Visibility::Unlisted
+        );
+        assert_eq!(
+            visibility_of(&json!({"to": [f]}), Some(f)),
+            Visibility::Followers
+        );
+        assert_eq!(
+            visibility_of(&json!({"to": ["https://x/agents/a"]}), Some(f)),
+            Visibility::Direct
+        );
+    }
+
+    #[test]
+    fn reply_mirrors_direct_and_mentions_sender() {
+        let r = vec![Recipient {
+            iri: "https://m.example/users/alice".into(),
+            address: "@alice@m.example".into(),
+            url: "https://m.example/@alice".into(),
+        }];
+        let parts = vec![Part::text("hello <you>")];
+        let plan = ReplyPlan {
+            note_id: "https://sb.example/agents/h/notes/1",
+            actor: "https://sb.example/agents/h",
+            followers: "https://sb.example/agents/h/followers",
+            in_reply_to: Some("https://m.example/n/1"),
+            thread: Some("https://m.example/ctx/1"),
+            visibility: Visibility::Direct,
+            recipients: &r,
+            parts: &parts,
+            published: "2026-01-01T00:00:00Z",
+        };
+        let note = reply_note(&plan, vec![]);
+        assert_eq!(note["to"], json!(["https://m.example/users/alice"]));
+        assert_eq!(note["cc"], json!([]));
+        assert_eq!(note["inReplyTo"], "https://m.example/n/1");
+        assert_eq!(note["tag"][0]["href"], "https://m.example/users/alice");
+        let content = note["content"].as_str().unwrap();
+        assert!(
+            content.starts_with("<p><span class=\"h-card\""),
+            "{content}"
+        );
+        assert!(content.contains("hello &lt;you&gt;"), "{content}");
+        let create = create_of(&note);
+        assert_eq!(create["actor"], "https://sb.example/agents/h");
+        assert_eq!(create["id"], "https://sb.example/agents/h/notes/1/activity");
+    }
+}

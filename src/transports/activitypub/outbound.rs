@@ -1,0 +1,357 @@
+//! Outbound: a NormalizedResponse becomes a `Create(Note)` from the agent's actor, stored (so it
+//! is served at its id and in the outbox) together with one durable `ap_deliver` job per inbox
+//! (shared inboxes preferred) in one transaction. The job handler signs and POSTs with a per-host
+//! concurrency limit, Mastodon's retry classes (5xx/408/429 retried with `Retry-After`, other
+//! 4xx final) and a circuit breaker for hosts failing for days.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+use reqwest::header::HeaderValue;
+use serde_json::{Value, json};
+
+use super::mapping::{self, Recipient, ReplyPlan, iri, str_of};
+use super::{ActivityPub, Inner, JOB_KIND, NAME, store};
+use crate::error::{Error, OutboundError, Result};
+use crate::message::{BytesRef, Part, Visibility};
+use crate::net::HttpRequest;
+use crate::queue::JobHandler;
+use crate::store::Tx;
+use crate::store::jobs::{self, Finish, JobRow, NewJob};
+use crate::transports::{Delivery, Transport};
+
+/// Payload of an `ap_deliver` job.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct DeliverJob {
+    /// The signing agent.
+    agent: String,
+    /// Target inbox.
+    inbox: String,
+    /// The activity JSON.
+    body: String,
+}
+
+/// Enqueues one delivery job per inbox for `activity`, signed as `agent`.
+pub(super) async fn enqueue(
+    inner: &Inner,
+    tx: &mut Tx,
+    agent: &str,
+    inboxes: &[String],
+    activity: &Value,
+) -> Result<u64> {
+    let id = str_of(activity, "id").unwrap_or_default();
+    let body = activity.to_string();
+    let max = inner.queue.max_attempts(JOB_KIND);
+    let now = inner.clock.now_ms();
+    let rows: Vec<(String, String)> = inboxes
+        .iter()
+        .map(|inbox| {
+            let payload = serde_json::to_string(&DeliverJob {
+                agent: agent.to_owned(),
+                inbox: inbox.clone(),
+                body: body.clone(),
+            })
+            .map_err(Error::Corrupt)?;
+            Ok((format!("ap:{id}|{inbox}"), payload))
+        })
+        .collect::<Result<_>>()?;
+    let jobs: Vec<NewJob<'_>> = rows
+        .iter()
+        .map(|(id, p)| NewJob {
+            id,
+            kind: JOB_KIND,
+            payload: p,
+            max_attempts: max,
+            run_at: now,
+        })
+        .collect();
+    let n = jobs::enqueue_many(tx, &jobs, now).await?;
+    tx.notify(JOB_KIND).await?;
+    Ok(n)
+}
+
+fn temp(e: impl std::fmt::Display) -> OutboundError {
+    OutboundError::temporary(e.to_string())
+}
+
+impl Inner {
+    /// Resolves a mention (`@user@host` via WebFinger, or an actor IRI) to an actor.
+    async fn resolve_mention(&self, m: &str) -> Option<Arc<super::RemoteActor>> {
+        if m.starts_with("https://") || m.starts_with("http://") {
+            return self.actor(m, false).await.ok();
+        }
+        let (user, host) = m.trim_start_matches('@').split_once('@')?;
+        let scheme = if self.allow_private { "http" } else { "https" };
+        let url = format!("{scheme}://{host}/.well-known/webfinger?resource=acct:{user}@{host}");
+        let resp = self
+            .http
+            .send(HttpRequest {
+                method: reqwest::Method::GET,
+                url: &url,
+                headers: reqwest::header::HeaderMap::new(),
+                body: None,
+                timeout: Some(std::time::Duration::from_millis(self.cfg.fetch_timeout_ms)),
+            })
+            .await
+            .ok()?;
+        let jrd: Value = serde_json::from_slice(&resp.body).ok()?;
+        let href = mapping::many(jrd.get("links")).into_iter().find_map(|l| {
+            (str_of(l, "rel") == Some("self")
+                && str_of(l, "type")
+                    .is_some_and(|t| t.contains("activity+json") || t.contains("ld+json")))
+            .then(|| str_of(l, "href"))
+            .flatten()
+        })?;
+        self.actor(href, false).await.ok()
+    }
+
+    async fn build_reply(
+        &self,
+        d: &Delivery,
+    ) -> std::result::Result<(String, Value, Vec<String>, bool, String), OutboundError> {
+        let agent = self
+            .agents
+            .resolve(&d.response.agent)
+            .ok_or_else(|| OutboundError::permanent(format!("no agent {}", d.response.agent)))?;
+        let actor = self.actor_url(&agent.name);
+        let followers = format!("{actor}/followers");
+        let raw = &d.original.raw;
+        let original_note = raw.get("object").filter(|o| o.is_object());
+        let sender_iri = raw
+            .get("actor")
+            .and_then(iri)
+            .ok_or_else(|| OutboundError::permanent("the original has no actor"))?;
+        let sender = self.actor(sender_iri, false).await.map_err(|e| match e {
+            super::fetch::FetchError::Temporary(r) => OutboundError::temporary(r),
+            other => OutboundError::permanent(format!("sender: {other}")),
+        })?;
+        let mut actors = vec![sender];
+        for m in d.response.mentions.iter().flatten() {
+            if self.agents.resolve(m).is_some() {
+                continue;
+            }
+            match self.resolve_mention(m).await {
+                Some(a) if !actors.iter().any(|x| x.id == a.id) => actors.push(a),
+                Some(_) => {}
+                None => tracing::warn!(mention = %m, "mention could not be resolved; left out"),
+            }
+        }
+        let recipients: Vec<Recipient> = actors
+            .iter()
+            .map(|a| Recipient {
+                iri: a.id.clone(),
+                address: a.address.clone(),
+                url: a
+                    .doc
+                    .get("url")
+                    .and_then(|u| mapping::many(Some(u)).into_iter().find_map(iri))
+                    .unwrap_or(&a.id)
+                    .to_owned(),
+            })
+            .collect();
+        let visibility = d.response.visibility.unwrap_or_else(|| {
+            original_note.map_or(Visibility::Direct, |n| {
+                mapping::visibility_of(n, actors[0].followers.as_deref())
+            })
+        });
+        let in_reply_to = original_note.and_then(|n| str_of(n, "id"));
+        let thread = original_note.and_then(mapping::explicit_thread);
+        let thread_key = thread
+            .clone()
+            .or_else(|| {
+                original_note.map(|n| {
+                    n.get("inReplyTo")
+                        .and_then(iri)
+                        .unwrap_or(str_of(n, "id").unwrap_or_default())
+                        .to_owned()
+                })
+            })
+            .unwrap_or_else(|| d.response.thread_id.clone());
+        let note_id = format!("{actor}/notes/{}", d.response.id);
+        let published = crate::message::Timestamp::from_unix_millis(self.clock.now_ms());
+        let published = serde_json::to_value(published)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let mut attachments = Vec::new();
+        for p in &d.response.parts {
+            if let Part::File(f) = p
+                && let BytesRef::ContentAddressed(c) = &f.bytes_ref
+            {
+                attachments.push(json!({
+                    "type": "Document",
+                    "mediaType": f.mime,
+                    "url": self.blobs.url(&c.digest),
+                    "name": f.name,
+                }));
+            }
+        }
+        let plan = ReplyPlan {
+            note_id: &note_id,
+            actor: &actor,
+            followers: &followers,
+            in_reply_to,
+            thread: thread.as_deref(),
+            visibility,
+            recipients: &recipients,
+            parts: &d.response.parts,
+            published: &published,
+        };
+        let note = mapping::reply_note(&plan, attachments);
+        let create = mapping::create_of(&note);
+        let mut inboxes: BTreeSet<String> = actors
+            .iter()
+            .filter_map(|a| a.delivery_inbox().map(str::to_owned))
+            .collect();
+        if !matches!(visibility, Visibility::Direct) {
+            let followers = store::followers(&self.db, &agent.name)
+                .await
+                .map_err(temp)?;
+            inboxes.extend(followers.into_iter().map(|f| f.inbox));
+        }
+        let inboxes: Vec<String> = inboxes.into_iter().filter(|i| !self.is_local(i)).collect();
+        let public = matches!(visibility, Visibility::Public | Visibility::Unlisted);
+        Ok((agent.name.clone(), create, inboxes, public, thread_key))
+    }
+
+    fn host_limit(&self, host: &str) -> Arc<tokio::sync::Semaphore> {
+        let mut m = match self.hosts.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        Arc::clone(m.entry(host.to_owned()).or_insert_with(|| {
+            Arc::new(tokio::sync::Semaphore::new(
+                self.cfg.host_concurrency.max(1),
+            ))
+        }))
+    }
+
+    /// One signed POST.
+    async fn post(&self, job: &DeliverJob) -> std::result::Result<(), OutboundError> {
+        let url =
+            url::Url::parse(&job.inbox).map_err(|e| OutboundError::permanent(e.to_string()))?;
+        let host = mapping::host_of(&job.inbox).unwrap_or_default();
+        let health = store::host(&self.db, &host).await.map_err(temp)?;
+        let now = self.clock.now_ms();
+        let breaker_ms =
+            i64::try_from(self.cfg.breaker_days.saturating_mul(86_400_000)).unwrap_or(i64::MAX);
+        if health
+            .failing_since
+            .is_some_and(|since| now - since > breaker_ms)
+        {
+            return Err(OutboundError::permanent(format!(
+                "{host} has been failing for more than {} days",
+                self.cfg.breaker_days
+            )));
+        }
+        let _permit = self.host_limit(&host).acquire_owned().await.map_err(temp)?;
+        let body = Bytes::from(job.body.clone());
+        let mut headers = self
+            .sign_headers(
+                Some(&job.agent),
+                "POST",
+                &url,
+                Some(&body),
+                health.rfc9421 > 0,
+            )
+            .await?;
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/activity+json"),
+        );
+        let sent = self
+            .http
+            .send(HttpRequest {
+                method: reqwest::Method::POST,
+                url: url.as_str(),
+                headers,
+                body: Some(body),
+                timeout: Some(std::time::Duration::from_millis(self.cfg.fetch_timeout_ms)),
+            })
+            .await;
+        let result = sent.and_then(|r| self.http.classify_status(&r));
+        let ok = match &result {
+            Ok(()) => true,
+            // A 4xx other than 408/429 is an answer, not an outage.
+            Err(OutboundError::Permanent { reason }) => reason.starts_with("HTTP 4"),
+            Err(_) => false,
+        };
+        if let Err(e) = store::record_delivery(&self.db, &host, ok, self.clock.now_ms()).await {
+            tracing::warn!(error = %e, "recording host health failed");
+        }
+        result
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for ActivityPub {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    async fn deliver(&self, d: &Delivery) -> std::result::Result<(), OutboundError> {
+        let inner = &self.inner;
+        let (agent, create, inboxes, public, thread_key) = inner.build_reply(d).await?;
+        let note = create.get("object").cloned().unwrap_or_default();
+        let note_id = str_of(&note, "id").unwrap_or_default().to_owned();
+        let actor = inner.actor_url(&agent);
+        let body = note.to_string();
+        let mut tx = inner.db.begin().await.map_err(temp)?;
+        let fresh = store::insert_object(
+            &mut tx,
+            &store::NewObject {
+                id: &note_id,
+                kind: "out",
+                agent: &agent,
+                author: &actor,
+                message_id: Some(&d.response.id),
+                thread_key: &thread_key,
+                public,
+                body: &body,
+            },
+            inner.clock.now_ms(),
+        )
+        .await
+        .map_err(temp)?;
+        if fresh {
+            enqueue(inner, &mut tx, &agent, &inboxes, &create)
+                .await
+                .map_err(temp)?;
+        }
+        tx.commit().await.map_err(temp)?;
+        inner.queue.wake(JOB_KIND);
+        Ok(())
+    }
+}
+
+/// Handles `ap_deliver` jobs: one signed POST each, outcomes committed together.
+#[derive(Debug)]
+pub struct DeliverHandler(pub(super) ActivityPub);
+
+#[async_trait::async_trait]
+impl JobHandler for DeliverHandler {
+    async fn handle(&self, owner: &str, batch: &[JobRow]) -> Result<()> {
+        let inner = &self.0.inner;
+        let results = join_all(batch.iter().map(|job| async move {
+            let payload: DeliverJob = serde_json::from_str(&job.payload)
+                .map_err(|e| OutboundError::permanent(format!("malformed job: {e}")))?;
+            inner.post(&payload).await
+        }))
+        .await;
+        let now = inner.clock.now_ms();
+        let mut tx = inner.db.begin().await?;
+        for (job, r) in batch.iter().zip(results) {
+            let finish = match r {
+                Ok(()) => Finish::Done,
+                Err(e) => {
+                    tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "ActivityPub delivery failed");
+                    inner.queue.finish_for_error(job, &e)
+                }
+            };
+            jobs::finish(&mut tx, &job.id, owner, &finish, now).await?;
+        }
+        tx.commit().await
+    }
+}

@@ -1,0 +1,297 @@
+//! FEP-8b32 object integrity proofs (`DataIntegrityProof`, cryptosuite `eddsa-jcs-2022`) and the
+//! FEP-521a `Multikey` encoding they rely on: RFC 8785 JSON canonicalisation, multibase
+//! base58btc, and the Ed25519 multicodec prefix. Pure code; the key lookup is the caller's.
+
+use serde_json::Value;
+use sha2::{Digest as _, Sha256};
+
+const B58: &[u8; 58] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+/// Multicodec prefix of an Ed25519 public key (`0xed 0x01`).
+const ED25519_PUB: [u8; 2] = [0xed, 0x01];
+
+/// Base58 (Bitcoin alphabet) encoding.
+#[must_use]
+pub fn base58_encode(data: &[u8]) -> String {
+    let zeros = data.iter().take_while(|&&b| b == 0).count();
+    let mut digits: Vec<u8> = Vec::with_capacity(data.len() * 138 / 100 + 1);
+    for &byte in &data[zeros..] {
+        let mut carry = u32::from(byte);
+        for d in &mut digits {
+            carry += u32::from(*d) << 8;
+            *d = (carry % 58) as u8;
+            carry /= 58;
+        }
+        while carry > 0 {
+            digits.push((carry % 58) as u8);
+            carry /= 58;
+        }
+    }
+    let mut out = String::with_capacity(zeros + digits.len());
+    out.extend(std::iter::repeat_n('1', zeros));
+    out.extend(
+        digits
+            .iter()
+            .rev()
+            .map(|&d| char::from(B58[usize::from(d)])),
+    );
+    out
+}
+
+/// Base58 decoding; `None` on a character outside the alphabet.
+#[must_use]
+pub fn base58_decode(s: &str) -> Option<Vec<u8>> {
+    let zeros = s.bytes().take_while(|&b| b == b'1').count();
+    let mut bytes: Vec<u8> = Vec::with_capacity(s.len());
+    for c in s.bytes().skip(zeros) {
+        let mut carry = u32::try_from(B58.iter().position(|&x| x == c)?).ok()?;
+        for b in &mut bytes {
+            carry += u32::from(*b) * 58;
+            *b = (carry & 0xff) as u8;
+            carry >>= 8;
+        }
+        while carry > 0 {
+            bytes.push((carry & 0xff) as u8);
+            carry >>= 8;
+        }
+    }
+    let mut out = vec![0u8; zeros];
+    out.extend(bytes.iter().rev());
+    Some(out)
+}
+
+/// `z…` multibase of an Ed25519 public key (FEP-521a `publicKeyMultibase`).
+#[must_use]
+pub fn ed25519_multikey(raw: &[u8; 32]) -> String {
+    let mut b = ED25519_PUB.to_vec();
+    b.extend_from_slice(raw);
+    format!("z{}", base58_encode(&b))
+}
+
+/// The raw Ed25519 key of a `z…` multibase Multikey.
+#[must_use]
+pub fn parse_ed25519_multikey(s: &str) -> Option<[u8; 32]> {
+    let bytes = base58_decode(s.strip_prefix('z')?)?;
+    let raw = bytes.strip_prefix(&ED25519_PUB[..])?;
+    raw.try_into().ok()
+}
+
+/// RFC 8785 canonical JSON: object members sorted by their UTF-16 code units, no whitespace,
+/// minimal string escapes, numbers as serde_json prints them (integers and the usual doubles).
+#[must_use]
+pub fn jcs(v: &Value) -> String {
+    let mut out = String::new();
+    write_jcs(v, &mut out);
+    out
+}
+
+fn write_jcs(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String((*k).clone()).to_string());
+                out.push(':');
+                if let Some(x) = m.get(*k) {
+                    write_jcs(x, out);
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_jcs(x, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// Why a proof was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProofError {
+    /// The proof object is not an `eddsa-jcs-2022` assertion proof.
+    #[error("unsupported proof: {0}")]
+    Unsupported(&'static str),
+    /// A required member is missing or malformed.
+    #[error("malformed proof: {0}")]
+    Malformed(&'static str),
+    /// The signature does not verify.
+    #[error("proof does not verify")]
+    Invalid,
+}
+
+/// The fields of a proof the verifier needs.
+#[derive(Debug, Clone)]
+pub struct ProofInfo {
+    /// The key URL (`verificationMethod`).
+    pub verification_method: String,
+    /// The signature.
+    signature: Vec<u8>,
+    /// `SHA-256(JCS(proof config)) || SHA-256(JCS(document))`, one per accepted proof-config
+    /// form (as sent, and with the document's `@context`).
+    hash_data: Vec<Vec<u8>>,
+}
+
+impl ProofInfo {
+    /// Whether the proof verifies under the Ed25519 key `raw`.
+    #[must_use]
+    pub fn verify(&self, raw: &[u8; 32]) -> bool {
+        self.hash_data
+            .iter()
+            .any(|h| crate::keys::verify_ed25519(raw, h, &self.signature))
+    }
+}
+
+fn hash_data(config: &Value, doc: &Value) -> Vec<u8> {
+    let mut out = Sha256::digest(jcs(config).as_bytes()).to_vec();
+    out.extend_from_slice(&Sha256::digest(jcs(doc).as_bytes()));
+    out
+}
+
+/// Reads the `proof` of `doc` (a single proof; the first of several) and prepares its check.
+/// `Ok(None)` when the document has no proof.
+///
+/// # Errors
+/// [`ProofError`] for a proof of another kind or a malformed one.
+pub fn prepare(doc: &Value) -> Result<Option<ProofInfo>, ProofError> {
+    let Some(proof) = doc.get("proof") else {
+        return Ok(None);
+    };
+    let proof = match proof {
+        Value::Array(a) => a.first().ok_or(ProofError::Malformed("empty proof"))?,
+        p => p,
+    };
+    if proof.get("type").and_then(Value::as_str) != Some("DataIntegrityProof")
+        || proof.get("cryptosuite").and_then(Value::as_str) != Some("eddsa-jcs-2022")
+    {
+        return Err(ProofError::Unsupported(
+            "not DataIntegrityProof/eddsa-jcs-2022",
+        ));
+    }
+    if proof.get("proofPurpose").and_then(Value::as_str) != Some("assertionMethod") {
+        return Err(ProofError::Unsupported(
+            "proofPurpose is not assertionMethod",
+        ));
+    }
+    let verification_method = proof
+        .get("verificationMethod")
+        .and_then(Value::as_str)
+        .ok_or(ProofError::Malformed("no verificationMethod"))?
+        .to_owned();
+    let value = proof
+        .get("proofValue")
+        .and_then(Value::as_str)
+        .and_then(|v| v.strip_prefix('z'))
+        .and_then(base58_decode)
+        .ok_or(ProofError::Malformed("proofValue is not base58btc"))?;
+    let mut unsecured = doc.clone();
+    if let Some(m) = unsecured.as_object_mut() {
+        m.remove("proof");
+        // FEP-8b32: LD signatures are stripped before verifying.
+        m.remove("signature");
+    }
+    let mut config = proof.clone();
+    if let Some(m) = config.as_object_mut() {
+        m.remove("proofValue");
+    }
+    let mut hashes = vec![hash_data(&config, &unsecured)];
+    if let (Some(ctx), Some(m)) = (unsecured.get("@context"), config.as_object_mut())
+        && m.get("@context") != Some(ctx)
+    {
+        m.insert("@context".into(), ctx.clone());
+        hashes.push(hash_data(&config, &unsecured));
+    }
+    Ok(Some(ProofInfo {
+        verification_method,
+        signature: value,
+        hash_data: hashes,
+    }))
+}
+
+/// Adds an `eddsa-jcs-2022` proof to `doc`, made with `sign` under `verification_method`.
+pub fn attach(
+    doc: &mut Value,
+    verification_method: &str,
+    created: &str,
+    sign: impl FnOnce(&[u8]) -> Vec<u8>,
+) {
+    let mut config = serde_json::json!({
+        "type": "DataIntegrityProof",
+        "cryptosuite": "eddsa-jcs-2022",
+        "verificationMethod": verification_method,
+        "proofPurpose": "assertionMethod",
+        "created": created,
+    });
+    if let (Some(ctx), Some(m)) = (doc.get("@context"), config.as_object_mut()) {
+        m.insert("@context".into(), ctx.clone());
+    }
+    let sig = sign(&hash_data(&config, doc));
+    if let Some(m) = config.as_object_mut() {
+        m.insert(
+            "proofValue".into(),
+            format!("z{}", base58_encode(&sig)).into(),
+        );
+    }
+    if let Some(m) = doc.as_object_mut() {
+        m.insert("proof".into(), config);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn base58_matches_known_vectors() {
+        assert_eq!(base58_encode(b"hello world"), "StV1DL6CwTryKyV");
+        assert_eq!(base58_encode(&[0, 0, 1]), "112");
+        assert_eq!(base58_decode("StV1DL6CwTryKyV").unwrap(), b"hello world");
+        assert_eq!(base58_decode("112").unwrap(), vec![0, 0, 1]);
+        assert!(base58_decode("0OIl").is_none());
+    }
+
+    #[test]
+    fn multikey_round_trips() {
+        let raw = [7u8; 32];
+        let mk = ed25519_multikey(&raw);
+        assert!(mk.starts_with("z6Mk"), "{mk}");
+        assert_eq!(parse_ed25519_multikey(&mk), Some(raw));
+    }
+
+    #[test]
+    fn jcs_sorts_by_utf16_and_escapes_minimally() {
+        let v = json!({"b": [1, "x\u{1}"], "a": {"\u{e000}": 1, "\u{1f600}": 2}, "c": null});
+        assert_eq!(
+            jcs(&v),
+            "{\"a\":{\"\u{1f600}\":2,\"\u{e000}\":1},\"b\":[1,\"x\\u0001\"],\"c\":null}"
+        );
+    }
+
+    #[test]
+    fn proofs_round_trip_and_detect_tampering() {
+        let doc = json!({"@context": "https://www.w3.org/ns/activitystreams", "type": "Note", "content": "hi"});
+        let mut signed = doc.clone();
+        attach(&mut signed, "https://a/u#ed", "2026-01-01T00:00:00Z", |m| {
+            m.to_vec()
+        });
+        let p = prepare(&signed).unwrap().unwrap();
+        assert_eq!(p.verification_method, "https://a/u#ed");
+        // The fake signer "signs" with the identity, so the signature equals one hash form.
+        assert!(p.hash_data.iter().any(|h| *h == p.signature));
+        signed["content"] = json!("bye");
+        let p = prepare(&signed).unwrap().unwrap();
+        assert!(!p.hash_data.iter().any(|h| *h == p.signature));
+        assert!(prepare(&doc).unwrap().is_none());
+    }
+}

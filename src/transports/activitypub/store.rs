@@ -1,0 +1,347 @@
+//! The ActivityPub transport's tables (`migrations/*/20261122000010_activitypub.sql`): followers,
+//! cached remote actors, notes, seen activity ids and per-host delivery health. Portable SQL
+//! over [`crate::store::Db`], like the core's store modules.
+
+use crate::error::Result;
+use crate::store::{Arg, Db, Tx};
+
+/// One stored note (ours or received).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ObjectRow {
+    /// The note's IRI.
+    pub id: String,
+    /// `in` or `out`.
+    pub kind: String,
+    /// The local agent it belongs to.
+    pub agent: String,
+    /// Its author's actor IRI.
+    pub author: String,
+    /// The NormalizedMessage (in) or NormalizedResponse (out) it corresponds to.
+    pub message_id: Option<String>,
+    /// Its conversation key.
+    pub thread_key: String,
+    /// 1 when anyone may fetch it (public or unlisted).
+    pub public: i64,
+    /// The note JSON (ours: the Create activity's object).
+    pub body: String,
+    /// 1 once deleted.
+    pub deleted: i64,
+}
+
+/// A note to store.
+#[derive(Debug, Clone)]
+pub struct NewObject<'a> {
+    /// IRI.
+    pub id: &'a str,
+    /// `in` or `out`.
+    pub kind: &'a str,
+    /// Local agent name.
+    pub agent: &'a str,
+    /// Author IRI.
+    pub author: &'a str,
+    /// Message or response id.
+    pub message_id: Option<&'a str>,
+    /// Conversation key.
+    pub thread_key: &'a str,
+    /// Fetchable by anyone.
+    pub public: bool,
+    /// JSON.
+    pub body: &'a str,
+}
+
+const OBJ_COLS: &str = "id, kind, agent, author, message_id, thread_key, public, body, deleted";
+
+/// Stores a note unless its id is known; returns whether it was stored.
+///
+/// # Errors
+/// Database errors.
+pub async fn insert_object(tx: &mut Tx, o: &NewObject<'_>, now: i64) -> Result<bool> {
+    let n = tx
+        .execute(
+            "INSERT INTO ap_objects (id, kind, agent, author, message_id, thread_key, public, body, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9) ON CONFLICT DO NOTHING",
+            &[
+                Arg::Text(o.id),
+                Arg::Text(o.kind),
+                Arg::Text(o.agent),
+                Arg::Text(o.author),
+                Arg::OptText(o.message_id),
+                Arg::Text(o.thread_key),
+                Arg::Int(i64::from(o.public)),
+                Arg::Text(o.body),
+                Arg::Int(now),
+            ],
+        )
+        .await?;
+    Ok(n > 0)
+}
+
+/// A note by IRI.
+///
+/// # Errors
+/// Database errors.
+pub async fn object(db: &Db, id: &str) -> Result<Option<ObjectRow>> {
+    db.fetch_optional(
+        &format!("SELECT {OBJ_COLS} FROM ap_objects WHERE id = $1 LIMIT 1"),
+        &[Arg::Text(id)],
+    )
+    .await
+}
+
+/// Marks an author's note deleted; returns rows changed.
+///
+/// # Errors
+/// Database errors.
+pub async fn delete_object(db: &Db, id: &str, author: &str, now: i64) -> Result<u64> {
+    db.execute(
+        "UPDATE ap_objects SET deleted = 1, updated_at = $3 WHERE id = $1 AND author = $2",
+        &[Arg::Text(id), Arg::Text(author), Arg::Int(now)],
+    )
+    .await
+}
+
+/// Stores an edit of an author's received note; returns rows changed.
+///
+/// # Errors
+/// Database errors.
+pub async fn update_object(db: &Db, id: &str, author: &str, body: &str, now: i64) -> Result<u64> {
+    db.execute(
+        "UPDATE ap_objects SET body = $3, updated_at = $4 WHERE id = $1 AND author = $2 AND deleted = 0",
+        &[Arg::Text(id), Arg::Text(author), Arg::Text(body), Arg::Int(now)],
+    )
+    .await
+}
+
+/// The newest public notes an agent posted.
+///
+/// # Errors
+/// Database errors.
+pub async fn outbox(db: &Db, agent: &str, limit: i64) -> Result<Vec<ObjectRow>> {
+    db.fetch_all(
+        &format!(
+            "SELECT {OBJ_COLS} FROM ap_objects WHERE agent = $1 AND kind = 'out' AND deleted = 0 AND public = 1 \
+             ORDER BY created_at DESC LIMIT $2"
+        ),
+        &[Arg::Text(agent), Arg::Int(limit)],
+    )
+    .await
+}
+
+#[derive(sqlx::FromRow)]
+struct Count {
+    n: i64,
+}
+
+/// How many public notes an agent posted.
+///
+/// # Errors
+/// Database errors.
+pub async fn outbox_count(db: &Db, agent: &str) -> Result<i64> {
+    let c: Option<Count> = db
+        .fetch_optional(
+            "SELECT COUNT(*) AS n FROM ap_objects WHERE agent = $1 AND kind = 'out' AND deleted = 0 AND public = 1",
+            &[Arg::Text(agent)],
+        )
+        .await?;
+    Ok(c.map_or(0, |c| c.n))
+}
+
+/// A follower.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FollowerRow {
+    /// Actor IRI.
+    pub actor: String,
+    /// Where to deliver (shared inbox preferred).
+    pub inbox: String,
+}
+
+/// Records a follower (replacing an earlier Follow of the same actor).
+///
+/// # Errors
+/// Database errors.
+pub async fn add_follower(
+    db: &Db,
+    agent: &str,
+    actor: &str,
+    inbox: &str,
+    follow_id: &str,
+    now: i64,
+) -> Result<()> {
+    db.execute(
+        "INSERT INTO ap_followers (agent, actor, inbox, follow_id, created_at) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (agent, actor) DO UPDATE SET inbox = $3, follow_id = $4",
+        &[
+            Arg::Text(agent),
+            Arg::Text(actor),
+            Arg::Text(inbox),
+            Arg::Text(follow_id),
+            Arg::Int(now),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Removes a follower of one agent (`Some`) or of all (`None`).
+///
+/// # Errors
+/// Database errors.
+pub async fn remove_follower(db: &Db, agent: Option<&str>, actor: &str) -> Result<u64> {
+    match agent {
+        Some(a) => {
+            db.execute(
+                "DELETE FROM ap_followers WHERE agent = $1 AND actor = $2",
+                &[Arg::Text(a), Arg::Text(actor)],
+            )
+            .await
+        }
+        None => {
+            db.execute(
+                "DELETE FROM ap_followers WHERE actor = $1",
+                &[Arg::Text(actor)],
+            )
+            .await
+        }
+    }
+}
+
+/// An agent's followers.
+///
+/// # Errors
+/// Database errors.
+pub async fn followers(db: &Db, agent: &str) -> Result<Vec<FollowerRow>> {
+    db.fetch_all(
+        "SELECT actor, inbox FROM ap_followers WHERE agent = $1 ORDER BY created_at",
+        &[Arg::Text(agent)],
+    )
+    .await
+}
+
+/// A cached actor document.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ActorRow {
+    /// The document.
+    pub doc: String,
+    /// When it was fetched.
+    pub fetched_at: i64,
+}
+
+/// A cached actor by IRI.
+///
+/// # Errors
+/// Database errors.
+pub async fn actor(db: &Db, id: &str) -> Result<Option<ActorRow>> {
+    db.fetch_optional(
+        "SELECT doc, fetched_at FROM ap_actors WHERE id = $1",
+        &[Arg::Text(id)],
+    )
+    .await
+}
+
+/// Caches an actor document.
+///
+/// # Errors
+/// Database errors.
+pub async fn put_actor(db: &Db, id: &str, doc: &str, now: i64) -> Result<()> {
+    db.execute(
+        "INSERT INTO ap_actors (id, doc, fetched_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (id) DO UPDATE SET doc = $2, fetched_at = $3",
+        &[Arg::Text(id), Arg::Text(doc), Arg::Int(now)],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Forgets an actor.
+///
+/// # Errors
+/// Database errors.
+pub async fn delete_actor(db: &Db, id: &str) -> Result<()> {
+    db.execute("DELETE FROM ap_actors WHERE id = $1", &[Arg::Text(id)])
+        .await?;
+    Ok(())
+}
+
+/// Whether an activity id was processed before.
+///
+/// # Errors
+/// Database errors.
+pub async fn seen(db: &Db, id: &str) -> Result<bool> {
+    let c: Option<Count> = db
+        .fetch_optional(
+            "SELECT COUNT(*) AS n FROM ap_seen WHERE id = $1",
+            &[Arg::Text(id)],
+        )
+        .await?;
+    Ok(c.is_some_and(|c| c.n > 0))
+}
+
+/// Records a processed activity id; returns `false` when it was already recorded.
+///
+/// # Errors
+/// Database errors.
+pub async fn mark_seen(db: &Db, id: &str, now: i64) -> Result<bool> {
+    Ok(db
+        .execute(
+            "INSERT INTO ap_seen (id, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[Arg::Text(id), Arg::Int(now)],
+        )
+        .await?
+        > 0)
+}
+
+/// Delivery health of a host.
+#[derive(Debug, Clone, Default, sqlx::FromRow)]
+pub struct HostRow {
+    /// Since when every delivery failed (unix ms), if failing.
+    pub failing_since: Option<i64>,
+    /// Consecutive failures.
+    pub failures: i64,
+    /// 1 when the host has sent us a valid RFC 9421 signature.
+    pub rfc9421: i64,
+}
+
+/// A host's delivery health.
+///
+/// # Errors
+/// Database errors.
+pub async fn host(db: &Db, host: &str) -> Result<HostRow> {
+    Ok(db
+        .fetch_optional(
+            "SELECT failing_since, failures, rfc9421 FROM ap_hosts WHERE host = $1",
+            &[Arg::Text(host)],
+        )
+        .await?
+        .unwrap_or_default())
+}
+
+/// Records a delivery outcome for a host: success clears the failure streak.
+///
+/// # Errors
+/// Database errors.
+pub async fn record_delivery(db: &Db, host: &str, ok: bool, now: i64) -> Result<()> {
+    let sql = if ok {
+        "INSERT INTO ap_hosts (host, failing_since, failures, updated_at) VALUES ($1, NULL, 0, $2) \
+         ON CONFLICT (host) DO UPDATE SET failing_since = NULL, failures = 0, updated_at = $2"
+    } else {
+        "INSERT INTO ap_hosts (host, failing_since, failures, updated_at) VALUES ($1, $2, 1, $2) \
+         ON CONFLICT (host) DO UPDATE SET failing_since = COALESCE(ap_hosts.failing_since, $2), \
+         failures = ap_hosts.failures + 1, updated_at = $2"
+    };
+    db.execute(sql, &[Arg::Text(host), Arg::Int(now)]).await?;
+    Ok(())
+}
+
+/// Remembers that a host signs (and so verifies) RFC 9421.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_rfc9421(db: &Db, host: &str, now: i64) -> Result<()> {
+    db.execute(
+        "INSERT INTO ap_hosts (host, rfc9421, updated_at) VALUES ($1, 1, $2) \
+         ON CONFLICT (host) DO UPDATE SET rfc9421 = 1, updated_at = $2",
+        &[Arg::Text(host), Arg::Int(now)],
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,152 @@
+// A real Fedify 2.3.6 server used as switchboard's ActivityPub interop peer.
+//
+// One actor, `alice`, with RSA and Ed25519 keys; inbox verification ON (Fedify's defaults:
+// HTTP signatures, FEP-8b32 proofs). Listens on 127.0.0.1:$PEER_PORT and, besides the
+// federation routes, answers a small admin API the tests drive:
+//   POST /admin/follow   {"target": actorUrl}                         -> sends Follow
+//   POST /admin/note     {"target": actorUrl, "text", "visibility", "mention"} -> sends Create(Note)
+//   GET  /admin/received                                              -> activities received (JSON-LD)
+// Prints "READY <port>" once listening.
+import "@js-temporal/polyfill";
+import { serve } from "@hono/node-server";
+import {
+  createFederation,
+  generateCryptoKeyPair,
+  MemoryKvStore,
+} from "@fedify/fedify";
+import {
+  Activity,
+  Create,
+  Endpoints,
+  Follow,
+  Mention,
+  Note,
+  Person,
+  PUBLIC_COLLECTION,
+} from "@fedify/vocab";
+
+const port = Number(process.env.PEER_PORT ?? "3001");
+const origin = `http://127.0.0.1:${port}`;
+const firstKnock = process.env.PEER_FIRST_KNOCK ?? "rfc9421";
+
+const pairs = [
+  await generateCryptoKeyPair("RSASSA-PKCS1-v1_5"),
+  await generateCryptoKeyPair("Ed25519"),
+];
+const received = [];
+
+const federation = createFederation({
+  kv: new MemoryKvStore(),
+  origin,
+  allowPrivateAddress: true,
+  skipSignatureVerification: false,
+  firstKnock,
+});
+
+federation
+  .setActorDispatcher("/users/{identifier}", async (ctx, identifier) => {
+    if (identifier !== "alice") return null;
+    const keys = await ctx.getActorKeyPairs(identifier);
+    return new Person({
+      id: ctx.getActorUri(identifier),
+      preferredUsername: identifier,
+      name: "Alice Peer",
+      inbox: ctx.getInboxUri(identifier),
+      followers: ctx.getFollowersUri(identifier),
+      endpoints: new Endpoints({ sharedInbox: ctx.getInboxUri() }),
+      publicKey: keys[0].cryptographicKey,
+      assertionMethods: keys.map((k) => k.multikey),
+    });
+  })
+  .setKeyPairsDispatcher(async (_ctx, identifier) =>
+    identifier === "alice" ? pairs : []
+  );
+
+federation.setFollowersDispatcher("/users/{identifier}/followers", async () => ({
+  items: [],
+}));
+
+federation
+  .setInboxListeners("/users/{identifier}/inbox", "/inbox")
+  .on(Activity, async (_ctx, activity) => {
+    received.push(await activity.toJsonLd({ format: "compact" }));
+  })
+  .onError((_ctx, error) => {
+    console.error("inbox error:", error);
+  });
+
+const json = (body, status = 200) =>
+  new Response(JSON.stringify(body), {
+    status,
+    headers: { "content-type": "application/json" },
+  });
+
+async function admin(req, url) {
+  const ctx = federation.createContext(new URL(origin), undefined);
+  if (req.method === "GET" && url.pathname === "/admin/received") {
+    return json(received);
+  }
+  const body = await req.json();
+  const target = await ctx.lookupObject(body.target);
+  if (target == null) return json({ error: "target not found" }, 404);
+  const me = ctx.getActorUri("alice");
+  if (url.pathname === "/admin/follow") {
+    const id = new URL(`${origin}/follows/${crypto.randomUUID()}`);
+    await ctx.sendActivity(
+      { identifier: "alice" },
+      target,
+      new Follow({ id, actor: me, object: target.id }),
+      { immediate: true },
+    );
+    return json({ id: id.href });
+  }
+  if (url.pathname === "/admin/note") {
+    const noteId = new URL(`${origin}/notes/${crypto.randomUUID()}`);
+    const direct = body.visibility === "direct";
+    const tos = direct ? [target.id] : [PUBLIC_COLLECTION];
+    const ccs = direct ? [] : [target.id];
+    const mention = body.mention ?? `@${target.preferredUsername}@${target.id.host}`;
+    const content = `<p><span class="h-card"><a href="${target.id.href}" class="u-url mention">@<span>${target.preferredUsername}</span></a></span> ${body.text}</p>`;
+    const note = new Note({
+      id: noteId,
+      attribution: me,
+      tos,
+      ccs,
+      tags: [new Mention({ href: target.id, name: mention })],
+      content,
+      published: Temporal.Now.instant(),
+    });
+    const create = new Create({
+      id: new URL(`${noteId.href}/activity`),
+      actor: me,
+      tos,
+      ccs,
+      object: note,
+    });
+    await ctx.sendActivity({ identifier: "alice" }, target, create, {
+      immediate: true,
+    });
+    return json({ note: noteId.href, activity: `${noteId.href}/activity` });
+  }
+  return json({ error: "unknown admin route" }, 404);
+}
+
+serve(
+  {
+    port,
+    hostname: "127.0.0.1",
+    fetch: async (req) => {
+      const url = new URL(req.url);
+      if (url.pathname.startsWith("/admin/")) {
+        try {
+          return await admin(req, url);
+        } catch (e) {
+          console.error("admin error:", e);
+          return json({ error: String(e) }, 500);
+        }
+      }
+      return federation.fetch(req, { contextData: undefined });
+    },
+  },
+  (info) => console.log(`READY ${info.port}`),
+);
