@@ -7,7 +7,7 @@
 //   POST /admin/note     {"target": actorUrl, "text", "visibility", "mention"} -> sends Create(Note)
 //   GET  /admin/received                                              -> activities received (JSON-LD)
 // Prints "READY <port>" once listening.
-import "@js-temporal/polyfill";
+import { Temporal } from "@js-temporal/polyfill";
 import { serve } from "@hono/node-server";
 import {
   createFederation,
