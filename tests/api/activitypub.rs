@@ -35,11 +35,24 @@ fn rsa_sign(msg: &[u8]) -> Vec<u8> {
     sig
 }
 
+/// One recorded POST: path, headers, JSON body.
+type Post = (String, HashMap<String, String>, Value);
+
+/// One addressing case: name, to, cc, mentions, wakes echo, wakes helper.
+type Case<'a> = (
+    &'a str,
+    Vec<String>,
+    Vec<String>,
+    Vec<(&'a str, String)>,
+    bool,
+    bool,
+);
+
 /// A loopback "remote server": serves documents by path (with a status) and records POSTs.
 #[derive(Clone, Default)]
 struct Remote {
     docs: Arc<Mutex<HashMap<String, (u16, String)>>>,
-    posts: Arc<Mutex<Vec<(String, HashMap<String, String>, Value)>>>,
+    posts: Arc<Mutex<Vec<Post>>>,
     raw: Arc<Mutex<Vec<Vec<u8>>>>,
     gets: Arc<Mutex<Vec<String>>>,
     base: String,
@@ -135,7 +148,7 @@ impl Remote {
             .insert(path.to_owned(), (status, doc.to_string()));
     }
 
-    fn posts(&self) -> Vec<(String, HashMap<String, String>, Value)> {
+    fn posts(&self) -> Vec<Post> {
         self.posts.lock().unwrap().clone()
     }
 
@@ -156,10 +169,8 @@ impl Remote {
 }
 
 fn now_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
+    use switchboard::clock::Clock as _;
+    switchboard::clock::SystemClock.now_ms() / 1000
 }
 
 /// POSTs `body` to `url`, signed draft-cavage by `key_id` with the fixture key, `Date` shifted
@@ -603,14 +614,7 @@ async fn addressing_rule_decides_who_wakes() {
     let public = mapping::PUBLIC.to_owned();
     let followers = format!("{alice}/followers");
     // (name, to, cc, mentions, wakes echo, wakes helper)
-    let cases: Vec<(
-        &str,
-        Vec<String>,
-        Vec<String>,
-        Vec<(&str, String)>,
-        bool,
-        bool,
-    )> = vec![
+    let cases: Vec<Case<'_>> = vec![
         (
             "public",
             vec![public.clone()],

@@ -190,10 +190,10 @@ pub fn to_text(html: &str, mentions: &HashMap<String, String>) -> String {
             },
             Token::Start { name, attrs } => match name.as_str() {
                 "br" => out.push('\n'),
-                "p" | "div" | "blockquote" | "pre" | "ul" | "ol" => {
-                    if !out.is_empty() && !out.ends_with("\n\n") {
-                        out.push_str(if out.ends_with('\n') { "\n" } else { "\n\n" });
-                    }
+                "p" | "div" | "blockquote" | "pre" | "ul" | "ol"
+                    if !out.is_empty() && !out.ends_with("\n\n") =>
+                {
+                    out.push_str(if out.ends_with('\n') { "\n" } else { "\n\n" });
                 }
                 "li" => {
                     if !out.is_empty() && !out.ends_with('\n') {
@@ -210,10 +210,8 @@ pub fn to_text(html: &str, mentions: &HashMap<String, String>) -> String {
                 _ => {}
             },
             Token::End(name) => match name.as_str() {
-                "p" | "div" | "blockquote" | "pre" | "ul" | "ol" => {
-                    if !out.ends_with("\n\n") {
-                        out.push_str(if out.ends_with('\n') { "\n" } else { "\n\n" });
-                    }
+                "p" | "div" | "blockquote" | "pre" | "ul" | "ol" if !out.ends_with("\n\n") => {
+                    out.push_str(if out.ends_with('\n') { "\n" } else { "\n\n" });
                 }
                 "a" => {
                     if let Some((href, is_mention, is_tag, text)) = link.take() {

@@ -311,15 +311,16 @@ pub fn reply_html(recipients: &[Recipient], parts: &[Part]) -> String {
                     _ => body.push_str(&html::text_to_html(&t.content)),
                 }
             }
-            Part::Link(l) => {
-                if url::Url::parse(&l.url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
-                    let title = l.title.as_deref().unwrap_or(&l.url);
-                    body.push_str(&format!(
-                        "<p><a href=\"{}\" rel=\"nofollow noopener noreferrer\" target=\"_blank\">{}</a></p>",
-                        html::escape(&l.url),
-                        html::escape(title)
-                    ));
-                }
+            Part::Link(l)
+                if url::Url::parse(&l.url)
+                    .is_ok_and(|u| matches!(u.scheme(), "http" | "https")) =>
+            {
+                let title = l.title.as_deref().unwrap_or(&l.url);
+                body.push_str(&format!(
+                    "<p><a href=\"{}\" rel=\"nofollow noopener noreferrer\" target=\"_blank\">{}</a></p>",
+                    html::escape(&l.url),
+                    html::escape(title)
+                ));
             }
             _ => {}
         }

@@ -288,10 +288,10 @@ mod tests {
         let p = prepare(&signed).unwrap().unwrap();
         assert_eq!(p.verification_method, "https://a/u#ed");
         // The fake signer "signs" with the identity, so the signature equals one hash form.
-        assert!(p.hash_data.iter().any(|h| *h == p.signature));
+        assert!(p.hash_data.contains(&p.signature));
         signed["content"] = json!("bye");
         let p = prepare(&signed).unwrap().unwrap();
-        assert!(!p.hash_data.iter().any(|h| *h == p.signature));
+        assert!(!p.hash_data.contains(&p.signature));
         assert!(prepare(&doc).unwrap().is_none());
     }
 }

@@ -691,7 +691,7 @@ mod tests {
         }
     }
 
-    fn lookup(h: &HashMap<&str, String>) -> impl Fn(&str) -> Option<String> + '_ {
+    fn lookup<'a>(h: &'a HashMap<&str, String>) -> impl Fn(&str) -> Option<String> + 'a {
         move |n: &str| h.get(n).cloned()
     }
 
