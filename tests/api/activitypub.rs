@@ -54,6 +54,8 @@ struct Remote {
     docs: Arc<Mutex<HashMap<String, (u16, String)>>>,
     posts: Arc<Mutex<Vec<Post>>>,
     raw: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// Statuses the next POSTs answer with (202 once empty).
+    post_statuses: Arc<Mutex<Vec<u16>>>,
     gets: Arc<Mutex<Vec<String>>>,
     base: String,
 }
@@ -83,7 +85,11 @@ async fn remote_post(r: web::Data<Remote>, req: HttpRequest, body: web::Bytes) -
         .lock()
         .unwrap()
         .push((req.path().to_owned(), headers, v));
-    HttpResponse::Accepted().finish()
+    let next = {
+        let mut q = r.post_statuses.lock().unwrap();
+        if q.is_empty() { 202 } else { q.remove(0) }
+    };
+    HttpResponse::build(actix_web::http::StatusCode::from_u16(next).unwrap()).finish()
 }
 
 impl Remote {
@@ -1398,4 +1404,286 @@ async fn fedify_follows_mentions_and_gets_replies() {
     assert_eq!(mapping::iris(note.get("to")), vec![alice.clone()], "{note}");
     assert!(mapping::iris(note.get("cc")).is_empty(), "{note}");
     drop(peer);
+}
+
+/// Publishes an Ed25519 Multikey for `name` next to its RSA key; returns the signing pair.
+fn add_ed25519(remote: &Remote, name: &str) -> ring::signature::Ed25519KeyPair {
+    use ring::signature::KeyPair as _;
+    let doc =
+        ring::signature::Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new()).unwrap();
+    let pair = ring::signature::Ed25519KeyPair::from_pkcs8(doc.as_ref()).unwrap();
+    let raw: [u8; 32] = pair.public_key().as_ref().try_into().unwrap();
+    let path = format!("/users/{name}");
+    let mut actor: Value = serde_json::from_str(&remote.docs.lock().unwrap()[&path].1).unwrap();
+    let id = remote.actor_url(name);
+    actor["assertionMethod"] = json!([{
+        "id": format!("{id}#ed25519"),
+        "type": "Multikey",
+        "controller": id,
+        "publicKeyMultibase": switchboard::transports::activitypub::proof::ed25519_multikey(&raw),
+    }]);
+    remote.set(&path, 200, &actor);
+    pair
+}
+
+async fn post_rfc9421(
+    http: &reqwest::Client,
+    url: &str,
+    body: &[u8],
+    key_id: &str,
+    alg: &str,
+    sign: impl FnOnce(&[u8]) -> Vec<u8>,
+) -> reqwest::Response {
+    let u = url::Url::parse(url).unwrap();
+    let headers = sig::sign_rfc9421::<()>("POST", &u, Some(body), key_id, alg, now_s(), |m| {
+        Ok(sign(m))
+    })
+    .unwrap();
+    let mut req = http
+        .post(url)
+        .header("content-type", "application/activity+json")
+        .body(body.to_vec());
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc9421_and_object_proofs_authenticate() {
+    let s = setup(|_| {}).await;
+    let (t, remote) = (&s.t, &s.remote);
+    let alice = remote.add_actor("alice");
+    let ed = add_ed25519(remote, "alice");
+    remote.add_actor("bob");
+    let echo = format!("{}/agents/echo", t.base);
+    let inbox = format!("{echo}/inbox");
+    let d = t.domain();
+    let make = |n: &str| {
+        note_create(
+            remote,
+            "alice",
+            n,
+            vec![echo.clone()],
+            vec![],
+            &[(&echo, &format!("@echo@{d}"))],
+            "<p>hi</p>",
+        )
+    };
+
+    // RFC 9421 with the RSA key, and with the Ed25519 key.
+    let body = serde_json::to_vec(&make("r1")).unwrap();
+    let r = post_rfc9421(
+        &t.http,
+        &inbox,
+        &body,
+        &remote.key_id("alice"),
+        "rsa-v1_5-sha256",
+        rsa_sign,
+    )
+    .await;
+    assert_eq!(r.status(), 202, "rfc9421 rsa");
+    let body = serde_json::to_vec(&make("r2")).unwrap();
+    let r = post_rfc9421(
+        &t.http,
+        &inbox,
+        &body,
+        &format!("{alice}#ed25519"),
+        "ed25519",
+        |m| ed.sign(m).as_ref().to_vec(),
+    )
+    .await;
+    assert_eq!(r.status(), 202, "rfc9421 ed25519");
+    // Tampered body under RFC 9421: Content-Digest mismatch.
+    let u = url::Url::parse(&inbox).unwrap();
+    let hs = sig::sign_rfc9421::<()>(
+        "POST",
+        &u,
+        Some(&body),
+        &remote.key_id("alice"),
+        "rsa-v1_5-sha256",
+        now_s(),
+        |m| Ok(rsa_sign(m)),
+    )
+    .unwrap();
+    let mut req = t
+        .http
+        .post(&inbox)
+        .body(serde_json::to_vec(&make("r3")).unwrap());
+    for (k, v) in hs {
+        req = req.header(k, v);
+    }
+    assert_eq!(
+        req.send().await.unwrap().status(),
+        401,
+        "content-digest mismatch"
+    );
+
+    // A forwarded activity: HTTP-signed by bob, carrying alice's FEP-8b32 proof.
+    let mut fwd = make("r4");
+    switchboard::transports::activitypub::proof::attach(
+        &mut fwd,
+        &format!("{alice}#ed25519"),
+        "2026-11-22T06:00:00Z",
+        |m| ed.sign(m).as_ref().to_vec(),
+    );
+    let r = post_signed(
+        &t.http,
+        &inbox,
+        &serde_json::to_vec(&fwd).unwrap(),
+        &remote.key_id("bob"),
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 202, "forwarded with a proof");
+    let msgs = wait_for(10, "three calls", || async {
+        let v = s.echo.seen.lock().unwrap().clone();
+        (v.len() == 3).then_some(v)
+    })
+    .await;
+    let by_proof = msgs.iter().find(|m| m.raw["id"] == fwd["id"]).unwrap();
+    assert_eq!(
+        by_proof.sender.auth_method.as_str(),
+        "ap-object-integrity-proof"
+    );
+    assert_eq!(
+        by_proof.sender.key_id.as_deref(),
+        Some(format!("{alice}#ed25519").as_str())
+    );
+    // The same forward with a tampered proof is refused.
+    let mut bad = make("r5");
+    switchboard::transports::activitypub::proof::attach(
+        &mut bad,
+        &format!("{alice}#ed25519"),
+        "2026-11-22T06:00:00Z",
+        |m| ed.sign(m).as_ref().to_vec(),
+    );
+    bad["object"]["content"] = json!("<p>changed</p>");
+    let r = post_signed(
+        &t.http,
+        &inbox,
+        &serde_json::to_vec(&bad).unwrap(),
+        &remote.key_id("bob"),
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 401, "tampered proof");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_retry_stop_and_break() {
+    let s = setup(|_| {}).await;
+    let (t, remote) = (&s.t, &s.remote);
+    remote.add_actor("alice");
+    let echo = format!("{}/agents/echo", t.base);
+    let inbox = format!("{echo}/inbox");
+    let d = t.domain();
+    let key = remote.key_id("alice");
+    let make = |n: &str| {
+        note_create(
+            remote,
+            "alice",
+            n,
+            vec![echo.clone()],
+            vec![],
+            &[(&echo, &format!("@echo@{d}"))],
+            "<p>hi</p>",
+        )
+    };
+    let db = t.open_db().await;
+
+    // 503 then 429 (with Retry-After 0) then accepted: retried to success.
+    remote.post_statuses.lock().unwrap().extend([503, 429]);
+    let r = post_signed(
+        &t.http,
+        &inbox,
+        &serde_json::to_vec(&make("q1")).unwrap(),
+        &key,
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    wait_for(20, "delivery after retries", || async {
+        (count(
+            &db,
+            "SELECT COUNT(*) AS n FROM jobs WHERE kind = 'ap_deliver' AND state = 'done'",
+            &[],
+        )
+        .await
+            == 1)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        remote
+            .posts()
+            .iter()
+            .filter(|p| p.2["type"] == "Create")
+            .count(),
+        3
+    );
+
+    // 400 is final: the job is dead after one attempt.
+    remote.post_statuses.lock().unwrap().push(400);
+    let r = post_signed(
+        &t.http,
+        &inbox,
+        &serde_json::to_vec(&make("q2")).unwrap(),
+        &key,
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    wait_for(20, "a dead job", || async {
+        (count(&db, "SELECT COUNT(*) AS n FROM jobs WHERE kind = 'ap_deliver' AND state = 'dead' AND attempts = 1", &[]).await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        remote
+            .posts()
+            .iter()
+            .filter(|p| p.2["type"] == "Create")
+            .count(),
+        4
+    );
+
+    // A host failing for longer than breaker_days gets nothing sent.
+    let host = mapping::host_of(&remote.base).unwrap();
+    db.execute(
+        "UPDATE ap_hosts SET failing_since = $1 WHERE host = $2",
+        &[Arg::Int(1), Arg::Text(&host)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) AS n FROM ap_hosts WHERE host = $1",
+            &[Arg::Text(&host)]
+        )
+        .await,
+        1
+    );
+    let r = post_signed(
+        &t.http,
+        &inbox,
+        &serde_json::to_vec(&make("q3")).unwrap(),
+        &key,
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    wait_for(20, "the breaker", || async {
+        (count(&db, "SELECT COUNT(*) AS n FROM jobs WHERE kind = 'ap_deliver' AND state = 'dead' AND last_error LIKE '%failing for more than%'", &[]).await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        remote
+            .posts()
+            .iter()
+            .filter(|p| p.2["type"] == "Create")
+            .count(),
+        4,
+        "nothing sent"
+    );
 }
