@@ -722,7 +722,6 @@ async fn addressing_rule_decides_who_wakes() {
         .await;
     }
     // The direct note is answered directly: only alice addressed, no Public, no followers.
-    let db = t.open_db().await;
     let direct = wait_for(15, "the direct reply", || async {
         remote.posts().into_iter().map(|p| p.2).find(|b| {
             b["type"] == "Create"
@@ -734,7 +733,6 @@ async fn addressing_rule_decides_who_wakes() {
     .await;
     assert_eq!(direct["object"]["to"], json!([alice]));
     assert_eq!(direct["object"]["cc"], json!([]));
-    let _ = db;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -835,8 +833,6 @@ async fn follow_undo_delete_update() {
     );
     let db = t.open_db().await;
     let note_id = c["object"]["id"].as_str().unwrap().to_owned();
-    let body: Option<(String,)> = None;
-    let _ = body;
     assert_eq!(
         count(
             &db,
@@ -1001,8 +997,7 @@ async fn bad_input_is_refused() {
     );
 
     // Signed by someone who is not the actor.
-    let bob = remote.add_actor("bob");
-    let _ = bob;
+    remote.add_actor("bob");
     assert_eq!(
         status(post_signed(&t.http, &inbox, &body, &remote.key_id("bob"), 0).await),
         401,
@@ -1301,8 +1296,6 @@ async fn fedify_follows_mentions_and_gets_replies() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "{:?}", r.text().await);
-    let follow_id: Value = json!(null);
-    let _ = follow_id;
     let accept = wait_for(30, "Fedify to receive the Accept", || async {
         peer_received(&t.http, &peer)
             .await
