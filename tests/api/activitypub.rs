@@ -52,6 +52,8 @@ type Case<'a> = (
 #[derive(Clone, Default)]
 struct Remote {
     docs: Arc<Mutex<HashMap<String, (u16, String)>>>,
+    /// Non-JSON documents: path → (content type, bytes).
+    media: Arc<Mutex<HashMap<String, (String, Vec<u8>)>>>,
     posts: Arc<Mutex<Vec<Post>>>,
     raw: Arc<Mutex<Vec<Vec<u8>>>>,
     /// Statuses the next POSTs answer with (202 once empty).
@@ -63,6 +65,11 @@ struct Remote {
 async fn remote_get(r: web::Data<Remote>, req: HttpRequest) -> HttpResponse {
     let path = req.path().to_owned();
     r.gets.lock().unwrap().push(path.clone());
+    if let Some((ct, bytes)) = r.media.lock().unwrap().get(&path) {
+        return HttpResponse::Ok()
+            .content_type(ct.as_str())
+            .body(bytes.clone());
+    }
     match r.docs.lock().unwrap().get(&path) {
         Some((status, body)) => {
             HttpResponse::build(actix_web::http::StatusCode::from_u16(*status).unwrap())
@@ -1679,4 +1686,114 @@ async fn deliveries_retry_stop_and_break() {
         4,
         "nothing sent"
     );
+}
+
+/// Answers with its text and every file it was given.
+#[derive(Debug, Default)]
+struct FileEcho;
+
+#[async_trait::async_trait]
+impl switchboard::agents::AgentBackend for FileEcho {
+    async fn respond(
+        &self,
+        msg: &switchboard::message::NormalizedMessage,
+    ) -> Result<Option<switchboard::message::NormalizedResponse>, switchboard::error::OutboundError>
+    {
+        let mut r =
+            switchboard::agents::AgentBackend::respond(&switchboard::agents::EchoAgent, msg)
+                .await?
+                .unwrap();
+        r.parts.extend(
+            msg.parts
+                .iter()
+                .filter(|p| matches!(p, switchboard::message::Part::File(_)))
+                .cloned(),
+        );
+        Ok(Some(r))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attachments_are_stored_and_sent_back() {
+    let remote = Remote::start().await;
+    let t = spawn_app(Engine::Sqlite, |_, o| {
+        o.agents.push(("echo".into(), Arc::new(FileEcho)));
+    })
+    .await;
+    remote.add_actor("alice");
+    let png = b"\x89PNG\r\n\x1a\nnot really a picture".to_vec();
+    remote
+        .media
+        .lock()
+        .unwrap()
+        .insert("/media/pic.png".into(), ("image/png".into(), png.clone()));
+    let echo = format!("{}/agents/echo", t.base);
+    let d = t.domain();
+    let mut c = note_create(
+        &remote,
+        "alice",
+        "att1",
+        vec![echo.clone()],
+        vec![],
+        &[(&echo, &format!("@echo@{d}"))],
+        "<p>look</p>",
+    );
+    c["object"]["attachment"] = json!([
+        {"type": "Document", "mediaType": "image/png", "url": format!("{}/media/pic.png", remote.base), "name": "a picture"},
+        {"type": "Document", "mediaType": "image/png", "url": format!("{}/media/missing.png", remote.base)},
+        {"type": "Link", "href": "https://example.com/article", "name": "an article"},
+    ]);
+    let r = post_signed(
+        &t.http,
+        &format!("{echo}/inbox"),
+        &serde_json::to_vec(&c).unwrap(),
+        &remote.key_id("alice"),
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    let reply = wait_for(15, "the reply", || async {
+        remote
+            .posts()
+            .into_iter()
+            .map(|p| p.2)
+            .find(|b| b["type"] == "Create")
+    })
+    .await;
+    let att = &reply["object"]["attachment"];
+    assert_eq!(att.as_array().unwrap().len(), 1, "{att}");
+    assert_eq!(att[0]["type"], "Document");
+    assert_eq!(att[0]["mediaType"], "image/png");
+    assert_eq!(att[0]["name"], "a picture");
+    let url = att[0]["url"].as_str().unwrap();
+    assert!(url.contains("/media/") && url.contains("sig="), "{url}");
+    let fetched = t.http.get(url).send().await.unwrap();
+    assert_eq!(fetched.status(), 200);
+    assert_eq!(fetched.bytes().await.unwrap().to_vec(), png);
+    // What the agent was given: the text, the stored file, and links for the rest.
+    let db = t.open_db().await;
+    #[derive(sqlx::FromRow)]
+    struct B {
+        body: String,
+    }
+    let row: B = db
+        .fetch_optional("SELECT body FROM messages WHERE direction = 'in'", &[])
+        .await
+        .unwrap()
+        .unwrap();
+    let msg: Value = serde_json::from_str(&row.body).unwrap();
+    let parts = msg["parts"].as_array().unwrap();
+    assert_eq!(parts[0]["kind"], "text");
+    assert_eq!(parts[1]["kind"], "file");
+    assert_eq!(parts[1]["bytes_ref"]["kind"], "content_addressed");
+    assert_eq!(parts[1]["size"], png.len());
+    assert_eq!(parts[2]["kind"], "link");
+    assert!(
+        parts[2]["url"]
+            .as_str()
+            .unwrap()
+            .ends_with("/media/missing.png")
+    );
+    assert_eq!(parts[3]["kind"], "link");
+    assert_eq!(parts[3]["url"], "https://example.com/article");
 }
