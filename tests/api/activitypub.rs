@@ -35,6 +35,9 @@ fn rsa_sign(msg: &[u8]) -> Vec<u8> {
     sig
 }
 
+/// A non-JSON document: content type and bytes.
+type Media = (String, Vec<u8>);
+
 /// One recorded POST: path, headers, JSON body.
 type Post = (String, HashMap<String, String>, Value);
 
@@ -53,7 +56,7 @@ type Case<'a> = (
 struct Remote {
     docs: Arc<Mutex<HashMap<String, (u16, String)>>>,
     /// Non-JSON documents: path → (content type, bytes).
-    media: Arc<Mutex<HashMap<String, (String, Vec<u8>)>>>,
+    media: Arc<Mutex<HashMap<String, Media>>>,
     posts: Arc<Mutex<Vec<Post>>>,
     raw: Arc<Mutex<Vec<Vec<u8>>>>,
     /// Statuses the next POSTs answer with (202 once empty).
