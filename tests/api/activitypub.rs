@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use switchboard::store::{Arg, Db};
 use switchboard::transports::activitypub::{mapping, sig};
 
-use crate::helpers::{Engine, RecordingAgent, TestApp, spawn_app, wait_for};
+use crate::helpers::{Engine, RecordingAgent, TestApp, on_both_engines, spawn_app, wait_for};
 
 const KEY_PEM: &str = include_str!("../fixtures/activitypub/test-key.pem");
 const PUB_PEM: &str = include_str!("../fixtures/activitypub/test-key.pub.pem");
@@ -264,12 +264,12 @@ struct Setup {
     helper: Arc<RecordingAgent>,
 }
 
-async fn setup(tweak: impl FnOnce(&mut switchboard::Config)) -> Setup {
+async fn setup(engine: Engine, tweak: impl FnOnce(&mut switchboard::Config)) -> Setup {
     let remote = Remote::start().await;
     let echo = Arc::new(RecordingAgent::default());
     let helper = Arc::new(RecordingAgent::default());
     let (e, h) = (echo.clone(), helper.clone());
-    let t = spawn_app(Engine::Sqlite, move |c, o| {
+    let t = spawn_app(engine, move |c, o| {
         tweak(c);
         o.agents.push(("echo".into(), e));
         o.agents.push(("helper".into(), h));
@@ -285,7 +285,7 @@ async fn setup(tweak: impl FnOnce(&mut switchboard::Config)) -> Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_documents() {
-    let s = setup(|_| {}).await;
+    let s = setup(Engine::Sqlite, |_| {}).await;
     let (t, http) = (&s.t, &s.t.http);
     let domain = t.domain();
     let actor = format!("{}/agents/echo", t.base);
@@ -454,9 +454,10 @@ async fn published_key(http: &reqwest::Client, key_id: &str) -> sig::PublicKey {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mention_gets_a_signed_threaded_reply() {
-    let s = setup(|_| {}).await;
+on_both_engines!(mention_gets_a_signed_threaded_reply);
+
+async fn mention_gets_a_signed_threaded_reply(engine: Engine) {
+    let s = setup(engine, |_| {}).await;
     let (t, remote) = (&s.t, &s.remote);
     let alice = remote.add_actor("alice");
     let echo = format!("{}/agents/echo", t.base);
@@ -617,9 +618,10 @@ async fn mention_gets_a_signed_threaded_reply() {
     assert_eq!(second.history.as_ref().map(Vec::len), Some(2));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn addressing_rule_decides_who_wakes() {
-    let s = setup(|_| {}).await;
+on_both_engines!(addressing_rule_decides_who_wakes);
+
+async fn addressing_rule_decides_who_wakes(engine: Engine) {
+    let s = setup(engine, |_| {}).await;
     let (t, remote) = (&s.t, &s.remote);
     let alice = remote.add_actor("alice");
     let echo = format!("{}/agents/echo", t.base);
@@ -745,9 +747,10 @@ async fn addressing_rule_decides_who_wakes() {
     assert_eq!(direct["object"]["cc"], json!([]));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn follow_undo_delete_update() {
-    let s = setup(|_| {}).await;
+on_both_engines!(follow_undo_delete_update);
+
+async fn follow_undo_delete_update(engine: Engine) {
+    let s = setup(engine, |_| {}).await;
     let (t, remote) = (&s.t, &s.remote);
     let alice = remote.add_actor("alice");
     let echo = format!("{}/agents/echo", t.base);
@@ -888,9 +891,10 @@ async fn follow_undo_delete_update() {
     assert_eq!(s.echo.seen.lock().unwrap().len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_is_refused() {
-    let s = setup(|c| c.activitypub.max_body_bytes = 64 * 1024).await;
+on_both_engines!(bad_input_is_refused);
+
+async fn bad_input_is_refused(engine: Engine) {
+    let s = setup(engine, |c| c.activitypub.max_body_bytes = 64 * 1024).await;
     let (t, remote) = (&s.t, &s.remote);
     remote.add_actor("alice");
     let echo = format!("{}/agents/echo", t.base);
@@ -1292,7 +1296,7 @@ async fn fedify_follows_mentions_and_gets_replies() {
         return;
     }
     let peer = start_peer().await;
-    let s = setup(|_| {}).await;
+    let s = setup(Engine::Sqlite, |_| {}).await;
     let t = &s.t;
     let echo = format!("{}/agents/echo", t.base);
     let alice = format!("{}/users/alice", peer.base);
@@ -1452,9 +1456,10 @@ async fn post_rfc9421(
     req.send().await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rfc9421_and_object_proofs_authenticate() {
-    let s = setup(|_| {}).await;
+on_both_engines!(rfc9421_and_object_proofs_authenticate);
+
+async fn rfc9421_and_object_proofs_authenticate(engine: Engine) {
+    let s = setup(engine, |_| {}).await;
     let (t, remote) = (&s.t, &s.remote);
     let alice = remote.add_actor("alice");
     let ed = add_ed25519(remote, "alice");
@@ -1573,9 +1578,10 @@ async fn rfc9421_and_object_proofs_authenticate() {
     assert_eq!(r.status(), 401, "tampered proof");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deliveries_retry_stop_and_break() {
-    let s = setup(|_| {}).await;
+on_both_engines!(deliveries_retry_stop_and_break);
+
+async fn deliveries_retry_stop_and_break(engine: Engine) {
+    let s = setup(engine, |_| {}).await;
     let (t, remote) = (&s.t, &s.remote);
     remote.add_actor("alice");
     let echo = format!("{}/agents/echo", t.base);
@@ -1716,10 +1722,11 @@ impl switchboard::agents::AgentBackend for FileEcho {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn attachments_are_stored_and_sent_back() {
+on_both_engines!(attachments_are_stored_and_sent_back);
+
+async fn attachments_are_stored_and_sent_back(engine: Engine) {
     let remote = Remote::start().await;
-    let t = spawn_app(Engine::Sqlite, |_, o| {
+    let t = spawn_app(engine, |_, o| {
         o.agents.push(("echo".into(), Arc::new(FileEcho)));
     })
     .await;
