@@ -745,6 +745,37 @@ async fn addressing_rule_decides_who_wakes(engine: Engine) {
     .await;
     assert_eq!(direct["object"]["to"], json!([alice]));
     assert_eq!(direct["object"]["cc"], json!([]));
+    // The direct note is served only to a GET signed by someone it addresses.
+    let id = direct["object"]["id"].as_str().unwrap();
+    let get = |key: Option<String>| {
+        let http = t.http.clone();
+        let id = id.to_owned();
+        async move {
+            let mut r = http.get(&id).header("accept", "application/activity+json");
+            if let Some(key) = key {
+                let u = url::Url::parse(&id).unwrap();
+                for (k, v) in
+                    sig::sign_cavage::<()>("GET", &u, None, &key, now_s(), |m| Ok(rsa_sign(m)))
+                        .unwrap()
+                {
+                    r = r.header(k, v);
+                }
+            }
+            r.send().await.unwrap().status().as_u16()
+        }
+    };
+    assert_eq!(get(None).await, 404, "unsigned");
+    remote.add_actor("mallory");
+    assert_eq!(
+        get(Some(remote.key_id("mallory"))).await,
+        404,
+        "not addressed"
+    );
+    assert_eq!(
+        get(Some(remote.key_id("alice"))).await,
+        200,
+        "the addressee"
+    );
 }
 
 on_both_engines!(follow_undo_delete_update);
