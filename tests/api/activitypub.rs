@@ -68,6 +68,9 @@ struct Remote {
 async fn remote_get(r: web::Data<Remote>, req: HttpRequest) -> HttpResponse {
     let path = req.path().to_owned();
     r.gets.lock().unwrap().push(path.clone());
+    if path.starts_with("/slow") {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
     if let Some((ct, bytes)) = r.media.lock().unwrap().get(&path) {
         return HttpResponse::Ok()
             .content_type(ct.as_str())
@@ -925,7 +928,11 @@ async fn follow_undo_delete_update(engine: Engine) {
 on_both_engines!(bad_input_is_refused);
 
 async fn bad_input_is_refused(engine: Engine) {
-    let s = setup(engine, |c| c.activitypub.max_body_bytes = 64 * 1024).await;
+    let s = setup(engine, |c| {
+        c.activitypub.max_body_bytes = 64 * 1024;
+        c.activitypub.processing_timeout_ms = 1_500;
+    })
+    .await;
     let (t, remote) = (&s.t, &s.remote);
     remote.add_actor("alice");
     let echo = format!("{}/agents/echo", t.base);
@@ -1022,6 +1029,19 @@ async fn bad_input_is_refused(engine: Engine) {
     )
     .await;
     assert_eq!(status(r), 503, "key host down");
+
+    // A key server that does not answer in time: the request's time budget ends it, with 503.
+    let started = std::time::Instant::now();
+    let r = post_signed(
+        &t.http,
+        &inbox,
+        &body,
+        &format!("{}/slow/key#main-key", remote.base),
+        0,
+    )
+    .await;
+    assert_eq!(status(r), 503, "processing time bounded");
+    assert!(started.elapsed() < Duration::from_secs(4));
 
     // Actor and activity id on different hosts.
     let mut forged = make("b4");
@@ -1837,4 +1857,55 @@ async fn attachments_are_stored_and_sent_back(engine: Engine) {
     );
     assert_eq!(parts[3]["kind"], "link");
     assert_eq!(parts[3]["url"], "https://example.com/article");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thread_root_comes_from_a_fetched_parent() {
+    let s = setup(Engine::Sqlite, |_| {}).await;
+    let (t, remote) = (&s.t, &s.remote);
+    let alice = remote.add_actor("alice");
+    let echo = format!("{}/agents/echo", t.base);
+    let d = t.domain();
+    // The parent is unknown here; it names its conversation.
+    remote.set(
+        "/notes/parent",
+        200,
+        &json!({"id": format!("{}/notes/parent", remote.base), "type": "Note", "attributedTo": alice,
+                "context": format!("{}/contexts/42", remote.base), "content": "<p>root</p>"}),
+    );
+    let mut c = note_create(
+        remote,
+        "alice",
+        "child",
+        vec![echo.clone()],
+        vec![],
+        &[(&echo, &format!("@echo@{d}"))],
+        "<p>hi</p>",
+    );
+    c["object"]["inReplyTo"] = json!(format!("{}/notes/parent", remote.base));
+    let r = post_signed(
+        &t.http,
+        &format!("{echo}/inbox"),
+        &serde_json::to_vec(&c).unwrap(),
+        &remote.key_id("alice"),
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    wait_for(10, "the call", || async {
+        (!s.echo.seen.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    let db = t.open_db().await;
+    let key = format!("{}/contexts/42", remote.base);
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) AS n FROM threads WHERE transport = 'activitypub' AND thread_key = $1",
+            &[Arg::Text(&key)]
+        )
+        .await,
+        1
+    );
+    assert_eq!(remote.gets_of("/notes/parent"), 1);
 }
