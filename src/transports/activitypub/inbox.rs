@@ -355,7 +355,9 @@ async fn process(
 
     let now = inner.clock.now_ms();
     match kind.as_str() {
-        "Create" => on_create(inner, pipeline, &activity, &id, &auth).await?,
+        // Marks the id seen in the same transaction that stores the note.
+        "Create" if on_create(inner, pipeline, &activity, &id, &auth).await? => return Ok(()),
+        "Create" => {}
         "Follow" => on_follow(inner, &activity, &auth).await?,
         "Undo" => on_undo(inner, &activity, &auth).await?,
         "Delete" => on_delete(inner, &activity, &auth).await?,
@@ -378,21 +380,22 @@ fn embedded(activity: &Value) -> Option<&Value> {
     activity.get("object").filter(|o| o.is_object())
 }
 
+/// Returns whether the activity id was recorded as seen (with the stored note).
 async fn on_create(
     inner: &Inner,
     pipeline: &Pipeline,
     activity: &Value,
     activity_id: &str,
     auth: &Auth,
-) -> Result<(), Reject> {
+) -> Result<bool, Reject> {
     let Some(note) = embedded(activity) else {
-        return Ok(());
+        return Ok(false);
     };
     if !matches!(
         str_of(note, "type"),
         Some("Note" | "Article" | "Page" | "Question")
     ) {
-        return Ok(());
+        return Ok(false);
     }
     let note_id = str_of(note, "id").ok_or_else(|| Reject::invalid("object has no id"))?;
     let author = note
@@ -410,7 +413,7 @@ async fn on_create(
         .filter(|a| mapping::wakes(note, activity, &inner.actor_url(&a.name)))
         .collect();
     if woken.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let (thread_key, parent) = thread_of(inner, note).await;
     let in_reply_to = parent.as_ref().and_then(|p| p.message_id.clone());
@@ -453,9 +456,11 @@ async fn on_create(
             inner.clock.now_ms(),
         )
         .await?;
+        store::mark_seen_tx(&mut tx, activity_id, inner.clock.now_ms()).await?;
         tx.commit().await?;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// The conversation key and the known parent of a note: `context`/`conversation`, else the

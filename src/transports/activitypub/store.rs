@@ -290,6 +290,19 @@ pub async fn mark_seen(db: &Db, id: &str, now: i64) -> Result<bool> {
         > 0)
 }
 
+/// As [`mark_seen`], inside a transaction.
+///
+/// # Errors
+/// Database errors.
+pub async fn mark_seen_tx(tx: &mut Tx, id: &str, now: i64) -> Result<()> {
+    tx.execute(
+        "INSERT INTO ap_seen (id, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        &[Arg::Text(id), Arg::Int(now)],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Delivery health of a host.
 #[derive(Debug, Clone, Default, sqlx::FromRow)]
 pub struct HostRow {
