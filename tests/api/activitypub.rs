@@ -1909,3 +1909,74 @@ async fn thread_root_comes_from_a_fetched_parent() {
     );
     assert_eq!(remote.gets_of("/notes/parent"), 1);
 }
+
+/// GoToSocial publishes its key as a separate document (`…/main-key`, no fragment) whose `owner`
+/// is the actor; activitypub_federation signs `hs2019` with `(created)` and `(expires)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_documents_and_hs2019_with_created() {
+    let s = setup(Engine::Sqlite, |_| {}).await;
+    let (t, remote) = (&s.t, &s.remote);
+    let gts = remote.actor_url("gts");
+    let key_id = format!("{gts}/main-key");
+    remote.set(
+        "/users/gts",
+        200,
+        &json!({"id": gts, "type": "Person", "preferredUsername": "gts", "inbox": format!("{gts}/inbox"),
+                "publicKey": {"id": key_id, "owner": gts, "publicKeyPem": PUB_PEM}}),
+    );
+    remote.set(
+        "/users/gts/main-key",
+        200,
+        &json!({"id": key_id, "owner": gts, "publicKeyPem": PUB_PEM}),
+    );
+    let echo = format!("{}/agents/echo", t.base);
+    let d = t.domain();
+    let c = note_create(
+        remote,
+        "gts",
+        "g1",
+        vec![echo.clone()],
+        vec![],
+        &[(&echo, &format!("@echo@{d}"))],
+        "<p>hi</p>",
+    );
+    let body = serde_json::to_vec(&c).unwrap();
+    let r = post_signed(&t.http, &format!("{echo}/inbox"), &body, &key_id, 0).await;
+    assert_eq!(r.status(), 202, "fragment-less key document");
+
+    // hs2019 over (request-target) (created) (expires) digest, as activitypub_federation signs.
+    let c = note_create(
+        remote,
+        "gts",
+        "g2",
+        vec![echo.clone()],
+        vec![],
+        &[(&echo, &format!("@echo@{d}"))],
+        "<p>hi</p>",
+    );
+    let body = serde_json::to_vec(&c).unwrap();
+    let (created, expires) = (now_s(), now_s() + 3600);
+    let digest = sig::digest_header(&body);
+    let path = "/agents/echo/inbox";
+    let signing = format!(
+        "(request-target): post {path}\n(created): {created}\n(expires): {expires}\ndigest: {digest}"
+    );
+    let header = format!(
+        "keyId=\"{key_id}\",algorithm=\"hs2019\",created={created},expires={expires},headers=\"(request-target) (created) (expires) digest\",signature=\"{}\"",
+        base64_of(&rsa_sign(signing.as_bytes()))
+    );
+    let r = t
+        .http
+        .post(format!("{}{path}", t.base))
+        .header("digest", digest)
+        .header("signature", header)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "hs2019 with (created)/(expires)");
+    wait_for(10, "two calls", || async {
+        (s.echo.seen.lock().unwrap().len() == 2).then_some(())
+    })
+    .await;
+}
