@@ -439,25 +439,26 @@ async fn on_create(
         first_id.get_or_insert((out.message_id, agent.name.clone()));
     }
     if let Some((mid, agent)) = first_id {
-        let body = note.to_string();
-        let mut tx = inner.db.begin().await?;
-        store::insert_object(
-            &mut tx,
-            &store::NewObject {
-                id: note_id,
-                kind: "in",
-                agent: &agent,
-                author: &auth.actor.id,
-                message_id: Some(&mid),
-                thread_key: &thread_key,
-                public,
-                body: &body,
-            },
-            inner.clock.now_ms(),
-        )
-        .await?;
-        store::mark_seen_tx(&mut tx, activity_id, inner.clock.now_ms()).await?;
-        tx.commit().await?;
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let pending = super::writer::Pending {
+            id: note_id.to_owned(),
+            agent,
+            author: auth.actor.id.clone(),
+            message_id: mid,
+            thread_key,
+            public,
+            body: note.to_string(),
+            activity_id: activity_id.to_owned(),
+            now: inner.clock.now_ms(),
+            reply,
+        };
+        inner
+            .writer
+            .send(pending)
+            .await
+            .map_err(|_| Reject(503, "shutting down".into()))?;
+        rx.await
+            .map_err(|_| Reject(503, "shutting down".into()))??;
         return Ok(true);
     }
     Ok(false)

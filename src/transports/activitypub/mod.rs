@@ -21,6 +21,7 @@ mod outbound;
 pub mod proof;
 pub mod sig;
 pub mod store;
+mod writer;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -71,6 +72,8 @@ struct Inner {
     actors: Mutex<HashMap<String, (Arc<RemoteActor>, i64)>>,
     /// Concurrent deliveries per host.
     hosts: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// Group commit of woken notes and their activity ids.
+    writer: tokio::sync::mpsc::Sender<writer::Pending>,
 }
 
 /// What [`ActivityPub::new`] needs.
@@ -93,7 +96,7 @@ pub struct Parts {
 }
 
 impl ActivityPub {
-    /// Builds the transport.
+    /// Builds the transport and starts its row writer (call inside the Tokio runtime).
     ///
     /// # Errors
     /// When the public URL is unusable.
@@ -109,6 +112,7 @@ impl ActivityPub {
                 base,
                 domain,
                 allow_private: config.net.allow_private_addresses,
+                writer: writer::spawn(parts.db.clone()),
                 db: parts.db,
                 clock: parts.clock,
                 http: parts.http,
