@@ -278,7 +278,11 @@ impl Inner {
             Err(OutboundError::Permanent { reason }) => reason.starts_with("HTTP 4"),
             Err(_) => false,
         };
-        if let Err(e) = store::record_delivery(&self.db, &host, ok, self.clock.now_ms()).await {
+        // A healthy host stays healthy without a write per delivery.
+        let changed = !ok || health.failing_since.is_some() || health.failures > 0;
+        if changed
+            && let Err(e) = store::record_delivery(&self.db, &host, ok, self.clock.now_ms()).await
+        {
             tracing::warn!(error = %e, "recording host health failed");
         }
         result
