@@ -347,8 +347,12 @@ async fn process(
         (None, None) => return Err(Reject::unauth("the request is not signed")),
         _ => return Err(Reject::unauth("the signer is not the activity's actor")),
     };
+    // Remember hosts that sign RFC 9421 (a read, and a write only the first time).
     if let Some((a, _, Scheme::Rfc9421)) = &http
         && let Some(h) = mapping::host_of(&a.id)
+        && store::host(&inner.db, &h)
+            .await
+            .is_ok_and(|row| row.rfc9421 == 0)
     {
         let _ = store::set_rfc9421(&inner.db, &h, inner.clock.now_ms()).await;
     }
