@@ -20,6 +20,7 @@ use crate::net::HttpClient;
 use crate::pipeline::{Core, Pipeline};
 use crate::queue::{Queue, kinds};
 use crate::store::Db;
+use crate::transports::a2a::{self, A2aTransport, tasks as a2a_tasks, tasks::TaskEngine};
 use crate::transports::api::{ApiState, ApiTransport};
 use crate::transports::{Transport, TransportRegistry};
 
@@ -110,6 +111,10 @@ impl Application {
             http_client.clone(),
             clock.clone(),
         )));
+        let a2a_engine = TaskEngine::new(db.clone(), clock.clone());
+        if config.a2a.enabled {
+            transports.register(Arc::new(A2aTransport::new(a2a_engine.clone())));
+        }
         for t in opts.transports {
             transports.register(t);
         }
@@ -148,9 +153,20 @@ impl Application {
             ));
         }
         workers.push(queue.spawn_housekeeping(shutdown_rx.clone()));
+        if config.a2a.enabled
+            && let Some(listener) =
+                a2a_tasks::spawn_listener(a2a_engine.clone(), shutdown_rx.clone())
+        {
+            workers.push(listener);
+        }
         if let Some(listener) = queue.spawn_listener(shutdown_rx) {
             workers.push(listener);
         }
+        let a2a_state = if config.a2a.enabled {
+            Some(a2a::build_state(pipeline.clone(), a2a_engine, &config)?)
+        } else {
+            None
+        };
 
         let state = AppState {
             pipeline: pipeline.clone(),
@@ -164,9 +180,15 @@ impl Application {
         let app_state = state.clone();
         let server = HttpServer::new(move || {
             let (s, a) = (app_state.clone(), api_state.clone());
+            let a2a_state = a2a_state.clone();
             App::new()
                 .wrap(from_fn(http::track))
                 .configure(move |c| http::configure(c, s, a, max_body))
+                .configure(move |c| {
+                    if let Some(st) = a2a_state {
+                        a2a::server::configure(c, st);
+                    }
+                })
         })
         .workers(config.server.workers.max(1))
         .disable_signals()

@@ -89,6 +89,8 @@ pub struct Config {
     pub api: ApiConfig,
     /// Attachments and their signed URLs.
     pub media: MediaConfig,
+    /// The A2A transport.
+    pub a2a: A2aConfig,
     /// The agents this instance hosts.
     pub agents: Vec<AgentConfig>,
 }
@@ -104,11 +106,13 @@ impl Default for Config {
             net: NetConfig::default(),
             api: ApiConfig::default(),
             media: MediaConfig::default(),
+            a2a: A2aConfig::default(),
             agents: vec![AgentConfig {
                 name: "echo".into(),
                 display_name: Some("Echo".into()),
                 summary: Some("Answers with the text it received.".into()),
                 backend: BackendConfig::Echo,
+                a2a: None,
             }],
         }
     }
@@ -353,6 +357,74 @@ pub struct AgentConfig {
     pub summary: Option<String>,
     /// What answers for it.
     pub backend: BackendConfig,
+    /// A2A settings of this agent (card skills).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a2a: Option<AgentA2aConfig>,
+}
+
+/// The A2A transport (`/.well-known/agent-card.json`, `POST /a2a`, `POST /agents/{name}/a2a`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct A2aConfig {
+    /// Serve A2A at all.
+    pub enabled: bool,
+    /// The agent the hub endpoint answers for when a message names none; the first configured
+    /// agent when unset.
+    pub default_agent: Option<String>,
+    /// How long a blocking SendMessage waits for the task to finish or ask for input before
+    /// returning it still working.
+    pub blocking_timeout_ms: u64,
+    /// Most parts in one inbound message.
+    pub max_parts: usize,
+    /// Most bytes of text and decoded data in one inbound message.
+    pub max_message_bytes: usize,
+    /// `Cache-Control: max-age` of agent cards.
+    pub card_max_age_seconds: u64,
+    /// `provider.organization` on agent cards.
+    pub provider_organization: Option<String>,
+    /// Largest `pageSize` ListTasks honours.
+    pub max_page_size: u32,
+}
+
+impl Default for A2aConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            default_agent: None,
+            blocking_timeout_ms: 30_000,
+            max_parts: 64,
+            max_message_bytes: 512 * 1024,
+            card_max_age_seconds: 300,
+            provider_organization: None,
+            max_page_size: 100,
+        }
+    }
+}
+
+/// Per-agent A2A settings (`agents[].a2a`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentA2aConfig {
+    /// Skills listed on the agent's card; one generic skill when empty.
+    pub skills: Vec<A2aSkillConfig>,
+}
+
+/// One skill on an agent card.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct A2aSkillConfig {
+    /// Stable id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Keywords.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Example prompts.
+    #[serde(default)]
+    pub examples: Vec<String>,
 }
 
 /// An agent backend.
@@ -475,6 +547,17 @@ impl Config {
                     ));
                 }
             }
+        }
+        if let Some(name) = &self.a2a.default_agent
+            && !self
+                .agents
+                .iter()
+                .any(|a| a.name.eq_ignore_ascii_case(name))
+        {
+            problems.push(format!("a2a.default_agent {name:?}: no such agent"));
+        }
+        if self.a2a.max_parts == 0 || self.a2a.max_page_size == 0 {
+            problems.push("a2a.max_parts and a2a.max_page_size must be > 0".into());
         }
         if let Some(cb) = &self.api.callback_url
             && url::Url::parse(cb).is_err()

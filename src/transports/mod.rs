@@ -3,6 +3,7 @@
 //! [`Transport::deliver`]. The pipeline knows them only through this trait, registered at
 //! start-up; no transport imports another.
 
+pub mod a2a;
 pub mod api;
 pub mod memory;
 

@@ -4,6 +4,7 @@
 // A failed unwrap in a test is a test failure with a backtrace, which is what we want here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod a2a;
 mod api;
 mod cli;
 mod crash;

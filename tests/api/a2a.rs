@@ -1,0 +1,495 @@
+//! The A2A transport over real HTTP: cards, JSON-RPC 1.0 and 0.3, durable tasks, streams with
+//! replay, bad input, and interop with the a2a-sdk (Python) and @a2a-js/sdk clients.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{Engine, TestApp, on_both_engines, spawn_app, wait_for};
+
+/// Posts one JSON-RPC call with `A2A-Version: 1.0` and returns the parsed response body.
+async fn rpc(t: &TestApp, path: &str, method: &str, params: Value) -> Value {
+    rpc_with(t, path, method, params, &[("A2A-Version", "1.0")]).await
+}
+
+async fn rpc_with(
+    t: &TestApp,
+    path: &str,
+    method: &str,
+    params: Value,
+    headers: &[(&str, &str)],
+) -> Value {
+    let mut r = t
+        .http
+        .post(format!("{}{path}", t.base))
+        .json(&json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}));
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let resp = r.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.json().await.unwrap()
+}
+
+fn user_message(text: &str) -> Value {
+    json!({
+        "messageId": uuid::Uuid::now_v7().to_string(),
+        "role": "ROLE_USER",
+        "parts": [{"text": text}],
+    })
+}
+
+fn texts(task: &Value) -> Vec<String> {
+    task["artifacts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|a| a["parts"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Reads an SSE body into `(id, data)` pairs.
+fn sse_events(body: &str) -> Vec<(Option<i64>, Value)> {
+    let mut out = Vec::new();
+    for block in body.split("\n\n") {
+        let mut id = None;
+        let mut data = None;
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("id: ") {
+                id = v.parse().ok();
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                assert!(data.is_none(), "one data line per event");
+                data = Some(serde_json::from_str::<Value>(v).unwrap());
+            }
+        }
+        if let Some(d) = data {
+            out.push((id, d));
+        }
+    }
+    out
+}
+
+async fn cards_have_fields_and_validators(engine: Engine) {
+    let t = spawn_app(engine, |_, _| {}).await;
+    let r = t
+        .http
+        .get(format!("{}/.well-known/agent-card.json", t.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let cache = r.headers()["cache-control"].to_str().unwrap().to_owned();
+    assert!(cache.contains("max-age="), "{cache}");
+    let etag = r.headers()["etag"].to_str().unwrap().to_owned();
+    assert!(r.headers().contains_key("last-modified"));
+    let card: Value = r.json().await.unwrap();
+    for field in [
+        "name",
+        "description",
+        "supportedInterfaces",
+        "version",
+        "capabilities",
+        "defaultInputModes",
+        "defaultOutputModes",
+        "skills",
+    ] {
+        assert!(card.get(field).is_some(), "hub card lacks {field}");
+    }
+    let iface = &card["supportedInterfaces"][0];
+    assert_eq!(iface["protocolBinding"], "JSONRPC");
+    assert_eq!(iface["protocolVersion"], "1.0");
+    assert_eq!(iface["url"], format!("{}/a2a", t.base));
+    assert_eq!(card["capabilities"]["streaming"], true);
+    assert_eq!(card["skills"][0]["id"], "echo");
+
+    let again = t
+        .http
+        .get(format!("{}/.well-known/agent-card.json", t.base))
+        .header("If-None-Match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+
+    for path in [
+        "/agents/echo/agent-card.json",
+        "/.well-known/agent-card/echo",
+    ] {
+        let card: Value = t
+            .http
+            .get(format!("{}{path}", t.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            card["supportedInterfaces"][0]["url"],
+            format!("{}/agents/echo/a2a", t.base)
+        );
+        assert!(!card["skills"].as_array().unwrap().is_empty());
+    }
+    let missing = t
+        .http
+        .get(format!("{}/agents/nobody/agent-card.json", t.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+}
+on_both_engines!(cards_have_fields_and_validators);
+
+async fn send_get_list_cancel(engine: Engine) {
+    let t = spawn_app(engine, |_, _| {}).await;
+    // Blocking send: the echo agent's answer is an artifact of the completed task.
+    let r = rpc(
+        &t,
+        "/a2a",
+        "SendMessage",
+        json!({"message": user_message("hello there")}),
+    )
+    .await;
+    let task = &r["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
+    assert_eq!(texts(task), ["hello there"]);
+    let ts = task["status"]["timestamp"].as_str().unwrap();
+    assert!(ts.ends_with('Z') && ts.len() == 24, "{ts}");
+    let (id, ctx) = (
+        task["id"].as_str().unwrap(),
+        task["contextId"].as_str().unwrap(),
+    );
+    assert_eq!(task["history"][0]["role"], "ROLE_USER");
+
+    // GetTask, with and without history.
+    let got = rpc(
+        &t,
+        "/a2a/",
+        "GetTask",
+        json!({"id": id, "historyLength": 0}),
+    )
+    .await;
+    assert_eq!(got["result"]["id"], id);
+    assert!(got["result"].get("history").is_none());
+    let unknown = rpc(&t, "/a2a", "GetTask", json!({"id": "nope"})).await;
+    assert_eq!(unknown["error"]["code"], -32001);
+    assert_eq!(unknown["error"]["data"][0]["reason"], "TASK_NOT_FOUND");
+
+    // A second task in the same context, returned immediately.
+    let mut m = user_message("second");
+    m["contextId"] = json!(ctx);
+    let r2 = rpc(
+        &t,
+        "/agents/echo/a2a",
+        "SendMessage",
+        json!({"message": m, "configuration": {"returnImmediately": true}}),
+    )
+    .await;
+    let id2 = r2["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(r2["result"]["task"]["contextId"], ctx);
+    wait_for(10, "the second task to complete", || async {
+        let g = rpc(&t, "/a2a", "GetTask", json!({"id": id2})).await;
+        (g["result"]["status"]["state"] == "TASK_STATE_COMPLETED").then_some(())
+    })
+    .await;
+
+    // ListTasks: newest first, paginated, artifacts omitted unless asked.
+    let page1 = rpc(&t, "/a2a", "ListTasks", json!({"pageSize": 1})).await;
+    let p = &page1["result"];
+    assert_eq!(p["totalSize"], 2);
+    assert_eq!(p["tasks"][0]["id"], id2.as_str());
+    assert!(p["tasks"][0].get("artifacts").is_none());
+    let token = p["nextPageToken"].as_str().unwrap();
+    assert!(!token.is_empty());
+    let page2 = rpc(
+        &t,
+        "/a2a",
+        "ListTasks",
+        json!({"pageSize": 1, "pageToken": token, "includeArtifacts": true}),
+    )
+    .await;
+    assert_eq!(page2["result"]["tasks"][0]["id"], id);
+    assert_eq!(page2["result"]["nextPageToken"], "");
+    assert_eq!(texts(&page2["result"]["tasks"][0]), ["hello there"]);
+    let filtered = rpc(&t, "/a2a", "ListTasks", json!({"contextId": "other"})).await;
+    assert_eq!(filtered["result"]["totalSize"], 0);
+
+    // Cancel: a completed task cannot be canceled; a follow-up to it is refused.
+    let c = rpc(&t, "/a2a", "CancelTask", json!({"id": id})).await;
+    assert_eq!(c["error"]["code"], -32002);
+    let mut follow = user_message("more");
+    follow["taskId"] = json!(id);
+    let f = rpc(&t, "/a2a", "SendMessage", json!({"message": follow})).await;
+    assert_eq!(f["error"]["code"], -32004);
+    let mut unknown_task = user_message("more");
+    unknown_task["taskId"] = json!("no-such-task");
+    let f = rpc(&t, "/a2a", "SendMessage", json!({"message": unknown_task})).await;
+    assert_eq!(f["error"]["code"], -32001);
+}
+on_both_engines!(send_get_list_cancel);
+
+async fn streams_replay_and_survive_restart(engine: Engine) {
+    let mut t = spawn_app(engine, |_, _| {}).await;
+    let resp = t
+        .http
+        .post(format!("{}/a2a", t.base))
+        .header("A2A-Version", "1.0")
+        .json(
+            &json!({"jsonrpc":"2.0","id":"s1","method":"SendStreamingMessage",
+            "params":{"message": user_message("stream me")}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let events = sse_events(&resp.text().await.unwrap());
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|(_, e)| {
+            let r = e["result"].as_object().unwrap();
+            r.keys().next().unwrap().as_str()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["task", "statusUpdate", "artifactUpdate", "statusUpdate"],
+        "{events:?}"
+    );
+    assert_eq!(events[0].1["id"], "s1");
+    assert_eq!(
+        events[1].1["result"]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_WORKING"
+    );
+    assert_eq!(
+        events[3].1["result"]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    let seqs: Vec<i64> = events.iter().map(|(id, _)| id.unwrap()).collect();
+    assert_eq!(seqs, [0, 1, 2, 3]);
+    let task_id = events[0].1["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Subscribing to a finished task is refused, but a reconnect with Last-Event-ID replays
+    // what was missed.
+    let sub = rpc(&t, "/a2a", "SubscribeToTask", json!({"id": task_id})).await;
+    assert_eq!(sub["error"]["code"], -32004);
+    let replay = t
+        .http
+        .post(format!("{}/a2a", t.base))
+        .header("A2A-Version", "1.0")
+        .header("Last-Event-ID", "1")
+        .json(&json!({"jsonrpc":"2.0","id":2,"method":"SubscribeToTask","params":{"id": task_id}}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let replayed = sse_events(&replay);
+    assert_eq!(replayed.len(), 2, "{replay}");
+    assert_eq!(replayed[0].0, Some(2));
+    assert!(replayed[0].1["result"]["artifactUpdate"].is_object());
+
+    // The task outlives a restart.
+    let db = t.db.take();
+    t.stop().await;
+    let t2 = crate::helpers::spawn_on(db, |_, _| {}).await;
+    let got = rpc(&t2, "/a2a", "GetTask", json!({"id": task_id})).await;
+    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(texts(&got["result"]), ["stream me"]);
+}
+on_both_engines!(streams_replay_and_survive_restart);
+
+async fn legacy_03_and_versions(engine: Engine) {
+    let t = spawn_app(engine, |_, _| {}).await;
+    // 0.3: slash names, kind discriminators, lowercase states, bare results.
+    let r = rpc_with(
+        &t,
+        "/a2a",
+        "message/send",
+        json!({"message": {"kind":"message","role":"user","messageId":"old-1",
+            "parts":[{"kind":"text","text":"from 0.3"}]}}),
+        &[],
+    )
+    .await;
+    let task = &r["result"];
+    assert_eq!(task["kind"], "task", "{r}");
+    assert_eq!(task["status"]["state"], "completed");
+    assert_eq!(
+        task["artifacts"][0]["parts"][0],
+        json!({"kind":"text","text":"from 0.3"})
+    );
+    let got = rpc_with(&t, "/a2a", "tasks/get", json!({"id": task["id"]}), &[]).await;
+    assert_eq!(got["result"]["kind"], "task");
+
+    // No version header means 0.3, which has no SendMessage; an unknown version is refused.
+    let r = rpc_with(
+        &t,
+        "/a2a",
+        "SendMessage",
+        json!({"message": user_message("x")}),
+        &[],
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32009);
+    let r = rpc_with(
+        &t,
+        "/a2a",
+        "SendMessage",
+        json!({"message": user_message("x")}),
+        &[("A2A-Version", "99.0")],
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32009);
+    assert_eq!(r["error"]["data"][0]["reason"], "VERSION_NOT_SUPPORTED");
+    // Extensions are accepted.
+    let r = rpc_with(
+        &t,
+        "/a2a",
+        "SendMessage",
+        json!({"message": user_message("x")}),
+        &[
+            ("A2A-Version", "1.0"),
+            ("A2A-Extensions", "https://example.com/ext/v1"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        r["result"]["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+}
+on_both_engines!(legacy_03_and_versions);
+
+async fn bad_input_gets_the_right_codes(engine: Engine) {
+    let t = spawn_app(engine, |c, _| c.server.max_body_bytes = 64 * 1024).await;
+    let raw = |body: String| {
+        t.http
+            .post(format!("{}/a2a", t.base))
+            .header("A2A-Version", "1.0")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let code = |v: Value| v["error"]["code"].as_i64().unwrap();
+    let parse: Value = raw("{not json".into()).await.unwrap().json().await.unwrap();
+    assert_eq!(code(parse), -32700);
+    for bad in [
+        json!([]),
+        json!({"jsonrpc":"1.0","id":1,"method":"GetTask"}),
+        json!({"jsonrpc":"2.0","id":1}),
+        json!({"jsonrpc":"2.0","id":{"x":1},"method":"GetTask"}),
+        json!({"jsonrpc":"2.0","id":1,"method":"GetTask","params":[1]}),
+    ] {
+        let v: Value = raw(bad.to_string()).await.unwrap().json().await.unwrap();
+        assert_eq!(code(v), -32600, "{bad}");
+    }
+    let v = rpc(&t, "/a2a", "message.send", json!({})).await;
+    assert_eq!(code(v), -32601);
+    let v = rpc(&t, "/a2a", "SendMessage", json!({})).await;
+    assert_eq!(code(v.clone()), -32602);
+    assert_eq!(
+        v["error"]["data"][1]["fieldViolations"][0]["field"],
+        "message"
+    );
+    let mut no_id = user_message("x");
+    no_id.as_object_mut().unwrap().remove("messageId");
+    let v = rpc(&t, "/a2a", "SendMessage", json!({"message": no_id})).await;
+    assert_eq!(
+        v["error"]["data"][1]["fieldViolations"][0]["field"],
+        "message.messageId"
+    );
+    let mut bad_b64 = user_message("x");
+    bad_b64["parts"] = json!([{"raw": "@@not base64@@"}]);
+    let v = rpc(&t, "/a2a", "SendMessage", json!({"message": bad_b64})).await;
+    assert_eq!(
+        v["error"]["data"][1]["fieldViolations"][0]["field"],
+        "message.parts[0].raw"
+    );
+    let mut many = user_message("x");
+    many["parts"] = json!(vec![json!({"text": "p"}); 65]);
+    let v = rpc(&t, "/a2a", "SendMessage", json!({"message": many})).await;
+    assert_eq!(code(v), -32602);
+    let mut two = user_message("x");
+    two["parts"] = json!([{"text": "a", "data": {}}]);
+    let v = rpc(&t, "/a2a", "SendMessage", json!({"message": two})).await;
+    assert_eq!(code(v), -32602);
+    let v = rpc(&t, "/a2a", "ListTasks", json!({"pageSize": 0})).await;
+    assert_eq!(code(v), -32602);
+    let v = rpc(&t, "/a2a", "ListTasks", json!({"pageToken": "garbage!"})).await;
+    assert_eq!(code(v), -32602);
+    // Oversized body and a huge part.
+    let huge = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage",
+        "params":{"message": user_message(&"y".repeat(70 * 1024))}});
+    let v: Value = raw(huge.to_string()).await.unwrap().json().await.unwrap();
+    assert_eq!(code(v), -32602);
+    // No task was created by any of it.
+    let v = rpc(&t, "/a2a", "ListTasks", json!({})).await;
+    assert_eq!(v["result"]["totalSize"], 0);
+}
+on_both_engines!(bad_input_gets_the_right_codes);
+
+async fn hub_routes_by_handle_and_context(engine: Engine) {
+    let t = spawn_app(engine, |_, o| {
+        o.agents.push((
+            "other".into(),
+            std::sync::Arc::new(crate::helpers::RecordingAgent::default()),
+        ));
+    })
+    .await;
+    let r = rpc(
+        &t,
+        "/a2a",
+        "SendMessage",
+        json!({"message": user_message("@other hi")}),
+    )
+    .await;
+    let task = &r["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    let ctx = task["contextId"].clone();
+    // The task is visible at the hub and at its agent's endpoint, not at another agent's.
+    let id = task["id"].clone();
+    let at_other = rpc(&t, "/agents/other/a2a", "GetTask", json!({"id": id})).await;
+    assert_eq!(at_other["result"]["id"], id);
+    let at_echo = rpc(&t, "/agents/echo/a2a", "GetTask", json!({"id": id})).await;
+    assert_eq!(at_echo["error"]["code"], -32001);
+    // A follow-up in the same context stays with that agent.
+    let mut m = user_message("again");
+    m["contextId"] = ctx;
+    let r = rpc(&t, "/a2a", "SendMessage", json!({"message": m})).await;
+    let id2 = r["result"]["task"]["id"].clone();
+    let at_other = rpc(&t, "/agents/other/a2a", "GetTask", json!({"id": id2})).await;
+    assert_eq!(at_other["result"]["id"], id2);
+}
+on_both_engines!(hub_routes_by_handle_and_context);
+
+async fn idempotency_key_and_resend(engine: Engine) {
+    let t = spawn_app(engine, |_, _| {}).await;
+    let m = user_message("once");
+    let headers = [("A2A-Version", "1.0"), ("Idempotency-Key", "k-1")];
+    let a = rpc_with(&t, "/a2a", "SendMessage", json!({"message": m}), &headers).await;
+    let b = rpc_with(
+        &t,
+        "/a2a",
+        "SendMessage",
+        json!({"message": user_message("twice")}),
+        &headers,
+    )
+    .await;
+    assert_eq!(a["result"]["task"]["id"], b["result"]["task"]["id"]);
+    // Without a key, the same messageId after the task finished starts a new task (the
+    // conformance kit relies on this).
+    let c = rpc(&t, "/a2a", "SendMessage", json!({"message": m})).await;
+    assert_ne!(a["result"]["task"]["id"], c["result"]["task"]["id"]);
+    let _ = Duration::from_millis(1);
+}
+on_both_engines!(idempotency_key_and_resend);
