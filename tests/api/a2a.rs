@@ -493,3 +493,187 @@ async fn idempotency_key_and_resend(engine: Engine) {
     let _ = Duration::from_millis(1);
 }
 on_both_engines!(idempotency_key_and_resend);
+
+/// Answers like echo, but asks for input when a message contains "need input".
+#[derive(Debug, Default)]
+pub struct AskerAgent;
+
+#[async_trait::async_trait]
+impl switchboard::agents::AgentBackend for AskerAgent {
+    async fn respond(
+        &self,
+        msg: &switchboard::message::NormalizedMessage,
+    ) -> Result<Option<switchboard::message::NormalizedResponse>, switchboard::error::OutboundError>
+    {
+        let asks = msg.parts.iter().any(|p| {
+            matches!(p, switchboard::message::Part::Text(t) if t.content.contains("need input"))
+        });
+        let mut resp =
+            switchboard::agents::AgentBackend::respond(&switchboard::agents::EchoAgent, msg)
+                .await?
+                .unwrap();
+        if asks {
+            resp.parts = vec![switchboard::message::Part::text("what else?")];
+            resp.state = Some(switchboard::message::ResponseState::InputRequired);
+        }
+        Ok(Some(resp))
+    }
+}
+
+/// The interop peers, or `None` (with a note) when interop tests are off. With
+/// `SWITCHBOARD_INTEROP=1` a missing peer is a failure.
+fn peers() -> Option<(String, std::path::PathBuf)> {
+    if std::env::var("SWITCHBOARD_INTEROP").as_deref() != Ok("1") {
+        eprintln!("SWITCHBOARD_INTEROP is not 1: A2A interop test skipped (scripts/test runs it)");
+        return None;
+    }
+    let python = std::env::var("SWITCHBOARD_A2A_PYTHON")
+        .expect("SWITCHBOARD_A2A_PYTHON (set by scripts/peers/a2a.sh)");
+    assert!(
+        std::path::Path::new(&python).exists(),
+        "{python} is missing"
+    );
+    let nm = std::path::PathBuf::from(
+        std::env::var("SWITCHBOARD_A2A_NODE_MODULES")
+            .expect("SWITCHBOARD_A2A_NODE_MODULES (set by scripts/peers/a2a.sh)"),
+    );
+    assert!(
+        nm.join("@a2a-js/sdk").exists(),
+        "{} lacks @a2a-js/sdk",
+        nm.display()
+    );
+    Some((python, nm))
+}
+
+fn peer_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/a2a")
+}
+
+/// Runs a peer script and parses the one JSON object it prints.
+async fn run_peer(mut cmd: tokio::process::Command) -> Value {
+    cmd.kill_on_drop(true)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().expect("peer starts");
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("peer finished within 120 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "peer failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("peer printed no JSON ({e}): {stdout}"))
+}
+
+fn first_text(v: &Value) -> &str {
+    v["parts"][0]["text"].as_str().unwrap_or_default()
+}
+
+async fn interop_python_and_js_clients(engine: Engine) {
+    let Some((python, node_modules)) = peers() else {
+        return;
+    };
+    let t = spawn_app(engine, |_, o| {
+        o.agents
+            .push(("echo".into(), std::sync::Arc::new(AskerAgent)));
+    })
+    .await;
+
+    // a2a-sdk 1.3.0 (Python).
+    let mut cmd = tokio::process::Command::new(&python);
+    cmd.arg(peer_dir().join("client.py")).arg(&t.base);
+    let py = run_peer(cmd).await;
+    assert_eq!(py["card"]["streaming"], true);
+    assert_eq!(py["card"]["url"], format!("{}/a2a", t.base));
+    assert_eq!(py["send"], json!(["task"]));
+    assert_eq!(py["send_task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(
+        first_text(&py["send_task"]["artifacts"][0]),
+        "hello from python"
+    );
+    assert_eq!(
+        py["stream"],
+        json!(["task", "status_update", "artifact_update", "status_update"]),
+        "{py}"
+    );
+    assert_eq!(
+        py["stream_events"][3]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    assert_eq!(py["get"]["id"], py["send_task"]["id"]);
+    assert!(py["list"]["tasks"].as_array().unwrap().len() >= 2, "{py}");
+    assert_eq!(py["asking"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    assert_eq!(first_text(&py["asking"]["status"]["message"]), "what else?");
+    assert_eq!(py["answered"]["id"], py["asking"]["id"]);
+    assert_eq!(py["answered"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(
+        first_text(&py["answered"]["artifacts"][0]),
+        "here is the answer"
+    );
+    assert_eq!(
+        py["subscribe_first"]["task"]["status"]["state"],
+        "TASK_STATE_INPUT_REQUIRED"
+    );
+    assert_eq!(py["cancel"]["status"]["state"], "TASK_STATE_CANCELED");
+    let resub = py["resubscribed"].as_array().unwrap();
+    assert!(resub[0].get("task").is_some(), "{py}");
+    assert_eq!(
+        resub.last().unwrap()["statusUpdate"]["status"]["state"],
+        "TASK_STATE_CANCELED"
+    );
+    assert!(
+        py["cancel_again"]
+            .as_str()
+            .unwrap()
+            .contains("NotCancelable"),
+        "{py}"
+    );
+    assert!(
+        py["get_unknown"].as_str().unwrap().contains("NotFound"),
+        "{py}"
+    );
+
+    // @a2a-js/sdk 1.3.0: ESM resolves packages from the script's directory, so the script runs
+    // from beside the installed node_modules.
+    let script = node_modules.parent().unwrap().join("client.mjs");
+    std::fs::copy(peer_dir().join("client.mjs"), &script).unwrap();
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg(&script).arg(&t.base);
+    let js = run_peer(cmd).await;
+    assert_eq!(js["card"]["streaming"], true);
+    assert_eq!(js["send"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(first_text(&js["send"]["artifacts"][0]), "hello from node");
+    let kinds: Vec<String> = js["stream"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_object().unwrap().keys().next().unwrap().clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["task", "statusUpdate", "artifactUpdate", "statusUpdate"],
+        "{js}"
+    );
+    assert_eq!(js["get"]["id"], js["send"]["id"]);
+    assert!(js["list"]["ids"].as_array().unwrap().len() >= 2);
+    assert_eq!(js["asking"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    assert_eq!(js["answered"]["id"], js["asking"]["id"]);
+    assert_eq!(js["answered"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(js["cancel"]["status"]["state"], "TASK_STATE_CANCELED");
+    let resub = js["resubscribed"].as_array().unwrap();
+    assert!(resub[0].get("task").is_some(), "{js}");
+    assert_eq!(
+        resub.last().unwrap()["statusUpdate"]["status"]["state"],
+        "TASK_STATE_CANCELED"
+    );
+    assert!(
+        js["get_unknown"].as_str().unwrap().contains("ot found"),
+        "{js}"
+    );
+}
+on_both_engines!(interop_python_and_js_clients);
