@@ -15,6 +15,7 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::http::{self, AppState};
+use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::net::HttpClient;
 use crate::pipeline::{Core, Pipeline};
@@ -105,6 +106,7 @@ impl Application {
         for (name, backend) in opts.agents {
             agents.insert(&name, None, None, backend);
         }
+        let keys = Keys::new(db.clone(), clock.clone());
         let mut transports = TransportRegistry::default();
         transports.register(Arc::new(ApiTransport::new(
             &config.api,
@@ -136,6 +138,7 @@ impl Application {
             metrics,
             history: config.history,
             blobs,
+            keys,
         });
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);

@@ -7,6 +7,7 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod keys;
 pub mod message;
 pub mod metrics;
 pub mod net;

@@ -17,6 +17,7 @@ use crate::agents::AgentRegistry;
 use crate::blobs::BlobStore;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
+use crate::keys::Keys;
 use crate::message::{HistoryPolicy, NormalizedMessage};
 use crate::metrics::Metrics;
 use crate::queue::{JobHandler, Queue};
@@ -59,6 +60,8 @@ pub struct Core {
     pub history: HistoryPolicy,
     /// Attachments.
     pub blobs: BlobStore,
+    /// Signing keys.
+    pub keys: Keys,
 }
 
 /// The entry point transports hand verified messages to.
@@ -170,6 +173,12 @@ impl Pipeline {
     #[must_use]
     pub fn blobs(&self) -> &BlobStore {
         &self.core.blobs
+    }
+
+    /// The signing keys.
+    #[must_use]
+    pub fn keys(&self) -> &Keys {
+        &self.core.keys
     }
 
     /// The metrics.

@@ -9,6 +9,7 @@ mod api;
 mod cli;
 mod crash;
 mod helpers;
+mod keys;
 mod media;
 mod pipeline;
 mod scale_out;
