@@ -166,7 +166,12 @@ impl Application {
             workers.push(listener);
         }
         let a2a_state = if config.a2a.enabled {
-            Some(a2a::build_state(pipeline.clone(), a2a_engine, &config)?)
+            Some(a2a::build_state(
+                pipeline.clone(),
+                a2a_engine,
+                &config,
+                http_client.clone(),
+            )?)
         } else {
             None
         };

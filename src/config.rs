@@ -407,6 +407,100 @@ impl Default for A2aConfig {
 pub struct AgentA2aConfig {
     /// Skills listed on the agent's card; one generic skill when empty.
     pub skills: Vec<A2aSkillConfig>,
+    /// Who may call the agent over A2A.
+    pub auth: A2aAuthConfig,
+}
+
+/// How A2A callers of an agent authenticate.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum A2aAuthConfig {
+    /// Anyone; callers are anonymous and see only anonymous tasks.
+    #[default]
+    Public,
+    /// Bearer JWTs from the configured issuers (`a2a-jwt` evidence).
+    Jwt {
+        /// Trusted issuers.
+        issuers: Vec<JwtIssuerConfig>,
+        /// Clock skew allowed on `exp` and `nbf`.
+        #[serde(default = "default_leeway_seconds")]
+        leeway_seconds: u64,
+    },
+    /// OAuth 2 access tokens: JWT access tokens from the issuers, or opaque tokens checked by
+    /// RFC 7662 introspection (`a2a-oauth` evidence).
+    Oauth {
+        /// Issuers of JWT access tokens.
+        #[serde(default)]
+        issuers: Vec<JwtIssuerConfig>,
+        /// Introspection endpoint for opaque tokens.
+        #[serde(default)]
+        introspection: Option<IntrospectionConfig>,
+        /// Token endpoint advertised on the card (client credentials flow).
+        #[serde(default)]
+        token_url: Option<String>,
+        /// RFC 8414 metadata URL advertised on the card.
+        #[serde(default)]
+        metadata_url: Option<String>,
+        /// Clock skew allowed on `exp` and `nbf`.
+        #[serde(default = "default_leeway_seconds")]
+        leeway_seconds: u64,
+    },
+}
+
+fn default_leeway_seconds() -> u64 {
+    60
+}
+
+/// A trusted token issuer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtIssuerConfig {
+    /// The exact `iss`.
+    pub issuer: String,
+    /// Accepted `aud` values (at least one must match).
+    pub audiences: Vec<String>,
+    /// JWKS URL; keys are cached and refetched when a token names an unknown `kid`.
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    /// Static public keys.
+    #[serde(default)]
+    pub keys: Vec<StaticKeyConfig>,
+    /// Allowed algorithms (asymmetric only).
+    #[serde(default = "default_jwt_algorithms")]
+    pub algorithms: Vec<String>,
+    /// Assurance of the evidence minted (`agent` for JWT, `oauth` for OAuth by default).
+    #[serde(default)]
+    pub assurance: Option<String>,
+}
+
+fn default_jwt_algorithms() -> Vec<String> {
+    vec!["RS256".into(), "ES256".into(), "EdDSA".into()]
+}
+
+/// A static public key of an issuer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticKeyConfig {
+    /// Key id the tokens name (any token matches a key without one).
+    #[serde(default)]
+    pub kid: Option<String>,
+    /// SPKI `PUBLIC KEY` PEM (RSA, EC P-256 or Ed25519).
+    pub pem: String,
+}
+
+/// An RFC 7662 introspection endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntrospectionConfig {
+    /// Endpoint.
+    pub url: String,
+    /// Client id (HTTP Basic).
+    pub client_id: String,
+    /// Client secret (HTTP Basic).
+    pub client_secret: Secret,
+    /// Required `aud`, when set.
+    #[serde(default)]
+    pub audience: Option<String>,
 }
 
 /// One skill on an agent card.
@@ -555,6 +649,56 @@ impl Config {
                 .any(|a| a.name.eq_ignore_ascii_case(name))
         {
             problems.push(format!("a2a.default_agent {name:?}: no such agent"));
+        }
+        for (i, agent) in self.agents.iter().enumerate() {
+            let issuers = match agent.a2a.as_ref().map(|a| &a.auth) {
+                Some(A2aAuthConfig::Jwt { issuers, .. }) => {
+                    if issuers.is_empty() {
+                        problems.push(format!("agents[{i}].a2a.auth.issuers: at least one issuer"));
+                    }
+                    issuers.as_slice()
+                }
+                Some(A2aAuthConfig::Oauth {
+                    issuers,
+                    introspection,
+                    ..
+                }) => {
+                    if issuers.is_empty() && introspection.is_none() {
+                        problems.push(format!(
+                            "agents[{i}].a2a.auth: oauth needs issuers or introspection"
+                        ));
+                    }
+                    issuers.as_slice()
+                }
+                _ => &[],
+            };
+            for (j, iss) in issuers.iter().enumerate() {
+                let at = format!("agents[{i}].a2a.auth.issuers[{j}]");
+                if iss.audiences.is_empty() {
+                    problems.push(format!("{at}.audiences: at least one audience"));
+                }
+                if iss.jwks_url.is_none() && iss.keys.is_empty() {
+                    problems.push(format!("{at}: needs jwks_url or keys"));
+                }
+                for alg in &iss.algorithms {
+                    if !matches!(
+                        alg.as_str(),
+                        "RS256"
+                            | "RS384"
+                            | "RS512"
+                            | "PS256"
+                            | "PS384"
+                            | "PS512"
+                            | "ES256"
+                            | "ES384"
+                            | "EdDSA"
+                    ) {
+                        problems.push(format!(
+                            "{at}.algorithms: {alg:?} is not an accepted asymmetric algorithm"
+                        ));
+                    }
+                }
+            }
         }
         if self.a2a.max_parts == 0 || self.a2a.max_page_size == 0 {
             problems.push("a2a.max_parts and a2a.max_page_size must be > 0".into());

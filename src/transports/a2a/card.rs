@@ -6,7 +6,7 @@ use sha2::{Digest, Sha256};
 
 use super::mapping::TOOL_EVENTS_EXTENSION;
 use crate::agents::Agent;
-use crate::config::{A2aConfig, AgentA2aConfig};
+use crate::config::{A2aAuthConfig, A2aConfig, AgentA2aConfig};
 
 /// A rendered card with its validators.
 #[derive(Debug, Clone)]
@@ -99,6 +99,58 @@ fn skills(agent: &Agent, settings: Option<&AgentA2aConfig>) -> Vec<Value> {
     }
 }
 
+/// `securitySchemes` entries of a policy (none for public agents).
+fn schemes(policy: &A2aAuthConfig) -> Vec<(&'static str, Value)> {
+    match policy {
+        A2aAuthConfig::Public => Vec::new(),
+        A2aAuthConfig::Jwt { .. } => vec![(
+            "jwt",
+            json!({"httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT"}}),
+        )],
+        A2aAuthConfig::Oauth {
+            token_url,
+            metadata_url,
+            ..
+        } => {
+            let mut scheme = json!({"flows": {}});
+            if let Some(t) = token_url {
+                scheme["flows"]["clientCredentials"] = json!({"tokenUrl": t, "scopes": {}});
+            }
+            if let Some(m) = metadata_url {
+                scheme["oauth2MetadataUrl"] = json!(m);
+            }
+            vec![("oauth", json!({ "oauth2SecurityScheme": scheme }))]
+        }
+    }
+}
+
+/// Adds `securitySchemes` (from every policy) and `securityRequirements` (from `required`).
+fn add_security<'a>(
+    card: &mut Value,
+    all: impl IntoIterator<Item = &'a A2aAuthConfig>,
+    required: Option<&A2aAuthConfig>,
+) {
+    let mut map = serde_json::Map::new();
+    for p in all {
+        for (name, s) in schemes(p) {
+            map.insert(name.into(), s);
+        }
+    }
+    if map.is_empty() {
+        return;
+    }
+    card["securitySchemes"] = Value::Object(map);
+    if let Some(req) = required {
+        let reqs: Vec<Value> = schemes(req)
+            .into_iter()
+            .map(|(name, _)| json!({"schemes": {name: {}}}))
+            .collect();
+        if !reqs.is_empty() {
+            card["securityRequirements"] = json!(reqs);
+        }
+    }
+}
+
 /// The card of one agent.
 #[must_use]
 pub fn agent_card(
@@ -106,7 +158,8 @@ pub fn agent_card(
     agent: &Agent,
     settings: Option<&AgentA2aConfig>,
 ) -> Value {
-    json!({
+    let policy = settings.map(|s| &s.auth);
+    let mut card = json!({
         "name": agent.display_name.clone().unwrap_or_else(|| agent.name.clone()),
         "description": agent.summary.clone().unwrap_or_else(|| format!("{} on switchboard", agent.address)),
         "supportedInterfaces": [{
@@ -120,12 +173,20 @@ pub fn agent_card(
         "defaultInputModes": INPUT_MODES,
         "defaultOutputModes": OUTPUT_MODES,
         "skills": skills(agent, settings),
-    })
+    });
+    add_security(&mut card, policy, policy);
+    card
 }
 
 /// The hub card: one endpoint for every agent (a leading `@name` picks one).
 #[must_use]
-pub fn hub_card(ctx: &CardContext<'_>, domain: &str, agents: &[std::sync::Arc<Agent>]) -> Value {
+pub fn hub_card<'a>(
+    ctx: &CardContext<'_>,
+    domain: &str,
+    agents: &[std::sync::Arc<Agent>],
+    policies: impl IntoIterator<Item = &'a A2aAuthConfig>,
+    default_policy: Option<&A2aAuthConfig>,
+) -> Value {
     let skills: Vec<Value> = agents
         .iter()
         .map(|a| {
@@ -138,7 +199,7 @@ pub fn hub_card(ctx: &CardContext<'_>, domain: &str, agents: &[std::sync::Arc<Ag
             })
         })
         .collect();
-    json!({
+    let mut card = json!({
         "name": format!("switchboard on {domain}"),
         "description": "Every agent of this switchboard behind one A2A endpoint: start a message with @name to pick one.",
         "supportedInterfaces": [{
@@ -152,5 +213,7 @@ pub fn hub_card(ctx: &CardContext<'_>, domain: &str, agents: &[std::sync::Arc<Ag
         "defaultInputModes": INPUT_MODES,
         "defaultOutputModes": OUTPUT_MODES,
         "skills": skills,
-    })
+    });
+    add_security(&mut card, policies, default_policy);
+    card
 }

@@ -7,6 +7,7 @@
 //! [`mapping`] (parts and states), [`tasks`] (durable tasks and change notifications),
 //! [`card`] (agent cards), [`server`] (JSON-RPC and SSE handlers).
 
+pub mod auth;
 pub mod card;
 pub mod mapping;
 pub mod server;
@@ -18,10 +19,12 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use self::auth::Verifier;
 use self::card::{CardContext, RenderedCard};
 use self::server::A2aState;
 use crate::config::Config;
 use crate::error::Error;
+use crate::net::HttpClient;
 use crate::pipeline::Pipeline;
 
 use self::mapping::{response_state, to_a2a_part};
@@ -38,7 +41,10 @@ pub fn build_state(
     pipeline: Pipeline,
     engine: TaskEngine,
     config: &Config,
+    http: HttpClient,
 ) -> crate::Result<Arc<A2aState>> {
+    let pipeline_clock = pipeline.clock().clone();
+    let pipeline_domain = pipeline.agents().domain().to_owned();
     let public_url = config.public_url().map_err(Error::Config)?;
     let public_url = public_url.as_str().trim_end_matches('/').to_owned();
     let agents = pipeline.agents().all();
@@ -56,18 +62,29 @@ pub fn build_state(
         cfg: &config.a2a,
     };
     let mut cards = HashMap::new();
+    let mut policies = HashMap::new();
     for agent in &agents {
         let settings = config
             .agents
             .iter()
             .find(|a| a.name.eq_ignore_ascii_case(&agent.name))
             .and_then(|a| a.a2a.as_ref());
+        if let Some(s) = settings {
+            policies.insert(agent.name.to_lowercase(), s.auth.clone());
+        }
         cards.insert(
             agent.name.to_lowercase(),
             RenderedCard::new(&card::agent_card(&ctx, agent, settings)),
         );
     }
-    let hub_card = RenderedCard::new(&card::hub_card(&ctx, pipeline.agents().domain(), &agents));
+    let default_policy = policies.get(&default_agent.to_lowercase());
+    let hub_card = RenderedCard::new(&card::hub_card(
+        &ctx,
+        pipeline.agents().domain(),
+        &agents,
+        policies.values(),
+        default_policy,
+    ));
     let cards_modified = crate::message::Timestamp::from_unix_millis(pipeline.clock().now_ms())
         .as_datetime()
         .format("%a, %d %b %Y %H:%M:%S GMT")
@@ -81,6 +98,8 @@ pub fn build_state(
         hub_card,
         cards,
         cards_modified,
+        verifier: Verifier::new(http, pipeline_clock, pipeline_domain.as_str()),
+        policies,
     }))
 }
 

@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use super::NAME;
+use super::auth::{Caller, Verifier};
 use super::card::RenderedCard;
 use super::mapping::{self, InPart, Limits};
 use super::tasks::{Change, TaskEngine, ends_stream, internal, wait_for};
@@ -22,11 +23,11 @@ use super::wire::{
     TASK_NOT_CANCELABLE, TaskState, UNSUPPORTED_OPERATION, VERSION_NOT_SUPPORTED, Version,
     WireMessage,
 };
-use crate::config::A2aConfig;
+use crate::config::{A2aAuthConfig, A2aConfig};
 use crate::error::Error;
 use crate::message::{
-    AuthMethod, BytesRef, Extra, FilePart, MentionRelay, NoRelay, NormalizedMessage, Part,
-    ReceivedVia, RecipientCapabilities, Sender,
+    BytesRef, Extra, FilePart, MentionRelay, NoRelay, NormalizedMessage, Part, ReceivedVia,
+    RecipientCapabilities,
 };
 use crate::pipeline::Pipeline;
 use crate::store::a2a::{self as sql, TaskFilter, TaskRow};
@@ -50,6 +51,54 @@ pub struct A2aState {
     pub cards: HashMap<String, RenderedCard>,
     /// `Last-Modified` of the cards (the start of this process).
     pub cards_modified: String,
+    /// Checks bearer tokens.
+    pub verifier: Verifier,
+    /// Who may call each agent, by lower-case name (public when absent).
+    pub policies: HashMap<String, A2aAuthConfig>,
+}
+
+impl A2aState {
+    fn policy(&self, agent: &str) -> &A2aAuthConfig {
+        static PUBLIC: A2aAuthConfig = A2aAuthConfig::Public;
+        self.policies.get(&agent.to_lowercase()).unwrap_or(&PUBLIC)
+    }
+
+    /// Refuses a caller the agent's policy does not admit.
+    fn admit(&self, caller: &Caller, agent: &str) -> Result<(), RpcError> {
+        if caller.admitted_by(self.policy(agent)) {
+            Ok(())
+        } else {
+            Err(RpcError::new(
+                wire::UNAUTHENTICATED,
+                format!("{agent} requires a bearer token from a trusted issuer"),
+            ))
+        }
+    }
+
+    /// The caller behind `authorization`: anonymous without one, else a verified principal.
+    async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        agent: Option<&str>,
+    ) -> Result<Caller, RpcError> {
+        let Some(value) = authorization else {
+            return Ok(Caller::anonymous());
+        };
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| RpcError::new(wire::UNAUTHENTICATED, "use Authorization: Bearer"))?;
+        let policies: Vec<&A2aAuthConfig> = match agent {
+            Some(a) => vec![self.policy(a)],
+            None => self.policies.values().collect(),
+        };
+        self.verifier.verify(token, &policies).await.map_err(|e| {
+            tracing::info!(reason = %e, "A2A bearer token refused");
+            RpcError::new(wire::UNAUTHENTICATED, "invalid token")
+        })
+    }
 }
 
 /// Registers the A2A routes.
@@ -122,33 +171,6 @@ async fn agent_rpc(
     }
 }
 
-/// Who is calling.
-#[derive(Debug, Clone)]
-struct Caller {
-    /// The principal tasks are scoped to.
-    owner: String,
-    /// The sender record of its messages.
-    sender: Sender,
-}
-
-impl Caller {
-    fn anonymous() -> Self {
-        Self {
-            owner: "anonymous".into(),
-            sender: Sender {
-                address: "@anonymous@a2a.invalid".into(),
-                display_name: None,
-                profile: None,
-                auth_method: AuthMethod::None,
-                verified: false,
-                key_id: None,
-                identities: None,
-                extra: Extra::new(),
-            },
-        }
-    }
-}
-
 /// One parsed call.
 #[derive(Debug)]
 struct Call {
@@ -161,6 +183,7 @@ struct Call {
     agent: Option<String>,
     idempotency_key: Option<String>,
     last_event_id: Option<i64>,
+    authorization: Option<String>,
 }
 
 /// What a call produced.
@@ -287,6 +310,7 @@ async fn serve(
         params,
         caller: Caller::anonymous(),
         agent,
+        authorization: header(&req, "authorization"),
         idempotency_key: header(&req, "idempotency-key").filter(|k| !k.is_empty()),
         last_event_id: header(&req, "last-event-id").and_then(|v| v.parse().ok()),
     };
@@ -307,6 +331,23 @@ async fn serve(
                 .insert_header(("X-Accel-Buffering", "no"))
                 .streaming(stream)
         }
+        Ok(Err(e)) if e.code == wire::UNAUTHENTICATED => {
+            let challenge = format!(
+                "Bearer realm=\"switchboard\", error=\"invalid_token\", error_description=\"{}\"",
+                e.message.replace('"', "'")
+            );
+            HttpResponse::Unauthorized()
+                .insert_header(("WWW-Authenticate", challenge))
+                .content_type("application/json")
+                .body(
+                    wire::error_envelope(
+                        &id,
+                        &RpcError::new(INVALID_REQUEST, "Unauthenticated"),
+                        generation,
+                    )
+                    .to_string(),
+                )
+        }
         Ok(Err(e)) => json_reply(&wire::error_envelope(&id, &e, generation)),
         Err(e) => {
             let e = internal(&e);
@@ -315,7 +356,13 @@ async fn serve(
     }
 }
 
-async fn dispatch(state: Arc<A2aState>, call: Call) -> Result<Reply, RpcError> {
+async fn dispatch(state: Arc<A2aState>, mut call: Call) -> Result<Reply, RpcError> {
+    call.caller = state
+        .authenticate(call.authorization.as_deref(), call.agent.as_deref())
+        .await?;
+    if let Some(agent) = &call.agent {
+        state.admit(&call.caller, agent)?;
+    }
     match call.method {
         "SendMessage" => send(&state, call, false).await,
         "SendStreamingMessage" => send(&state, call, true).await,
@@ -654,6 +701,7 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
                 },
             },
         };
+        state.admit(&call.caller, &agent)?;
         let task_id = uuid::Uuid::now_v7().to_string();
         let context_id = msg
             .context_id
@@ -685,9 +733,20 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
             status_at: now,
             created_at: now,
         };
+        // The task is stored already working (event 1); a stream starts from the task as
+        // submitted, so it shows the whole life of the task in order.
+        let mut working = row.clone();
+        let mut doc = task;
+        let ev = TaskEngine::set_status(&mut working, &mut doc, TaskState::Working, None, now);
+        working.body = doc.to_string();
+        working.last_seq = 1;
         if !state
             .engine
-            .create(&row, call.idempotency_key.as_deref())
+            .create(
+                &working,
+                &[(1, ev.to_string())],
+                call.idempotency_key.as_deref(),
+            )
             .await?
         {
             // Another request with the same key got there first: answer with its task.
@@ -768,23 +827,6 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
             Some(why) => RpcError::invalid_field("message", why),
             None => internal(&e),
         });
-    }
-    if row.state == TaskState::Submitted.v1() {
-        state
-            .engine
-            .update(&row.id, |r, t, now| {
-                if r.state != TaskState::Submitted.v1() {
-                    return Ok(Change::Keep);
-                }
-                Ok(Change::Write(vec![TaskEngine::set_status(
-                    r,
-                    t,
-                    TaskState::Working,
-                    None,
-                    now,
-                )]))
-            })
-            .await?;
     }
     finish_send(state, &call, &config, snapshot, streaming).await
 }

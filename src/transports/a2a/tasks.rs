@@ -74,10 +74,11 @@ impl TaskEngine {
         sql::get_task(&self.db, id).await.map_err(|e| internal(&e))
     }
 
-    /// Stores a new task (no events: its first stream event is the Task itself).
+    /// Stores a new task with its first events; false when the idempotency key was taken.
     pub(super) async fn create(
         &self,
         row: &TaskRow,
+        events: &[(i64, String)],
         idempotency_key: Option<&str>,
     ) -> Result<bool, RpcError> {
         let result: crate::error::Result<bool> = async {
@@ -89,6 +90,7 @@ impl TaskEngine {
                 return Ok(false);
             }
             sql::insert_task(&mut tx, row).await?;
+            sql::insert_events(&mut tx, &row.id, events, row.created_at).await?;
             tx.commit().await?;
             Ok(true)
         }

@@ -38,6 +38,8 @@ pub const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
 pub const EXTENDED_CARD_NOT_CONFIGURED: i64 = -32007;
 /// VersionNotSupportedError.
 pub const VERSION_NOT_SUPPORTED: i64 = -32009;
+/// Not a wire code: the request is answered with HTTP 401 and `WWW-Authenticate`.
+pub const UNAUTHENTICATED: i64 = -31401;
 
 /// A JSON-RPC error as the server renders it.
 #[derive(Debug, Clone, PartialEq)]

@@ -41,12 +41,15 @@ out.answered = taskJson(answered);
 
 const waiting = await client.sendMessage(msg('need input again'), opts);
 const seen = [];
+let subscribed;
+const firstEvent = new Promise((r) => { subscribed = r; });
 const follower = (async () => {
   for await (const ev of client.resubscribeTask(SubscribeToTaskRequest.fromJSON({ id: waiting.id }), opts)) {
     seen.push(StreamResponse.toJSON(ev));
+    subscribed();
   }
 })();
-await new Promise((r) => setTimeout(r, 500));
+await firstEvent;
 out.cancel = taskJson(await client.cancelTask(CancelTaskRequest.fromJSON({ id: waiting.id }), opts));
 await follower;
 out.resubscribed = seen;

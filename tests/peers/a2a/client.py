@@ -82,13 +82,15 @@ async def main(base, token):
             break
         out["subscribe_first"] = first
         seen = []
+        subscribed = asyncio.Event()
 
         async def follow():
             async for ev in streaming.subscribe(SubscribeToTaskRequest(id=waiting.id)):
                 seen.append(d(ev))
+                subscribed.set()
 
         follower = asyncio.create_task(follow())
-        await asyncio.sleep(0.5)
+        await asyncio.wait_for(subscribed.wait(), 10)
         canceled = await blocking.cancel_task(CancelTaskRequest(id=waiting.id))
         out["cancel"] = d(canceled)
         await asyncio.wait_for(follower, 10)
