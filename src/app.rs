@@ -113,14 +113,14 @@ impl Application {
             http_client.clone(),
             clock.clone(),
         )));
-        let a2a_engine = TaskEngine::new(db.clone(), clock.clone());
+        let queue = Queue::new(db.clone(), clock.clone(), config.queue.clone());
+        let a2a_engine = TaskEngine::new(db.clone(), clock.clone(), queue.clone());
         if config.a2a.enabled {
             transports.register(Arc::new(A2aTransport::new(a2a_engine.clone())));
         }
         for t in opts.transports {
             transports.register(t);
         }
-        let queue = Queue::new(db.clone(), clock.clone(), config.queue.clone());
         let metrics = Arc::new(Metrics::new());
         let public_url = config.public_url().map_err(Error::Config)?;
         let blobs = BlobStore::new(
@@ -152,6 +152,21 @@ impl Application {
             workers.extend(queue.spawn_workers(
                 kinds::DELIVER,
                 pipeline.deliver_handler(),
+                shutdown_rx.clone(),
+            ));
+        }
+        if opts.workers && config.a2a.enabled {
+            let push = a2a::push::PushHandler::new(
+                db.clone(),
+                http_client.clone(),
+                pipeline.keys().clone(),
+                clock.clone(),
+                queue.clone(),
+                public_url.as_str().trim_end_matches('/').to_owned(),
+            );
+            workers.extend(queue.spawn_workers(
+                a2a::push::KIND,
+                Arc::new(push),
                 shutdown_rx.clone(),
             ));
         }

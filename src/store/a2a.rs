@@ -421,3 +421,45 @@ pub async fn notify_task(tx: &mut Tx, task_id: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// The ids of a task's push configs, read inside the transaction that writes its events.
+///
+/// # Errors
+/// Database errors.
+pub async fn push_config_ids_tx(tx: &mut Tx, task_id: &str) -> Result<Vec<String>> {
+    #[derive(sqlx::FromRow)]
+    struct Id {
+        id: String,
+    }
+    let rows: Vec<Id> = tx
+        .fetch_all(
+            "SELECT id FROM a2a_push_configs WHERE task_id = $1 ORDER BY created_at, id",
+            &[Arg::Text(task_id)],
+        )
+        .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// One push config of a task.
+///
+/// # Errors
+/// Database errors.
+pub async fn push_config(db: &Db, task_id: &str, id: &str) -> Result<Option<PushConfigRow>> {
+    db.fetch_optional(
+        "SELECT id, body FROM a2a_push_configs WHERE task_id = $1 AND id = $2",
+        &[Arg::Text(task_id), Arg::Text(id)],
+    )
+    .await
+}
+
+/// One stored event.
+///
+/// # Errors
+/// Database errors.
+pub async fn event(db: &Db, task_id: &str, seq: i64) -> Result<Option<EventRow>> {
+    db.fetch_optional(
+        "SELECT seq, body FROM a2a_task_events WHERE task_id = $1 AND seq = $2",
+        &[Arg::Text(task_id), Arg::Int(seq)],
+    )
+    .await
+}

@@ -977,3 +977,206 @@ mod jwt {
     }
     on_both_engines!(jwt_agent_refuses_bad_tokens);
 }
+
+mod push {
+    use std::sync::{Arc, Mutex};
+
+    use actix_web::{HttpRequest, HttpResponse, web};
+    use jsonwebtoken::{Algorithm, DecodingKey, Validation, jwk::JwkSet};
+    use serde_json::{Value, json};
+
+    use super::{AskerAgent, rpc, user_message};
+    use crate::helpers::{Engine, header, on_both_engines, serve_route, spawn_app, wait_for};
+
+    #[derive(Default)]
+    struct Received {
+        calls: usize,
+        posts: Vec<(String, String, String, String, Value)>,
+    }
+    type Inbox = Arc<Mutex<Received>>;
+
+    async fn receive(inbox: web::Data<Inbox>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
+        let mut r = inbox.lock().unwrap();
+        r.calls += 1;
+        if r.calls == 1 {
+            // The first attempt fails: the delivery must be retried.
+            return HttpResponse::ServiceUnavailable().finish();
+        }
+        r.posts.push((
+            header(&req, "authorization"),
+            header(&req, "x-a2a-notification-token"),
+            header(&req, "content-type"),
+            header(&req, "x-a2a-notification-jwt"),
+            serde_json::from_slice(&body).unwrap_or(Value::Null),
+        ));
+        HttpResponse::Ok().finish()
+    }
+
+    async fn push_configs_and_delivery(engine: Engine) {
+        let inbox: Inbox = Arc::default();
+        let url = serve_route!(inbox.clone(), post, "/webhook", receive);
+        let t = spawn_app(engine, |_, o| {
+            o.agents.push(("echo".into(), Arc::new(AskerAgent)));
+        })
+        .await;
+        let card: Value = t
+            .http
+            .get(format!("{}/.well-known/agent-card.json", t.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(card["capabilities"]["pushNotifications"], true);
+
+        // An inline config on a task that asks for input.
+        let r = rpc(
+            &t,
+            "/a2a",
+            "SendMessage",
+            json!({
+                "message": user_message("need input"),
+                "configuration": {"taskPushNotificationConfig": {
+                    "url": url, "token": "tok-1",
+                    "authentication": {"scheme": "Bearer", "credentials": "push-secret"}}}
+            }),
+        )
+        .await;
+        let task = &r["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{r}");
+        let task_id = task["id"].as_str().unwrap().to_owned();
+        let first = wait_for(10, "the push notification", || async {
+            inbox.lock().unwrap().posts.first().cloned()
+        })
+        .await;
+        assert!(
+            inbox.lock().unwrap().calls >= 2,
+            "the failed attempt was retried"
+        );
+        let (auth, token, ctype, jwt, body) = first;
+        assert_eq!(auth, "Bearer push-secret");
+        assert_eq!(token, "tok-1");
+        assert_eq!(ctype, "application/a2a+json");
+        assert_eq!(body["statusUpdate"]["taskId"], task_id.as_str());
+        assert_eq!(
+            body["statusUpdate"]["status"]["state"],
+            "TASK_STATE_INPUT_REQUIRED"
+        );
+
+        // The JWT verifies against the published JWKS.
+        let jwks: JwkSet = t
+            .http
+            .get(format!("{}/.well-known/jwks.json", t.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let kid = jsonwebtoken::decode_header(&jwt).unwrap().kid.unwrap();
+        let key = DecodingKey::from_jwk(jwks.find(&kid).unwrap()).unwrap();
+        let mut v = Validation::new(Algorithm::EdDSA);
+        v.set_audience(&[url.as_str()]);
+        v.set_issuer(&[t.base.as_str()]);
+        let claims = jsonwebtoken::decode::<Value>(&jwt, &key, &v)
+            .unwrap()
+            .claims;
+        assert_eq!(claims["taskId"], task_id.as_str());
+
+        // CRUD.
+        let created = rpc(
+            &t,
+            "/a2a",
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": task_id, "url": url}),
+        )
+        .await;
+        let cid = created["result"]["id"].as_str().unwrap().to_owned();
+        assert_eq!(created["result"]["taskId"], task_id.as_str());
+        let got = rpc(
+            &t,
+            "/a2a",
+            "GetTaskPushNotificationConfig",
+            json!({"taskId": task_id, "id": cid}),
+        )
+        .await;
+        assert_eq!(got["result"]["url"], url.as_str());
+        let listed = rpc(
+            &t,
+            "/a2a",
+            "ListTaskPushNotificationConfigs",
+            json!({"taskId": task_id}),
+        )
+        .await;
+        assert_eq!(listed["result"]["configs"].as_array().unwrap().len(), 2);
+        let first_id = listed["result"]["configs"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        for _ in 0..2 {
+            let d = rpc(
+                &t,
+                "/a2a",
+                "DeleteTaskPushNotificationConfig",
+                json!({"taskId": task_id, "id": first_id}),
+            )
+            .await;
+            assert!(d.get("error").is_none(), "{d}");
+            assert_eq!(d["result"], Value::Null);
+        }
+        let gone = rpc(
+            &t,
+            "/a2a",
+            "GetTaskPushNotificationConfig",
+            json!({"taskId": task_id, "id": first_id}),
+        )
+        .await;
+        assert!(gone.get("error").is_some());
+        let unknown = rpc(
+            &t,
+            "/a2a",
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": "nope", "url": url}),
+        )
+        .await;
+        assert_eq!(unknown["error"]["code"], -32001);
+        let bad = rpc(
+            &t,
+            "/a2a",
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": task_id, "url": "not a url"}),
+        )
+        .await;
+        assert_eq!(bad["error"]["code"], -32602);
+
+        // The follow-up completes the task: the remaining config (no credentials of its own)
+        // gets the events with the JWT as its bearer token.
+        let mut follow = user_message("the answer");
+        follow["taskId"] = json!(task_id);
+        let r = rpc(&t, "/a2a", "SendMessage", json!({"message": follow})).await;
+        assert_eq!(
+            r["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{r}"
+        );
+        let done = wait_for(10, "the completion push", || async {
+            inbox
+                .lock()
+                .unwrap()
+                .posts
+                .iter()
+                .find(|p| p.4["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED")
+                .cloned()
+        })
+        .await;
+        assert!(done.0.starts_with("Bearer ey"), "{}", done.0);
+        assert_eq!(done.0, format!("Bearer {}", done.3));
+        let posts = &inbox.lock().unwrap().posts;
+        assert!(
+            posts.iter().all(|p| p.0 != "Bearer push-secret"
+                || p.4["statusUpdate"]["status"]["state"] != "TASK_STATE_COMPLETED"),
+            "the deleted config got nothing after its deletion"
+        );
+    }
+    on_both_engines!(push_configs_and_delivery);
+}

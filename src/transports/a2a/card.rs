@@ -42,7 +42,7 @@ pub struct CardContext<'a> {
 fn capabilities() -> Value {
     json!({
         "streaming": true,
-        "pushNotifications": false,
+        "pushNotifications": true,
         "extendedAgentCard": false,
         "extensions": [{
             "uri": TOOL_EVENTS_EXTENSION,

@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod card;
 pub mod mapping;
+pub mod push;
 pub mod server;
 pub mod tasks;
 pub mod wire;

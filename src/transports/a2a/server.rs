@@ -19,9 +19,8 @@ use super::card::RenderedCard;
 use super::mapping::{self, InPart, Limits};
 use super::tasks::{Change, TaskEngine, ends_stream, internal, wait_for};
 use super::wire::{
-    self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, PUSH_NOT_SUPPORTED, RpcError,
-    TASK_NOT_CANCELABLE, TaskState, UNSUPPORTED_OPERATION, VERSION_NOT_SUPPORTED, Version,
-    WireMessage,
+    self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, RpcError, TASK_NOT_CANCELABLE, TaskState,
+    UNSUPPORTED_OPERATION, VERSION_NOT_SUPPORTED, Version, WireMessage,
 };
 use crate::config::{A2aAuthConfig, A2aConfig};
 use crate::error::Error;
@@ -107,6 +106,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: Arc<A2aState>) {
         .route("/.well-known/agent-card.json", web::get().to(hub_card))
         .route("/.well-known/agent-card/{name}", web::get().to(agent_card))
         .route("/agents/{name}/agent-card.json", web::get().to(agent_card))
+        .route("/.well-known/jwks.json", web::get().to(jwks))
         .route("/a2a", web::post().to(hub_rpc))
         .route("/a2a/", web::post().to(hub_rpc))
         .route("/agents/{name}/a2a", web::post().to(agent_rpc))
@@ -151,6 +151,21 @@ async fn agent_card(
     match state.cards.get(&path.into_inner().to_lowercase()) {
         Some(card) => card_response(&state, &req, card),
         None => HttpResponse::NotFound().json(json!({"error": "no such agent"})),
+    }
+}
+
+async fn jwks(state: web::Data<A2aState>) -> HttpResponse {
+    let keys = state.pipeline.keys().clone();
+    match state
+        .pipeline
+        .on_main(async move { super::push::jwks(&keys).await })
+        .await
+    {
+        Ok(doc) => HttpResponse::Ok()
+            .insert_header(("Cache-Control", "public, max-age=300"))
+            .content_type("application/jwk-set+json")
+            .body(doc.to_string()),
+        Err(e) => crate::http::error_response(&e),
     }
 }
 
@@ -374,11 +389,185 @@ async fn dispatch(state: Arc<A2aState>, mut call: Call) -> Result<Reply, RpcErro
             UNSUPPORTED_OPERATION,
             "This agent declares no extended agent card",
         )),
-        _ => Err(RpcError::new(
-            PUSH_NOT_SUPPORTED,
-            "Push notifications are not supported",
+        "CreateTaskPushNotificationConfig" => create_push(&state, &call).await.map(Reply::Json),
+        "GetTaskPushNotificationConfig" => get_push(&state, &call).await.map(Reply::Json),
+        "ListTaskPushNotificationConfigs" => list_push(&state, &call).await.map(Reply::Json),
+        "DeleteTaskPushNotificationConfig" => delete_push(&state, &call).await.map(Reply::Json),
+        other => Err(RpcError::new(
+            METHOD_NOT_FOUND,
+            format!("Method not found: {other}"),
         )),
     }
+}
+
+/// A push config from its 1.0 (flat) or 0.3 (nested) shape, checked, in the 1.0 shape.
+fn parse_push_config(v: &Value, version: Version, task_id: &str) -> Result<Value, RpcError> {
+    let src = match version {
+        Version::V03 => v.get("pushNotificationConfig").unwrap_or(v),
+        Version::V1 => v,
+    };
+    let url = src
+        .get("url")
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_field("url", "is required"))?;
+    match url::Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+        _ => {
+            return Err(RpcError::invalid_field(
+                "url",
+                "must be an absolute http(s) URL",
+            ));
+        }
+    }
+    let id = src
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map_or_else(|| uuid::Uuid::now_v7().to_string(), str::to_owned);
+    let mut out = json!({ "taskId": task_id, "id": id, "url": url });
+    if let Some(t) = src.get("token").and_then(Value::as_str) {
+        out["token"] = json!(t);
+    }
+    if let Some(auth) = src.get("authentication").filter(|a| a.is_object()) {
+        let scheme = auth
+            .get("scheme")
+            .and_then(Value::as_str)
+            .or_else(|| auth.pointer("/schemes/0").and_then(Value::as_str))
+            .ok_or_else(|| RpcError::invalid_field("authentication.scheme", "is required"))?;
+        let mut a = json!({ "scheme": scheme });
+        if let Some(c) = auth.get("credentials").and_then(Value::as_str) {
+            a["credentials"] = json!(c);
+        }
+        out["authentication"] = a;
+    }
+    Ok(out)
+}
+
+/// A stored (1.0) push config in the caller's generation.
+fn render_push_config(cfg: &Value, version: Version) -> Value {
+    match version {
+        Version::V1 => cfg.clone(),
+        Version::V03 => {
+            let mut inner = json!({ "id": cfg["id"], "url": cfg["url"] });
+            if let Some(t) = cfg.get("token") {
+                inner["token"] = t.clone();
+            }
+            if let Some(a) = cfg.get("authentication") {
+                let mut auth = json!({ "schemes": [a["scheme"].clone()] });
+                if let Some(c) = a.get("credentials") {
+                    auth["credentials"] = c.clone();
+                }
+                inner["authentication"] = auth;
+            }
+            json!({ "taskId": cfg["taskId"], "pushNotificationConfig": inner })
+        }
+    }
+}
+
+async fn store_push_config(state: &A2aState, row: &TaskRow, cfg: &Value) -> Result<(), RpcError> {
+    let id = cfg["id"].as_str().unwrap_or_default();
+    sql::put_push_config(
+        state.engine.db(),
+        &row.id,
+        id,
+        &row.owner,
+        &cfg.to_string(),
+        state.engine.now(),
+    )
+    .await
+    .map_err(|e| internal(&e))
+}
+
+fn push_task_id(call: &Call) -> Result<String, RpcError> {
+    param_str(&call.params, "taskId")?
+        .map(str::to_owned)
+        .ok_or_else(|| RpcError::invalid_field("taskId", "is required"))
+}
+
+async fn create_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
+    let task_id = push_task_id(call)?;
+    let row = visible_task(state, call, &task_id).await?;
+    let cfg = parse_push_config(&Value::Object(call.params.clone()), call.version, &row.id)?;
+    store_push_config(state, &row, &cfg).await?;
+    Ok(render_push_config(&cfg, call.version))
+}
+
+fn push_config_id(call: &Call) -> Result<String, RpcError> {
+    let key = match call.version {
+        Version::V1 => "id",
+        Version::V03 => "pushNotificationConfigId",
+    };
+    param_str(&call.params, key)?
+        .or(param_str(&call.params, "id")?)
+        .map(str::to_owned)
+        .ok_or_else(|| RpcError::invalid_field(key, "is required"))
+}
+
+async fn get_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
+    let task_id = match call.version {
+        Version::V1 => push_task_id(call)?,
+        Version::V03 => param_str(&call.params, "id")?
+            .or(param_str(&call.params, "taskId")?)
+            .map(str::to_owned)
+            .ok_or_else(|| RpcError::invalid_field("id", "is required"))?,
+    };
+    let row = visible_task(state, call, &task_id).await?;
+    let id = match call.version {
+        Version::V1 => push_config_id(call)?,
+        Version::V03 => match param_str(&call.params, "pushNotificationConfigId")? {
+            Some(id) => id.to_owned(),
+            None => sql::push_configs(state.engine.db(), &row.id)
+                .await
+                .map_err(|e| internal(&e))?
+                .first()
+                .map(|c| c.id.clone())
+                .ok_or_else(RpcError::task_not_found)?,
+        },
+    };
+    let found = sql::push_config(state.engine.db(), &row.id, &id)
+        .await
+        .map_err(|e| internal(&e))?
+        .ok_or_else(|| RpcError::new(wire::TASK_NOT_FOUND, "Push notification config not found"))?;
+    let cfg: Value = serde_json::from_str(&found.body).map_err(|e| internal(&Error::Corrupt(e)))?;
+    Ok(render_push_config(&cfg, call.version))
+}
+
+async fn list_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
+    let task_id = match call.version {
+        Version::V1 => push_task_id(call)?,
+        Version::V03 => param_str(&call.params, "id")?
+            .or(param_str(&call.params, "taskId")?)
+            .map(str::to_owned)
+            .ok_or_else(|| RpcError::invalid_field("id", "is required"))?,
+    };
+    let row = visible_task(state, call, &task_id).await?;
+    let configs: Vec<Value> = sql::push_configs(state.engine.db(), &row.id)
+        .await
+        .map_err(|e| internal(&e))?
+        .iter()
+        .filter_map(|c| serde_json::from_str::<Value>(&c.body).ok())
+        .map(|c| render_push_config(&c, call.version))
+        .collect();
+    Ok(match call.version {
+        Version::V1 => json!({ "configs": configs, "nextPageToken": "" }),
+        Version::V03 => Value::Array(configs),
+    })
+}
+
+async fn delete_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
+    let task_id = match call.version {
+        Version::V1 => push_task_id(call)?,
+        Version::V03 => param_str(&call.params, "id")?
+            .or(param_str(&call.params, "taskId")?)
+            .map(str::to_owned)
+            .ok_or_else(|| RpcError::invalid_field("id", "is required"))?,
+    };
+    let row = visible_task(state, call, &task_id).await?;
+    let id = push_config_id(call)?;
+    sql::delete_push_config(state.engine.db(), &row.id, &id)
+        .await
+        .map_err(|e| internal(&e))?;
+    Ok(Value::Null)
 }
 
 fn param_str<'a>(params: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, RpcError> {
@@ -477,6 +666,7 @@ fn addressed_agent(state: &A2aState, parts: &[Value]) -> Option<String> {
 }
 
 struct SendConfig {
+    push: Option<Value>,
     return_immediately: bool,
     history_length: Option<usize>,
 }
@@ -499,17 +689,25 @@ fn send_config(call: &Call) -> Result<SendConfig, RpcError> {
             .unwrap_or(false),
         Version::V03 => !cfg.get("blocking").and_then(Value::as_bool).unwrap_or(true),
     };
-    if cfg
+    let push = cfg
         .get("taskPushNotificationConfig")
         .or_else(|| cfg.get("pushNotificationConfig"))
-        .is_some_and(|v| !v.is_null())
-    {
-        return Err(RpcError::new(
-            PUSH_NOT_SUPPORTED,
-            "Push notifications are not supported",
-        ));
-    }
+        .filter(|v| v.is_object())
+        .map(|v| {
+            // Checked now; the task id is filled in once the task exists.
+            let flat = match call.version {
+                Version::V1 => v.clone(),
+                Version::V03 => json!({ "pushNotificationConfig": v }),
+            };
+            parse_push_config(&flat, call.version, "").map(|_| flat)
+        })
+        .transpose()
+        .map_err(|e| RpcError {
+            message: format!("configuration: {}", e.message),
+            ..e
+        })?;
     Ok(SendConfig {
+        push,
         return_immediately,
         history_length: param_usize(&cfg, "historyLength").map_err(|_| {
             RpcError::invalid_field(
@@ -800,6 +998,10 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
         received_trace: None,
         extra: Extra::new(),
     };
+    if let Some(p) = &config.push {
+        let cfg = parse_push_config(p, call.version, &row.id)?;
+        store_push_config(state, &row, &cfg).await?;
+    }
     let external_id = format!("{}:{turn}", row.id);
     // The first stream event is the task as it was created (or resumed).
     let snapshot = row.clone();

@@ -9,11 +9,14 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use super::push;
 use super::wire::{RpcError, TaskState, timestamp};
 use crate::clock::SharedClock;
 use crate::error::Error;
+use crate::queue::Queue;
 use crate::store::Db;
 use crate::store::a2a::{self as sql, EventRow, TaskRow};
+use crate::store::jobs::{self, NewJob};
 
 /// How many times a change is retried when another writer changed the task first.
 const MAX_CONFLICTS: usize = 8;
@@ -30,6 +33,7 @@ pub struct TaskEngine {
     db: Db,
     clock: SharedClock,
     hub: broadcast::Sender<Arc<str>>,
+    queue: Arc<Queue>,
 }
 
 /// What a change function decided.
@@ -43,9 +47,14 @@ pub(super) enum Change {
 impl TaskEngine {
     /// An engine over `db`.
     #[must_use]
-    pub fn new(db: Db, clock: SharedClock) -> Self {
+    pub fn new(db: Db, clock: SharedClock, queue: Arc<Queue>) -> Self {
         let (hub, _) = broadcast::channel(4096);
-        Self { db, clock, hub }
+        Self {
+            db,
+            clock,
+            hub,
+            queue,
+        }
     }
 
     /// The database.
@@ -130,8 +139,12 @@ impl TaskEngine {
                     return Ok(false);
                 }
                 sql::insert_events(&mut tx, id, &numbered, now).await?;
+                let pushed = self.enqueue_pushes(&mut tx, id, &numbered, now).await?;
                 sql::notify_task(&mut tx, id).await?;
                 tx.commit().await?;
+                if pushed {
+                    self.queue.wake(push::KIND);
+                }
                 Ok(true)
             }
             .await;
@@ -144,6 +157,54 @@ impl TaskEngine {
             super::wire::INTERNAL_ERROR,
             "the task is changing too fast; retry",
         ))
+    }
+
+    /// Enqueues one push job per push config of the task and event, in the transaction that
+    /// stores the events. Returns whether any was enqueued.
+    async fn enqueue_pushes(
+        &self,
+        tx: &mut crate::store::Tx,
+        task_id: &str,
+        events: &[(i64, String)],
+        now: i64,
+    ) -> crate::error::Result<bool> {
+        if events.is_empty() {
+            return Ok(false);
+        }
+        let configs = sql::push_config_ids_tx(tx, task_id).await?;
+        if configs.is_empty() {
+            return Ok(false);
+        }
+        let mut ids = Vec::new();
+        let mut payloads = Vec::new();
+        for c in &configs {
+            for (seq, _) in events {
+                ids.push(format!("{}:{task_id}:{c}:{seq}", push::KIND));
+                payloads.push(
+                    serde_json::to_string(&push::PushJob {
+                        task_id: task_id.to_owned(),
+                        config_id: c.clone(),
+                        seq: *seq,
+                    })
+                    .map_err(Error::Corrupt)?,
+                );
+            }
+        }
+        let max_attempts = self.queue.max_attempts(push::KIND);
+        let jobs: Vec<NewJob<'_>> = ids
+            .iter()
+            .zip(&payloads)
+            .map(|(id, payload)| NewJob {
+                id,
+                kind: push::KIND,
+                payload,
+                max_attempts,
+                run_at: now,
+            })
+            .collect();
+        jobs::enqueue_many(tx, &jobs, now).await?;
+        tx.notify(push::KIND).await?;
+        Ok(true)
     }
 
     /// Sets the task's status, returning the `statusUpdate` event to store.
