@@ -527,6 +527,8 @@ pub struct A2aSkillConfig {
 pub enum BackendConfig {
     /// Built in: answers with the text it received.
     Echo,
+    /// Built in: behaves by A2A messageId prefix as the A2A conformance kit expects.
+    Conformance,
     /// An HTTP endpoint speaking the webhook agent protocol (spec §9).
     Webhook {
         /// Endpoint.

@@ -1,5 +1,6 @@
 //! Agent backends (echo, webhook) and the registry built from configuration.
 
+mod conformance;
 mod echo;
 mod webhook;
 
@@ -8,6 +9,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+pub use conformance::ConformanceAgent;
 pub use echo::EchoAgent;
 pub use webhook::WebhookAgent;
 
@@ -68,6 +70,7 @@ impl AgentRegistry {
         for a in agents {
             let backend: Arc<dyn AgentBackend> = match &a.backend {
                 BackendConfig::Echo => Arc::new(EchoAgent),
+                BackendConfig::Conformance => Arc::new(ConformanceAgent),
                 BackendConfig::Webhook {
                     url,
                     secret,

@@ -144,34 +144,59 @@ impl Transport for A2aTransport {
                     return Ok(Change::Keep);
                 }
                 row.last_response_id = Some(resp.id.clone());
+                let mut metadata = resp.metadata.clone().unwrap_or_default();
+                let hints = match metadata.remove("a2a") {
+                    Some(Value::Object(h)) => h,
+                    _ => serde_json::Map::new(),
+                };
+                let hint = |k: &str| hints.get(k).and_then(Value::as_bool).unwrap_or(false);
+                let direct = hints.get("reply").and_then(Value::as_str) == Some("message");
                 let mut events = Vec::new();
                 let mut status_message = None;
-                if !parts.is_empty() {
-                    if state == TaskState::Completed {
-                        let mut artifact =
-                            json!({ "artifactId": resp.id, "name": "response", "parts": parts });
-                        if let Some(m) = &resp.metadata {
-                            artifact["metadata"] = Value::Object(m.clone());
+                let agent_message = json!({
+                    "messageId": resp.id, "contextId": row.context_id, "taskId": row.id,
+                    "role": "ROLE_AGENT", "parts": parts,
+                });
+                if parts.is_empty() {
+                } else if direct {
+                    let mut m = agent_message.clone();
+                    if let Some(o) = m.as_object_mut() {
+                        o.remove("taskId");
+                    }
+                    task["_directMessage"] = m.clone();
+                    events.push(json!({ "message": m }));
+                } else if state == TaskState::Completed && !hint("status_message") {
+                    let mut artifact =
+                        json!({ "artifactId": resp.id, "name": "response", "parts": parts });
+                    if !metadata.is_empty() {
+                        artifact["metadata"] = Value::Object(metadata.clone());
+                    }
+                    match task.get_mut("artifacts") {
+                        Some(Value::Array(a)) => a.push(artifact.clone()),
+                        _ => task["artifacts"] = json!([artifact.clone()]),
+                    }
+                    if hint("chunked") {
+                        let n = parts.len();
+                        for (i, p) in parts.iter().enumerate() {
+                            let mut chunk = artifact.clone();
+                            chunk["parts"] = json!([p]);
+                            events.push(json!({ "artifactUpdate": {
+                                "taskId": row.id, "contextId": row.context_id,
+                                "artifact": chunk, "append": i > 0, "lastChunk": i + 1 == n,
+                            }}));
                         }
-                        match task.get_mut("artifacts") {
-                            Some(Value::Array(a)) => a.push(artifact.clone()),
-                            _ => task["artifacts"] = json!([artifact.clone()]),
-                        }
+                    } else {
                         events.push(json!({ "artifactUpdate": {
                             "taskId": row.id, "contextId": row.context_id,
                             "artifact": artifact, "append": false, "lastChunk": true,
                         }}));
-                    } else {
-                        let m = json!({
-                            "messageId": resp.id, "contextId": row.context_id, "taskId": row.id,
-                            "role": "ROLE_AGENT", "parts": parts,
-                        });
-                        match task.get_mut("history") {
-                            Some(Value::Array(h)) => h.push(m.clone()),
-                            _ => task["history"] = json!([m.clone()]),
-                        }
-                        status_message = Some(m);
                     }
+                } else {
+                    match task.get_mut("history") {
+                        Some(Value::Array(h)) => h.push(agent_message.clone()),
+                        _ => task["history"] = json!([agent_message.clone()]),
+                    }
+                    status_message = Some(agent_message);
                 }
                 events.push(TaskEngine::set_status(
                     row,

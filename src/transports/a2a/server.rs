@@ -253,6 +253,20 @@ async fn serve(
     payload: web::Payload,
     agent: Option<String>,
 ) -> HttpResponse {
+    // JSON-RPC travels as JSON: a body declared as something else is refused outright.
+    if let Some(ct) = header(&req, "content-type") {
+        let mime = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if !(mime == "application/json" || mime.ends_with("+json") || mime.is_empty()) {
+            return HttpResponse::UnsupportedMediaType()
+                .content_type("text/plain")
+                .body("JSON-RPC requests must be application/json");
+        }
+    }
     let body = match read_body(payload, state.max_body).await {
         Ok(b) => b,
         Err(e) => return json_reply(&wire::error_envelope(&Value::Null, &e, Version::V1)),
@@ -289,11 +303,12 @@ async fn serve(
     let Some(method_name) = obj.get("method").and_then(Value::as_str) else {
         return bad_envelope("method must be a string");
     };
-    let params = match obj.get("params") {
+    let mut params = match obj.get("params") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
         Some(_) => return bad_envelope("params must be an object"),
     };
+    camelize_params(&mut params);
     let Some((method, generation)) = wire::canonical_method(method_name) else {
         let e = RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method_name}"));
         return json_reply(&wire::error_envelope(&id, &e, Version::V1));
@@ -593,6 +608,7 @@ fn param_usize(params: &Map<String, Value>, key: &str) -> Result<Option<usize>, 
 fn render_task(row: &TaskRow, history_length: Option<usize>, artifacts: bool) -> Value {
     let mut task: Value = serde_json::from_str(&row.body).unwrap_or_else(|_| json!({}));
     if let Some(obj) = task.as_object_mut() {
+        obj.remove("_directMessage");
         match history_length {
             Some(0) => {
                 obj.remove("history");
@@ -1056,10 +1072,79 @@ async fn finish_send(
             .await?
             .unwrap_or(row)
     };
+    // The agent answered with a message instead of a task.
+    if row.body.contains("\"_directMessage\"")
+        && let Ok(doc) = serde_json::from_str::<Value>(&row.body)
+        && let Some(m) = doc.get("_directMessage")
+    {
+        return Ok(Reply::Json(match call.version {
+            Version::V1 => json!({ "message": m }),
+            Version::V03 => wire::message_to_v03(m),
+        }));
+    }
     Ok(Reply::Json(task_result(
         call.version,
         &render_task(&row, config.history_length, true),
     )))
+}
+
+/// ProtoJSON parsers accept the proto field names too: turns the snake_case keys of the
+/// request's own objects (params, configuration, message, parts, push config) into camelCase.
+/// Free-form members (`metadata`, `data`) are left alone.
+fn camelize_params(params: &mut Map<String, Value>) {
+    fn camel(k: &str) -> String {
+        let mut out = String::with_capacity(k.len());
+        let mut upper = false;
+        for c in k.chars() {
+            if c == '_' {
+                upper = true;
+            } else if upper {
+                out.extend(c.to_uppercase());
+                upper = false;
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+    fn keys(m: &mut Map<String, Value>) {
+        if !m.keys().any(|k| k.contains('_')) {
+            return;
+        }
+        let old = std::mem::take(m);
+        for (k, v) in old {
+            if k.contains('_') {
+                m.insert(camel(&k), v);
+            } else {
+                m.insert(k, v);
+            }
+        }
+    }
+    keys(params);
+    for nested in [
+        "configuration",
+        "message",
+        "authentication",
+        "pushNotificationConfig",
+    ] {
+        if let Some(Value::Object(m)) = params.get_mut(nested) {
+            keys(m);
+        }
+    }
+    if let Some(Value::Object(cfg)) = params.get_mut("configuration") {
+        for nested in ["taskPushNotificationConfig", "pushNotificationConfig"] {
+            if let Some(Value::Object(m)) = cfg.get_mut(nested) {
+                keys(m);
+            }
+        }
+    }
+    if let Some(Value::Array(parts)) = params.get_mut("message").and_then(|m| m.get_mut("parts")) {
+        for p in parts {
+            if let Value::Object(m) = p {
+                keys(m);
+            }
+        }
+    }
 }
 
 fn sse_frame(seq: i64, envelope: &Value) -> Bytes {
