@@ -529,6 +529,20 @@ pub enum BackendConfig {
     Echo,
     /// Built in: behaves by A2A messageId prefix as the A2A conformance kit expects.
     Conformance,
+    /// A remote A2A agent, called with the A2A 1.0 JSON-RPC binding.
+    A2a {
+        /// URL of its agent card.
+        card: String,
+        /// Bearer token sent on every call.
+        #[serde(default)]
+        token: Option<Secret>,
+        /// Per-call timeout.
+        #[serde(default = "default_a2a_timeout_ms")]
+        timeout_ms: u64,
+        /// Stream when the card allows it.
+        #[serde(default = "default_true")]
+        streaming: bool,
+    },
     /// An HTTP endpoint speaking the webhook agent protocol (spec §9).
     Webhook {
         /// Endpoint.
@@ -539,6 +553,14 @@ pub enum BackendConfig {
         #[serde(default = "default_webhook_timeout_ms")]
         timeout_ms: u64,
     },
+}
+
+fn default_a2a_timeout_ms() -> u64 {
+    60_000
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_webhook_timeout_ms() -> u64 {
@@ -637,6 +659,24 @@ impl Config {
                     )),
                 }
                 // A lease must outlive the call it covers, or the job runs twice.
+                if *timeout_ms >= self.queue.lease_seconds.saturating_mul(1000) {
+                    problems.push(format!(
+                        "agents[{i}].backend.timeout_ms {timeout_ms}: must be shorter than queue.lease_seconds"
+                    ));
+                }
+            }
+        }
+        for (i, agent) in self.agents.iter().enumerate() {
+            if let BackendConfig::A2a {
+                card, timeout_ms, ..
+            } = &agent.backend
+            {
+                match url::Url::parse(card) {
+                    Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                    _ => problems.push(format!(
+                        "agents[{i}].backend.card {card:?}: not an http(s) URL"
+                    )),
+                }
                 if *timeout_ms >= self.queue.lease_seconds.saturating_mul(1000) {
                     problems.push(format!(
                         "agents[{i}].backend.timeout_ms {timeout_ms}: must be shorter than queue.lease_seconds"

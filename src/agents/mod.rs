@@ -1,5 +1,6 @@
-//! Agent backends (echo, webhook) and the registry built from configuration.
+//! Agent backends (echo, webhook, conformance, a2a) and the registry built from configuration.
 
+mod a2a;
 mod conformance;
 mod echo;
 mod webhook;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+pub use a2a::A2aAgent;
 pub use conformance::ConformanceAgent;
 pub use echo::EchoAgent;
 pub use webhook::WebhookAgent;
@@ -71,6 +73,18 @@ impl AgentRegistry {
             let backend: Arc<dyn AgentBackend> = match &a.backend {
                 BackendConfig::Echo => Arc::new(EchoAgent),
                 BackendConfig::Conformance => Arc::new(ConformanceAgent),
+                BackendConfig::A2a {
+                    card,
+                    token,
+                    timeout_ms,
+                    streaming,
+                } => Arc::new(A2aAgent::new(
+                    card.clone(),
+                    token.clone(),
+                    std::time::Duration::from_millis(*timeout_ms),
+                    *streaming,
+                    http.clone(),
+                )),
                 BackendConfig::Webhook {
                     url,
                     secret,

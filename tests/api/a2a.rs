@@ -1180,3 +1180,120 @@ mod push {
     }
     on_both_engines!(push_configs_and_delivery);
 }
+
+/// Starts the a2a-sdk 1.3.0 echo server (`tests/peers/a2a/server.py`) on a free loopback port;
+/// the child is killed when the handle drops.
+async fn start_python_server(python: &str) -> (tokio::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new(python)
+        .arg(peer_dir().join("server.py"))
+        .arg(port.to_string())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the a2a-sdk server starts");
+    let base = format!("http://127.0.0.1:{port}");
+    let card = format!("{base}/.well-known/agent-card.json");
+    let http = reqwest::Client::new();
+    wait_for(30, "the a2a-sdk server", || async {
+        http.get(&card)
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status().is_success())
+            .map(|_| ())
+    })
+    .await;
+    (child, card)
+}
+
+async fn client_backend_talks_to_a2a_sdk_server(engine: Engine) {
+    let Some((python, _)) = peers() else {
+        return;
+    };
+    let (_server, card) = start_python_server(&python).await;
+    for streaming in [true, false] {
+        let card = card.clone();
+        let t = spawn_app(engine, move |c, _| {
+            c.agents.push(switchboard::config::AgentConfig {
+                name: "remote".into(),
+                display_name: None,
+                summary: None,
+                backend: switchboard::config::BackendConfig::A2a {
+                    card,
+                    token: None,
+                    timeout_ms: 5_000,
+                    streaming,
+                },
+                a2a: None,
+            });
+        })
+        .await;
+        let r = rpc(
+            &t,
+            "/agents/remote/a2a",
+            "SendMessage",
+            json!({"message": user_message("hi")}),
+        )
+        .await;
+        let task = &r["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
+        let text = texts(task).join("");
+        assert!(text.starts_with("echo: hi [ctx="), "{text}");
+        let remote_ctx = text
+            .split("[ctx=")
+            .nth(1)
+            .unwrap()
+            .split(']')
+            .next()
+            .unwrap()
+            .to_owned();
+
+        // The same switchboard context stays in one remote context; an input-required turn is
+        // continued in the same remote task.
+        let mut m = user_message("need input");
+        m["contextId"] = task["contextId"].clone();
+        let r = rpc(
+            &t,
+            "/agents/remote/a2a",
+            "SendMessage",
+            json!({"message": m}),
+        )
+        .await;
+        let asking = &r["result"]["task"];
+        assert_eq!(
+            asking["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{r}"
+        );
+        let q = asking["status"]["message"]["parts"][0]["text"]
+            .as_str()
+            .unwrap();
+        let prefix = format!("what else? [ctx={remote_ctx}] [task=");
+        assert!(q.starts_with(&prefix), "{q}");
+        let remote_task = q
+            .trim_start_matches(&prefix)
+            .trim_end_matches(']')
+            .to_owned();
+        let mut follow = user_message("the answer");
+        follow["taskId"] = asking["id"].clone();
+        let r = rpc(
+            &t,
+            "/agents/remote/a2a",
+            "SendMessage",
+            json!({"message": follow}),
+        )
+        .await;
+        let done = &r["result"]["task"];
+        assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
+        let text = texts(done).join("");
+        assert_eq!(
+            text,
+            format!("echo: the answer [ctx={remote_ctx}] [task={remote_task}]"),
+            "the remote task continued"
+        );
+    }
+}
+on_both_engines!(client_backend_talks_to_a2a_sdk_server);
