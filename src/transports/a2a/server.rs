@@ -1170,6 +1170,7 @@ fn open_stream(
         };
         wire::result_envelope(&id, result)
     };
+    let replay_only = first.is_none();
     tokio::spawn(async move {
         let mut rx_hub = engine.subscribe();
         if let Some(task) = first {
@@ -1197,6 +1198,18 @@ fn open_stream(
                 }
             }
             if tx.is_closed() {
+                return;
+            }
+            // A replay of a task that has ended: nothing more will come.
+            if replay_only
+                && engine
+                    .get(&task_id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|r| TaskState::parse(&r.state))
+                    .is_some_and(TaskState::is_terminal)
+            {
                 return;
             }
             let before = tokio::time::Instant::now();
