@@ -770,6 +770,7 @@ mod jwt {
                 }),
             });
             o.agents.push(("secure".into(), rec));
+            c.a2a.default_agent = Some("secure".into());
         })
         .await;
         let ed_key = EncodingKey::from_ed_der(ed.private_key_pkcs8_der());
@@ -974,6 +975,57 @@ mod jwt {
         );
         let (status, _, body) = call(Some(rotated), "/agents/secure/a2a", "rotated").await;
         assert_eq!(status, 200, "{body}");
+
+        // The SDK clients: refused without a token and with a forged one, served with a valid one.
+        if let Some((python, node_modules)) = super::peers() {
+            let valid = ed_token(&now_claims, "k1", &ed_key);
+            let forged = ed_token(
+                &now_claims,
+                "k1",
+                &EncodingKey::from_ed_der(ed2.private_key_pkcs8_der()),
+            );
+            let script = node_modules.parent().unwrap().join("client.mjs");
+            std::fs::copy(super::peer_dir().join("client.mjs"), &script).unwrap();
+            for token in [None, Some(forged), Some(valid)] {
+                let mut py = tokio::process::Command::new(&python);
+                py.arg(super::peer_dir().join("client.py"))
+                    .arg("auth")
+                    .arg(&t.base);
+                let mut js = tokio::process::Command::new("node");
+                js.arg(&script).arg("auth").arg(&t.base);
+                if let Some(tok) = &token {
+                    py.arg(tok);
+                    js.arg(tok);
+                }
+                for (who, cmd) in [("a2a-sdk", py), ("@a2a-js/sdk", js)] {
+                    let out = super::run_peer(cmd).await;
+                    match (&token, out.get("state")) {
+                        (Some(tok), Some(state)) => {
+                            assert_eq!(state, "TASK_STATE_COMPLETED", "{who}: {out}");
+                            assert_eq!(
+                                tok,
+                                &ed_token(&now_claims, "k1", &ed_key),
+                                "{who} was served with a bad token"
+                            );
+                        }
+                        (_, None) => {
+                            let err = out["error"].as_str().unwrap_or_default();
+                            assert!(
+                                err.contains("401") || err.to_lowercase().contains("unauth"),
+                                "{who}: {out}"
+                            );
+                            assert!(
+                                token
+                                    .as_ref()
+                                    .is_none_or(|tok| tok != &ed_token(&now_claims, "k1", &ed_key)),
+                                "{who} refused a valid token: {out}"
+                            );
+                        }
+                        (None, Some(_)) => panic!("{who} was served without a token: {out}"),
+                    }
+                }
+            }
+        }
     }
     on_both_engines!(jwt_agent_refuses_bad_tokens);
 }
@@ -1171,12 +1223,42 @@ mod push {
         .await;
         assert!(done.0.starts_with("Bearer ey"), "{}", done.0);
         assert_eq!(done.0, format!("Bearer {}", done.3));
-        let posts = &inbox.lock().unwrap().posts;
-        assert!(
-            posts.iter().all(|p| p.0 != "Bearer push-secret"
-                || p.4["statusUpdate"]["status"]["state"] != "TASK_STATE_COMPLETED"),
-            "the deleted config got nothing after its deletion"
-        );
+        {
+            let posts = &inbox.lock().unwrap().posts;
+            assert!(
+                posts.iter().all(|p| p.0 != "Bearer push-secret"
+                    || p.4["statusUpdate"]["status"]["state"] != "TASK_STATE_COMPLETED"),
+                "the deleted config got nothing after its deletion"
+            );
+        }
+
+        // The a2a-sdk client registers a config; its task's completion reaches the receiver.
+        if let Some((python, _)) = super::peers() {
+            let mut cmd = tokio::process::Command::new(&python);
+            cmd.arg(super::peer_dir().join("client.py"))
+                .arg("push")
+                .arg(&t.base)
+                .arg(&url);
+            let out = super::run_peer(cmd).await;
+            assert_eq!(out["final"], "TASK_STATE_COMPLETED", "{out}");
+            assert_eq!(out["config"]["url"], url.as_str());
+            let sdk_task = out["task_id"].as_str().unwrap().to_owned();
+            let got = wait_for(10, "the push for the SDK's task", || async {
+                inbox
+                    .lock()
+                    .unwrap()
+                    .posts
+                    .iter()
+                    .find(|p| {
+                        p.4["statusUpdate"]["taskId"] == sdk_task.as_str()
+                            && p.4["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+                    })
+                    .cloned()
+            })
+            .await;
+            assert_eq!(got.0, "Bearer sdk-secret");
+            assert_eq!(got.1, "sdk-token");
+        }
     }
     on_both_engines!(push_configs_and_delivery);
 }

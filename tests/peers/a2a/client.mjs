@@ -8,7 +8,23 @@ import {
   StreamResponse, SubscribeToTaskRequest, Task,
 } from '@a2a-js/sdk';
 
-const [base, token] = process.argv.slice(2);
+const args = process.argv.slice(2);
+if (args[0] === 'auth') {
+  // node client.mjs auth BASE_URL [TOKEN]: one message, the outcome printed.
+  const [, base, token] = args;
+  const opts = token ? { serviceParameters: { Authorization: `Bearer ${token}` } } : {};
+  const client = await new ClientFactory().createFromUrl(base);
+  try {
+    const t = await client.sendMessage(SendMessageRequest.fromJSON({
+      message: { messageId: randomUUID(), role: 'ROLE_USER', parts: [{ text: 'hello with a token' }] },
+    }), opts);
+    console.log(JSON.stringify({ state: Task.toJSON(t).status.state }));
+  } catch (e) {
+    console.log(JSON.stringify({ error: `${e.constructor.name}: ${e.message}` }));
+  }
+  process.exit(0);
+}
+const [base, token] = args;
 const opts = token ? { serviceParameters: { Authorization: `Bearer ${token}` } } : {};
 const msg = (text, extra = {}) => SendMessageRequest.fromJSON({
   message: { messageId: randomUUID(), role: 'ROLE_USER', parts: [{ text }], ...extra },

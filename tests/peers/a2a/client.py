@@ -2,6 +2,9 @@
 
 Usage: client.py BASE_URL [TOKEN]. The agent at BASE_URL answers like echo, and asks for input
 (TASK_STATE_INPUT_REQUIRED) when a message contains "need input".
+Other modes: `client.py auth BASE_URL [TOKEN]` sends one message and reports the outcome;
+`client.py push BASE_URL WEBHOOK_URL` registers a push config on an input-required task, then
+completes the task.
 """
 
 import asyncio
@@ -14,6 +17,7 @@ from google.protobuf.json_format import MessageToDict
 
 from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a.types import (
+    AuthenticationInfo,
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
@@ -22,6 +26,7 @@ from a2a.types import (
     Role,
     SendMessageRequest,
     SubscribeToTaskRequest,
+    TaskPushNotificationConfig,
 )
 
 
@@ -110,5 +115,35 @@ async def main(base, token):
     print(json.dumps(out))
 
 
+async def auth(base, token):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+        client = await create_client(base, client_config=ClientConfig(streaming=False, httpx_client=http))
+        try:
+            events = [ev async for ev in client.send_message(SendMessageRequest(message=msg("hello with a token")))]
+            out = {"state": d(events[-1].task)["status"]["state"]}
+        except Exception as e:  # noqa: BLE001
+            out = {"error": type(e).__name__ + ": " + str(e)}
+    print(json.dumps(out))
+
+
+async def push(base, webhook):
+    async with httpx.AsyncClient(timeout=30) as http:
+        client = await create_client(base, client_config=ClientConfig(streaming=False, httpx_client=http))
+        events = [ev async for ev in client.send_message(SendMessageRequest(message=msg("need input for push")))]
+        task = events[-1].task
+        cfg = await client.create_task_push_notification_config(TaskPushNotificationConfig(
+            task_id=task.id, url=webhook, token="sdk-token",
+            authentication=AuthenticationInfo(scheme="Bearer", credentials="sdk-secret")))
+        events = [ev async for ev in client.send_message(SendMessageRequest(
+            message=msg("the answer", task_id=task.id, context_id=task.context_id)))]
+        print(json.dumps({"task_id": task.id, "config": d(cfg), "final": d(events[-1].task)["status"]["state"]}))
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))
+    if sys.argv[1] == "auth":
+        asyncio.run(auth(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None))
+    elif sys.argv[1] == "push":
+        asyncio.run(push(sys.argv[2], sys.argv[3]))
+    else:
+        asyncio.run(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))
