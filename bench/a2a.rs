@@ -1,9 +1,11 @@
 //! A2A benchmark, side by side in one run: blocking `SendMessage` and `SendStreamingMessage` to
-//! an echo agent on switchboard (in this process, SQLite) and on the a2a-sdk 1.3.0 Python server
-//! (`tests/peers/a2a/server.py`, uvicorn, in-memory store), alternating A B A B A B. Prints
+//! an echo agent on switchboard (in this process, SQLite), on the a2a-sdk 1.3.0 Python server
+//! (`tests/peers/a2a/server.py`, uvicorn, in-memory store) and on the @a2a-js/sdk 1.3.0 server
+//! (`tests/peers/a2a/server.mjs`, Express, in-memory store), alternating A B C x3. Prints
 //! requests/s, p50/p99 latency and, for switchboard, the memory held per open stream.
 //!
-//! `cargo bench --bench a2a` with `SWITCHBOARD_A2A_PYTHON` set (`source scripts/peers/a2a.sh`);
+//! `cargo bench --bench a2a` with `SWITCHBOARD_A2A_PYTHON` and `SWITCHBOARD_A2A_NODE_MODULES`
+//! set (`source scripts/peers/a2a.sh`);
 //! `BENCH_SECONDS` (default 10) per step, `BENCH_CONCURRENCY` (default 16).
 
 use std::time::{Duration, Instant};
@@ -150,6 +152,43 @@ async fn start_python(python: &str) -> (tokio::process::Child, String) {
     panic!("the a2a-sdk server did not start");
 }
 
+async fn start_node(node_modules: &str) -> (tokio::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("port: {e}"));
+    let dir = std::path::Path::new(node_modules)
+        .parent()
+        .unwrap_or_else(|| panic!("node_modules has no parent"))
+        .to_owned();
+    let script = dir.join("server.mjs");
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/a2a/server.mjs"),
+        &script,
+    )
+    .unwrap_or_else(|e| panic!("copy server.mjs: {e}"));
+    let child = tokio::process::Command::new("node")
+        .arg(script)
+        .arg(port.to_string())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("node server: {e}"));
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    for _ in 0..100 {
+        if client
+            .get(format!("{base}/.well-known/agent-card.json"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return (child, format!("{base}/"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the @a2a-js/sdk server did not start");
+}
+
 /// Memory per open stream on switchboard: subscriptions to tasks that wait for input.
 async fn stream_memory(url: &str, n: usize) -> f64 {
     let client = reqwest::Client::new();
@@ -219,7 +258,14 @@ async fn main() {
             None
         }
     };
-    println!("A2A benchmark: {secs} s per step, {conc} concurrent clients, A B alternating x3");
+    let js = match std::env::var("SWITCHBOARD_A2A_NODE_MODULES") {
+        Ok(nm) => Some(start_node(&nm).await),
+        Err(_) => {
+            eprintln!("SWITCHBOARD_A2A_NODE_MODULES is not set: @a2a-js/sdk side skipped");
+            None
+        }
+    };
+    println!("A2A benchmark: {secs} s per step, {conc} concurrent clients, A B C alternating x3");
     for method in ["SendMessage", "SendStreamingMessage"] {
         // Warm-up.
         run(&sb, method, 2, conc).await;
@@ -262,5 +308,6 @@ async fn main() {
         per_stream / 1024.0
     );
     drop(py);
+    drop(js);
     let _ = app.shutdown().await;
 }

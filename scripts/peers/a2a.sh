@@ -1,7 +1,7 @@
 # Installs the A2A interop peers into target/peers/a2a/ (idempotent) and exports where the
 # tests find them:
 #   SWITCHBOARD_A2A_PYTHON  python of a venv with a2a-sdk[http-server]==1.3.0
-#   SWITCHBOARD_A2A_NODE_MODULES  node_modules holding @a2a-js/sdk@1.3.0
+#   SWITCHBOARD_A2A_NODE_MODULES  node_modules holding @a2a-js/sdk@1.3.0 (and express for its server)
 # Sourced by scripts/test; fails loudly when an install fails.
 a2a_peer_install() {
   local root dir venv nm
@@ -16,7 +16,7 @@ a2a_peer_install() {
       'a2a-sdk[http-server]==1.3.0' 'uvicorn' 'httpx' || return 1
   fi
   nm="$dir/node/node_modules"
-  if [ ! -d "$nm/@a2a-js/sdk" ]; then
+  if [ ! -d "$nm/@a2a-js/sdk" ] || [ ! -d "$nm/express" ]; then
     echo "installing @a2a-js/sdk 1.3.0 into $dir/node"
     mkdir -p "$dir/node"
     cp "$root/tests/peers/a2a/package.json" "$dir/node/"
