@@ -22,6 +22,7 @@ use crate::pipeline::{Core, Pipeline};
 use crate::queue::{Queue, kinds};
 use crate::store::Db;
 use crate::transports::activitypub::{self, ActivityPub};
+use crate::transports::a2a::{self, A2aTransport, tasks as a2a_tasks, tasks::TaskEngine};
 use crate::transports::api::{ApiState, ApiTransport};
 use crate::transports::{Transport, TransportRegistry};
 
@@ -113,10 +114,14 @@ impl Application {
             http_client.clone(),
             clock.clone(),
         )));
+        let queue = Queue::new(db.clone(), clock.clone(), config.queue.clone());
+        let a2a_engine = TaskEngine::new(db.clone(), clock.clone(), queue.clone());
+        if config.a2a.enabled {
+            transports.register(Arc::new(A2aTransport::new(a2a_engine.clone())));
+        }
         for t in opts.transports {
             transports.register(t);
         }
-        let queue = Queue::new(db.clone(), clock.clone(), config.queue.clone());
         let metrics = Arc::new(Metrics::new());
         let public_url = config.public_url().map_err(Error::Config)?;
         let blobs = BlobStore::new(
@@ -174,10 +179,41 @@ impl Application {
                 ));
             }
         }
+        if opts.workers && config.a2a.enabled {
+            let push = a2a::push::PushHandler::new(
+                db.clone(),
+                http_client.clone(),
+                pipeline.keys().clone(),
+                clock.clone(),
+                queue.clone(),
+                public_url.as_str().trim_end_matches('/').to_owned(),
+            );
+            workers.extend(queue.spawn_workers(
+                a2a::push::KIND,
+                Arc::new(push),
+                shutdown_rx.clone(),
+            ));
+        }
         workers.push(queue.spawn_housekeeping(shutdown_rx.clone()));
+        if config.a2a.enabled
+            && let Some(listener) =
+                a2a_tasks::spawn_listener(a2a_engine.clone(), shutdown_rx.clone())
+        {
+            workers.push(listener);
+        }
         if let Some(listener) = queue.spawn_listener(shutdown_rx) {
             workers.push(listener);
         }
+        let a2a_state = if config.a2a.enabled {
+            Some(a2a::build_state(
+                pipeline.clone(),
+                a2a_engine,
+                &config,
+                http_client.clone(),
+            )?)
+        } else {
+            None
+        };
 
         let state = AppState {
             pipeline: pipeline.clone(),
@@ -193,10 +229,16 @@ impl Application {
         let server = HttpServer::new(move || {
             let (s, a) = (app_state.clone(), api_state.clone());
             let (ap, p) = (activitypub.clone(), ap_pipeline.clone());
+            let a2a_state = a2a_state.clone();
             App::new()
                 .wrap(from_fn(http::track))
                 .configure(move |c| http::configure(c, s, a, max_body))
                 .configure(move |c| ap.configure(c, p))
+                .configure(move |c| {
+                    if let Some(st) = a2a_state {
+                        a2a::server::configure(c, st);
+                    }
+                })
         })
         .workers(config.server.workers.max(1))
         .disable_signals()

@@ -91,6 +91,8 @@ pub struct Config {
     pub media: MediaConfig,
     /// The ActivityPub transport.
     pub activitypub: ActivityPubConfig,
+    /// The A2A transport.
+    pub a2a: A2aConfig,
     /// The agents this instance hosts.
     pub agents: Vec<AgentConfig>,
 }
@@ -107,11 +109,13 @@ impl Default for Config {
             api: ApiConfig::default(),
             media: MediaConfig::default(),
             activitypub: ActivityPubConfig::default(),
+            a2a: A2aConfig::default(),
             agents: vec![AgentConfig {
                 name: "echo".into(),
                 display_name: Some("Echo".into()),
                 summary: Some("Answers with the text it received.".into()),
                 backend: BackendConfig::Echo,
+                a2a: None,
             }],
         }
     }
@@ -402,6 +406,168 @@ pub struct AgentConfig {
     pub summary: Option<String>,
     /// What answers for it.
     pub backend: BackendConfig,
+    /// A2A settings of this agent (card skills).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a2a: Option<AgentA2aConfig>,
+}
+
+/// The A2A transport (`/.well-known/agent-card.json`, `POST /a2a`, `POST /agents/{name}/a2a`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct A2aConfig {
+    /// Serve A2A at all.
+    pub enabled: bool,
+    /// The agent the hub endpoint answers for when a message names none; the first configured
+    /// agent when unset.
+    pub default_agent: Option<String>,
+    /// How long a blocking SendMessage waits for the task to finish or ask for input before
+    /// returning it still working.
+    pub blocking_timeout_ms: u64,
+    /// Most parts in one inbound message.
+    pub max_parts: usize,
+    /// Most bytes of text and decoded data in one inbound message.
+    pub max_message_bytes: usize,
+    /// `Cache-Control: max-age` of agent cards.
+    pub card_max_age_seconds: u64,
+    /// `provider.organization` on agent cards.
+    pub provider_organization: Option<String>,
+    /// Largest `pageSize` ListTasks honours.
+    pub max_page_size: u32,
+}
+
+impl Default for A2aConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            default_agent: None,
+            blocking_timeout_ms: 30_000,
+            max_parts: 64,
+            max_message_bytes: 512 * 1024,
+            card_max_age_seconds: 300,
+            provider_organization: None,
+            max_page_size: 100,
+        }
+    }
+}
+
+/// Per-agent A2A settings (`agents[].a2a`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentA2aConfig {
+    /// Skills listed on the agent's card; one generic skill when empty.
+    pub skills: Vec<A2aSkillConfig>,
+    /// Who may call the agent over A2A.
+    pub auth: A2aAuthConfig,
+}
+
+/// How A2A callers of an agent authenticate.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum A2aAuthConfig {
+    /// Anyone; callers are anonymous and see only anonymous tasks.
+    #[default]
+    Public,
+    /// Bearer JWTs from the configured issuers (`a2a-jwt` evidence).
+    Jwt {
+        /// Trusted issuers.
+        issuers: Vec<JwtIssuerConfig>,
+        /// Clock skew allowed on `exp` and `nbf`.
+        #[serde(default = "default_leeway_seconds")]
+        leeway_seconds: u64,
+    },
+    /// OAuth 2 access tokens: JWT access tokens from the issuers, or opaque tokens checked by
+    /// RFC 7662 introspection (`a2a-oauth` evidence).
+    Oauth {
+        /// Issuers of JWT access tokens.
+        #[serde(default)]
+        issuers: Vec<JwtIssuerConfig>,
+        /// Introspection endpoint for opaque tokens.
+        #[serde(default)]
+        introspection: Option<IntrospectionConfig>,
+        /// Token endpoint advertised on the card (client credentials flow).
+        #[serde(default)]
+        token_url: Option<String>,
+        /// RFC 8414 metadata URL advertised on the card.
+        #[serde(default)]
+        metadata_url: Option<String>,
+        /// Clock skew allowed on `exp` and `nbf`.
+        #[serde(default = "default_leeway_seconds")]
+        leeway_seconds: u64,
+    },
+}
+
+fn default_leeway_seconds() -> u64 {
+    60
+}
+
+/// A trusted token issuer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtIssuerConfig {
+    /// The exact `iss`.
+    pub issuer: String,
+    /// Accepted `aud` values (at least one must match).
+    pub audiences: Vec<String>,
+    /// JWKS URL; keys are cached and refetched when a token names an unknown `kid`.
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    /// Static public keys.
+    #[serde(default)]
+    pub keys: Vec<StaticKeyConfig>,
+    /// Allowed algorithms (asymmetric only).
+    #[serde(default = "default_jwt_algorithms")]
+    pub algorithms: Vec<String>,
+    /// Assurance of the evidence minted (`agent` for JWT, `oauth` for OAuth by default).
+    #[serde(default)]
+    pub assurance: Option<String>,
+}
+
+fn default_jwt_algorithms() -> Vec<String> {
+    vec!["RS256".into(), "ES256".into(), "EdDSA".into()]
+}
+
+/// A static public key of an issuer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticKeyConfig {
+    /// Key id the tokens name (any token matches a key without one).
+    #[serde(default)]
+    pub kid: Option<String>,
+    /// SPKI `PUBLIC KEY` PEM (RSA, EC P-256 or Ed25519).
+    pub pem: String,
+}
+
+/// An RFC 7662 introspection endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntrospectionConfig {
+    /// Endpoint.
+    pub url: String,
+    /// Client id (HTTP Basic).
+    pub client_id: String,
+    /// Client secret (HTTP Basic).
+    pub client_secret: Secret,
+    /// Required `aud`, when set.
+    #[serde(default)]
+    pub audience: Option<String>,
+}
+
+/// One skill on an agent card.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct A2aSkillConfig {
+    /// Stable id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Keywords.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Example prompts.
+    #[serde(default)]
+    pub examples: Vec<String>,
 }
 
 /// An agent backend.
@@ -410,6 +576,22 @@ pub struct AgentConfig {
 pub enum BackendConfig {
     /// Built in: answers with the text it received.
     Echo,
+    /// Built in: behaves by A2A messageId prefix as the A2A conformance kit expects.
+    Conformance,
+    /// A remote A2A agent, called with the A2A 1.0 JSON-RPC binding.
+    A2a {
+        /// URL of its agent card.
+        card: String,
+        /// Bearer token sent on every call.
+        #[serde(default)]
+        token: Option<Secret>,
+        /// Per-call timeout.
+        #[serde(default = "default_a2a_timeout_ms")]
+        timeout_ms: u64,
+        /// Stream when the card allows it.
+        #[serde(default = "default_true")]
+        streaming: bool,
+    },
     /// An HTTP endpoint speaking the webhook agent protocol (spec §9).
     Webhook {
         /// Endpoint.
@@ -420,6 +602,14 @@ pub enum BackendConfig {
         #[serde(default = "default_webhook_timeout_ms")]
         timeout_ms: u64,
     },
+}
+
+fn default_a2a_timeout_ms() -> u64 {
+    60_000
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_webhook_timeout_ms() -> u64 {
@@ -524,6 +714,85 @@ impl Config {
                     ));
                 }
             }
+        }
+        for (i, agent) in self.agents.iter().enumerate() {
+            if let BackendConfig::A2a {
+                card, timeout_ms, ..
+            } = &agent.backend
+            {
+                match url::Url::parse(card) {
+                    Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                    _ => problems.push(format!(
+                        "agents[{i}].backend.card {card:?}: not an http(s) URL"
+                    )),
+                }
+                if *timeout_ms >= self.queue.lease_seconds.saturating_mul(1000) {
+                    problems.push(format!(
+                        "agents[{i}].backend.timeout_ms {timeout_ms}: must be shorter than queue.lease_seconds"
+                    ));
+                }
+            }
+        }
+        if let Some(name) = &self.a2a.default_agent
+            && !self
+                .agents
+                .iter()
+                .any(|a| a.name.eq_ignore_ascii_case(name))
+        {
+            problems.push(format!("a2a.default_agent {name:?}: no such agent"));
+        }
+        for (i, agent) in self.agents.iter().enumerate() {
+            let issuers = match agent.a2a.as_ref().map(|a| &a.auth) {
+                Some(A2aAuthConfig::Jwt { issuers, .. }) => {
+                    if issuers.is_empty() {
+                        problems.push(format!("agents[{i}].a2a.auth.issuers: at least one issuer"));
+                    }
+                    issuers.as_slice()
+                }
+                Some(A2aAuthConfig::Oauth {
+                    issuers,
+                    introspection,
+                    ..
+                }) => {
+                    if issuers.is_empty() && introspection.is_none() {
+                        problems.push(format!(
+                            "agents[{i}].a2a.auth: oauth needs issuers or introspection"
+                        ));
+                    }
+                    issuers.as_slice()
+                }
+                _ => &[],
+            };
+            for (j, iss) in issuers.iter().enumerate() {
+                let at = format!("agents[{i}].a2a.auth.issuers[{j}]");
+                if iss.audiences.is_empty() {
+                    problems.push(format!("{at}.audiences: at least one audience"));
+                }
+                if iss.jwks_url.is_none() && iss.keys.is_empty() {
+                    problems.push(format!("{at}: needs jwks_url or keys"));
+                }
+                for alg in &iss.algorithms {
+                    if !matches!(
+                        alg.as_str(),
+                        "RS256"
+                            | "RS384"
+                            | "RS512"
+                            | "PS256"
+                            | "PS384"
+                            | "PS512"
+                            | "ES256"
+                            | "ES384"
+                            | "EdDSA"
+                    ) {
+                        problems.push(format!(
+                            "{at}.algorithms: {alg:?} is not an accepted asymmetric algorithm"
+                        ));
+                    }
+                }
+            }
+        }
+        if self.a2a.max_parts == 0 || self.a2a.max_page_size == 0 {
+            problems.push("a2a.max_parts and a2a.max_page_size must be > 0".into());
         }
         if let Some(cb) = &self.api.callback_url
             && url::Url::parse(cb).is_err()

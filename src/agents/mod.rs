@@ -1,5 +1,7 @@
-//! Agent backends (echo, webhook) and the registry built from configuration.
+//! Agent backends (echo, webhook, conformance, a2a) and the registry built from configuration.
 
+mod a2a;
+mod conformance;
 mod echo;
 mod webhook;
 
@@ -8,6 +10,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+pub use a2a::A2aAgent;
+pub use conformance::ConformanceAgent;
 pub use echo::EchoAgent;
 pub use webhook::WebhookAgent;
 
@@ -68,6 +72,19 @@ impl AgentRegistry {
         for a in agents {
             let backend: Arc<dyn AgentBackend> = match &a.backend {
                 BackendConfig::Echo => Arc::new(EchoAgent),
+                BackendConfig::Conformance => Arc::new(ConformanceAgent),
+                BackendConfig::A2a {
+                    card,
+                    token,
+                    timeout_ms,
+                    streaming,
+                } => Arc::new(A2aAgent::new(
+                    card.clone(),
+                    token.clone(),
+                    std::time::Duration::from_millis(*timeout_ms),
+                    *streaming,
+                    http.clone(),
+                )),
                 BackendConfig::Webhook {
                     url,
                     secret,

@@ -7,6 +7,7 @@
 //! time anyway, and this way writers queue in-process instead of spinning on `SQLITE_BUSY`) and
 //! a pool of readers.
 
+pub mod a2a;
 pub mod blobs;
 pub mod jobs;
 pub mod messages;

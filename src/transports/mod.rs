@@ -4,6 +4,7 @@
 //! start-up; no transport imports another.
 
 pub mod activitypub;
+pub mod a2a;
 pub mod api;
 pub mod memory;
 

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod activitypub;
+mod a2a;
 mod api;
 mod cli;
 mod crash;

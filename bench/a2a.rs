@@ -1,0 +1,313 @@
+//! A2A benchmark, side by side in one run: blocking `SendMessage` and `SendStreamingMessage` to
+//! an echo agent on switchboard (in this process, SQLite), on the a2a-sdk 1.3.0 Python server
+//! (`tests/peers/a2a/server.py`, uvicorn, in-memory store) and on the @a2a-js/sdk 1.3.0 server
+//! (`tests/peers/a2a/server.mjs`, Express, in-memory store), alternating A B C x3. Prints
+//! requests/s, p50/p99 latency and, for switchboard, the memory held per open stream.
+//!
+//! `cargo bench --bench a2a` with `SWITCHBOARD_A2A_PYTHON` and `SWITCHBOARD_A2A_NODE_MODULES`
+//! set (`source scripts/peers/a2a.sh`);
+//! `BENCH_SECONDS` (default 10) per step, `BENCH_CONCURRENCY` (default 16).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use switchboard::Application;
+use switchboard::config::Secret;
+
+/// Resident memory of this process, in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn body(method: &str, text: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": {
+        "messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+        "parts": [{"text": text}]}}})
+    .to_string()
+}
+
+struct Step {
+    rps: f64,
+    p50: Duration,
+    p99: Duration,
+    errors: usize,
+}
+
+/// Closed loop: `concurrency` clients send for `secs` seconds.
+async fn run(url: &str, method: &'static str, secs: u64, concurrency: usize) -> Step {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap_or_else(|e| panic!("client: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (client, url) = (client.clone(), url.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0;
+            while Instant::now() < deadline {
+                let t0 = Instant::now();
+                let r = client
+                    .post(&url)
+                    .header("A2A-Version", "1.0")
+                    .header("content-type", "application/json")
+                    .body(body(method, "hello benchmark"))
+                    .send()
+                    .await;
+                let ok = match r {
+                    Ok(resp) => match resp.text().await {
+                        Ok(t) => t.contains("TASK_STATE_COMPLETED"),
+                        Err(_) => false,
+                    },
+                    Err(_) => false,
+                };
+                if ok {
+                    lat.push(t0.elapsed());
+                } else {
+                    errors += 1;
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        if let Ok((l, e)) = t.await {
+            all.extend(l);
+            errors += e;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort();
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    Step {
+        rps: all.len() as f64 / elapsed,
+        p50: pct(0.50),
+        p99: pct(0.99),
+        errors,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+async fn start_switchboard(dir: &std::path::Path) -> Application {
+    let mut config = switchboard::Config::from_env(None).unwrap_or_else(|e| panic!("config: {e}"));
+    config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
+    config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
+    config.database.url = Secret::new(format!("sqlite://{}", dir.join("bench.db").display()));
+    // A second agent whose tasks wait for input, to hold streams open.
+    config.agents.push(switchboard::config::AgentConfig {
+        name: "tck".into(),
+        display_name: None,
+        summary: None,
+        backend: switchboard::config::BackendConfig::Conformance,
+        a2a: None,
+    });
+    Application::build(config)
+        .await
+        .unwrap_or_else(|e| panic!("switchboard: {e}"))
+}
+
+async fn start_python(python: &str) -> (tokio::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("port: {e}"));
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/a2a/server.py");
+    let child = tokio::process::Command::new(python)
+        .arg(script)
+        .arg(port.to_string())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("python server: {e}"));
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    for _ in 0..100 {
+        if client
+            .get(format!("{base}/.well-known/agent-card.json"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return (child, format!("{base}/"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the a2a-sdk server did not start");
+}
+
+async fn start_node(node_modules: &str) -> (tokio::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("port: {e}"));
+    let dir = std::path::Path::new(node_modules)
+        .parent()
+        .unwrap_or_else(|| panic!("node_modules has no parent"))
+        .to_owned();
+    let script = dir.join("server.mjs");
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/a2a/server.mjs"),
+        &script,
+    )
+    .unwrap_or_else(|e| panic!("copy server.mjs: {e}"));
+    let child = tokio::process::Command::new("node")
+        .arg(script)
+        .arg(port.to_string())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("node server: {e}"));
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    for _ in 0..100 {
+        if client
+            .get(format!("{base}/.well-known/agent-card.json"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return (child, format!("{base}/"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the @a2a-js/sdk server did not start");
+}
+
+/// Memory per open stream on switchboard: subscriptions to tasks that wait for input.
+async fn stream_memory(url: &str, n: usize) -> f64 {
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let r: Value = client
+            .post(url)
+            .header("A2A-Version", "1.0")
+            .header("content-type", "application/json")
+            .body(json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{
+                "messageId": format!("tck-input-required-{}", uuid::Uuid::now_v7()), "role":"ROLE_USER",
+                "parts":[{"text":"hello"}]}}}).to_string())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .json()
+            .await
+            .unwrap_or_default();
+        ids.push(
+            r["result"]["task"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    // Each task waits for input, so its subscription stays open.
+    let before = rss_kib();
+    let mut open = Vec::new();
+    for id in &ids {
+        let resp = client
+            .post(url)
+            .header("A2A-Version", "1.0")
+            .header("content-type", "application/json")
+            .body(
+                json!({"jsonrpc":"2.0","id":1,"method":"SubscribeToTask","params":{"id": id}})
+                    .to_string(),
+            )
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        open.push(resp);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = rss_kib();
+    drop(open);
+    (after.saturating_sub(before) as f64 * 1024.0) / n as f64
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let secs: u64 = std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let conc: usize = std::env::var("BENCH_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let app = start_switchboard(dir.path()).await;
+    let sb = format!("http://{}/a2a", app.http_addr());
+    let python = std::env::var("SWITCHBOARD_A2A_PYTHON").ok();
+    let py = match &python {
+        Some(p) => Some(start_python(p).await),
+        None => {
+            eprintln!("SWITCHBOARD_A2A_PYTHON is not set: a2a-sdk side skipped");
+            None
+        }
+    };
+    let js = match std::env::var("SWITCHBOARD_A2A_NODE_MODULES") {
+        Ok(nm) => Some(start_node(&nm).await),
+        Err(_) => {
+            eprintln!("SWITCHBOARD_A2A_NODE_MODULES is not set: @a2a-js/sdk side skipped");
+            None
+        }
+    };
+    println!("A2A benchmark: {secs} s per step, {conc} concurrent clients, A B C alternating x3");
+    for method in ["SendMessage", "SendStreamingMessage"] {
+        // Warm-up.
+        run(&sb, method, 2, conc).await;
+        if let Some((_, url)) = &py {
+            run(url, method, 2, conc).await;
+        }
+        let mut rows: Vec<(&str, Vec<Step>)> =
+            vec![("switchboard", Vec::new()), ("a2a-sdk 1.3.0", Vec::new())];
+        for _ in 0..3 {
+            rows[0].1.push(run(&sb, method, secs, conc).await);
+            if let Some((_, url)) = &py {
+                rows[1].1.push(run(url, method, secs, conc).await);
+            }
+        }
+        println!("\n{method}");
+        println!("| server | req/s (median of 3) | spread | p50 ms | p99 ms | errors |");
+        println!("|---|---|---|---|---|---|");
+        for (name, steps) in &rows {
+            if steps.is_empty() {
+                continue;
+            }
+            let rps: Vec<f64> = steps.iter().map(|s| s.rps).collect();
+            let (lo, hi) = (
+                rps.iter().copied().fold(f64::MAX, f64::min),
+                rps.iter().copied().fold(0.0, f64::max),
+            );
+            let p50 = median(steps.iter().map(|s| s.p50.as_secs_f64() * 1000.0).collect());
+            let p99 = median(steps.iter().map(|s| s.p99.as_secs_f64() * 1000.0).collect());
+            let errors: usize = steps.iter().map(|s| s.errors).sum();
+            println!(
+                "| {name} | {:.0} | {lo:.0}–{hi:.0} | {p50:.2} | {p99:.2} | {errors} |",
+                median(rps)
+            );
+        }
+    }
+    let tck = format!("http://{}/agents/tck/a2a", app.http_addr());
+    let per_stream = stream_memory(&tck, 1000).await;
+    println!(
+        "\nswitchboard memory per open stream: {:.1} KiB (1000 streams)",
+        per_stream / 1024.0
+    );
+    drop(py);
+    drop(js);
+    let _ = app.shutdown().await;
+}

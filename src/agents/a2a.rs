@@ -1,0 +1,470 @@
+//! The A2A client backend: puts an existing A2A agent behind a switchboard address
+//! (`backend = { kind = "a2a", card = "https://…/agent-card.json" }`).
+//!
+//! It resolves the card (cached), calls the agent's first JSON-RPC interface with
+//! `SendStreamingMessage` when the card allows streaming (else a blocking `SendMessage`, then
+//! `GetTask` polling while the task is still running), and maps the task's artifacts, status
+//! message and state back to a NormalizedResponse. The switchboard thread id is the contextId,
+//! so a conversation continues in one context across restarts; a task that asked for input is
+//! continued by the next message of its thread.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{Map, Value, json};
+use tokio::sync::Mutex;
+
+use super::AgentBackend;
+use crate::config::Secret;
+use crate::error::OutboundError;
+use crate::message::{
+    ArtifactPart, BytesRef, Extra, FilePart, InlineBytes, LinkPart, NormalizedMessage,
+    NormalizedResponse, Part, ResponseState, TextMime, TextPart, UrlBytes,
+};
+use crate::net::{HttpClient, HttpRequest};
+
+/// The remote agent's card, as far as the client needs it.
+#[derive(Debug, Clone)]
+struct RemoteCard {
+    url: String,
+    streaming: bool,
+    legacy: bool,
+}
+
+/// Calls a remote A2A agent.
+#[derive(Debug)]
+pub struct A2aAgent {
+    card_url: String,
+    token: Option<Secret>,
+    timeout: Duration,
+    streaming: bool,
+    http: HttpClient,
+    card: Mutex<Option<RemoteCard>>,
+    /// Remote tasks waiting for input, by switchboard thread.
+    pending: Mutex<HashMap<String, String>>,
+}
+
+fn temporary(e: impl std::fmt::Display) -> OutboundError {
+    OutboundError::temporary(e.to_string())
+}
+
+impl A2aAgent {
+    /// A client of the agent whose card is at `card_url`.
+    #[must_use]
+    pub fn new(
+        card_url: String,
+        token: Option<Secret>,
+        timeout: Duration,
+        streaming: bool,
+        http: HttpClient,
+    ) -> Self {
+        Self {
+            card_url,
+            token,
+            timeout,
+            streaming,
+            http,
+            card: Mutex::new(None),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn headers(&self, accept_sse: bool) -> Result<HeaderMap, OutboundError> {
+        let mut h = HeaderMap::new();
+        h.insert("a2a-version", HeaderValue::from_static("1.0"));
+        h.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if accept_sse {
+            h.insert(
+                reqwest::header::ACCEPT,
+                HeaderValue::from_static("text/event-stream"),
+            );
+        }
+        if let Some(t) = &self.token {
+            let v = HeaderValue::from_str(&format!("Bearer {}", t.expose()))
+                .map_err(|_| OutboundError::permanent("the A2A token is not a header value"))?;
+            h.insert(reqwest::header::AUTHORIZATION, v);
+        }
+        Ok(h)
+    }
+
+    async fn card(&self) -> Result<RemoteCard, OutboundError> {
+        if let Some(c) = self.card.lock().await.clone() {
+            return Ok(c);
+        }
+        let resp = self
+            .http
+            .send(HttpRequest {
+                method: reqwest::Method::GET,
+                url: &self.card_url,
+                headers: HeaderMap::new(),
+                body: None,
+                timeout: None,
+            })
+            .await?;
+        self.http.classify_status(&resp)?;
+        let card: Value = serde_json::from_slice(&resp.body)
+            .map_err(|e| OutboundError::permanent(format!("agent card: {e}")))?;
+        let iface = card["supportedInterfaces"]
+            .as_array()
+            .and_then(|ifs| {
+                ifs.iter()
+                    .find(|i| i["protocolBinding"] == "JSONRPC")
+                    .or_else(|| ifs.first())
+            })
+            .cloned();
+        let (url, legacy) = match iface {
+            Some(i) => (
+                i["url"].as_str().unwrap_or_default().to_owned(),
+                i["protocolVersion"] == "0.3",
+            ),
+            // A 0.3 card: top-level url.
+            None => (card["url"].as_str().unwrap_or_default().to_owned(), true),
+        };
+        if url.is_empty() {
+            return Err(OutboundError::permanent("the agent card names no endpoint"));
+        }
+        if legacy {
+            return Err(OutboundError::permanent(
+                "the agent speaks A2A 0.3 only; the client backend speaks 1.0",
+            ));
+        }
+        let c = RemoteCard {
+            url,
+            streaming: card["capabilities"]["streaming"] == true,
+            legacy,
+        };
+        *self.card.lock().await = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn call(
+        &self,
+        card: &RemoteCard,
+        method: &str,
+        params: Value,
+        stream: bool,
+    ) -> Result<Vec<Value>, OutboundError> {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let resp = self
+            .http
+            .send(HttpRequest {
+                method: reqwest::Method::POST,
+                url: &card.url,
+                headers: self.headers(stream)?,
+                body: Some(Bytes::from(body.to_string())),
+                timeout: Some(self.timeout),
+            })
+            .await?;
+        self.http.classify_status(&resp)?;
+        let envelopes: Vec<Value> = if resp.media_type() == "text/event-stream" {
+            String::from_utf8_lossy(&resp.body)
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str(d.trim()).ok())
+                .collect()
+        } else {
+            vec![
+                serde_json::from_slice(&resp.body)
+                    .map_err(|e| temporary(format!("A2A answer is not JSON: {e}")))?,
+            ]
+        };
+        let mut results = Vec::with_capacity(envelopes.len());
+        for env in envelopes {
+            if let Some(err) = env.get("error") {
+                let code = err["code"].as_i64().unwrap_or(0);
+                let msg = format!("remote A2A error {code}");
+                return Err(if code == -32603 {
+                    OutboundError::temporary(msg)
+                } else {
+                    OutboundError::permanent(msg)
+                });
+            }
+            results.push(env["result"].clone());
+        }
+        Ok(results)
+    }
+}
+
+/// A contract part as a 1.0 Part (media are passed by their signed URL).
+fn to_remote_part(p: &Part) -> Option<Value> {
+    Some(match p {
+        Part::Text(t) => json!({"text": t.content}),
+        Part::File(f) => {
+            let mut v = match &f.bytes_ref {
+                BytesRef::Inline(i) => json!({"raw": i.data_base64}),
+                BytesRef::Url(u) => json!({"url": u.url}),
+                BytesRef::ContentAddressed(c) => json!({"url": c.url.clone()?}),
+                BytesRef::Other(_) => return None,
+            };
+            v["mediaType"] = json!(f.mime);
+            if let Some(n) = &f.name {
+                v["filename"] = json!(n);
+            }
+            v
+        }
+        Part::Link(l) => json!({"url": l.url}),
+        Part::Artifact(a) => json!({"data": a.data.clone()?, "mediaType": a.mime}),
+        _ => return None,
+    })
+}
+
+/// A remote 1.0 Part as a contract part.
+fn from_remote_part(p: &Value) -> Option<Part> {
+    let media = p["mediaType"].as_str();
+    let name = p["filename"].as_str().map(str::to_owned);
+    if let Some(t) = p["text"].as_str() {
+        let mime = match media {
+            Some("text/markdown") => TextMime::Markdown,
+            Some("text/html") => TextMime::Html,
+            _ => TextMime::Plain,
+        };
+        return Some(Part::Text(TextPart {
+            mime,
+            content: t.to_owned(),
+            extra: Extra::new(),
+        }));
+    }
+    if let Some(raw) = p["raw"].as_str() {
+        base64::engine::general_purpose::STANDARD.decode(raw).ok()?;
+        return Some(Part::File(FilePart {
+            name,
+            mime: media.unwrap_or("application/octet-stream").to_owned(),
+            size: None,
+            bytes_ref: BytesRef::Inline(InlineBytes {
+                data_base64: raw.to_owned(),
+            }),
+            extra: Extra::new(),
+        }));
+    }
+    if let Some(url) = p["url"].as_str() {
+        return Some(match media {
+            Some(m) => Part::File(FilePart {
+                name,
+                mime: m.to_owned(),
+                size: None,
+                bytes_ref: BytesRef::Url(UrlBytes {
+                    url: url.to_owned(),
+                    expires_at: None,
+                }),
+                extra: Extra::new(),
+            }),
+            None => Part::Link(LinkPart {
+                url: url.to_owned(),
+                title: name,
+                description: None,
+                extra: Extra::new(),
+            }),
+        });
+    }
+    p.get("data").map(|d| {
+        Part::Artifact(ArtifactPart {
+            artifact_type: None,
+            name,
+            mime: media.unwrap_or("application/json").to_owned(),
+            bytes_ref: None,
+            data: Some(d.clone()),
+            extra: Extra::new(),
+        })
+    })
+}
+
+/// What the remote agent said, folded from a result or a stream of events.
+#[derive(Debug, Default)]
+struct Outcome {
+    task_id: Option<String>,
+    state: Option<String>,
+    status_parts: Vec<Value>,
+    artifacts: Vec<(String, Vec<Value>)>,
+    message_parts: Vec<Value>,
+}
+
+impl Outcome {
+    fn artifact(&mut self, a: &Value, append: bool) {
+        let id = a["artifactId"].as_str().unwrap_or_default().to_owned();
+        let parts = a["parts"].as_array().cloned().unwrap_or_default();
+        match self.artifacts.iter_mut().find(|(i, _)| *i == id) {
+            Some((_, existing)) if append => existing.extend(parts),
+            Some((_, existing)) => *existing = parts,
+            None => self.artifacts.push((id, parts)),
+        }
+    }
+
+    fn status(&mut self, s: &Value) {
+        if let Some(st) = s["state"].as_str() {
+            self.state = Some(st.to_owned());
+        }
+        if let Some(parts) = s.pointer("/message/parts").and_then(Value::as_array) {
+            self.status_parts.clone_from(parts);
+        }
+    }
+
+    fn fold(&mut self, r: &Value) {
+        if let Some(t) = r.get("task") {
+            self.task_id = t["id"].as_str().map(str::to_owned);
+            self.status(&t["status"]);
+            self.artifacts.clear();
+            for a in t["artifacts"].as_array().into_iter().flatten() {
+                self.artifact(a, false);
+            }
+        } else if let Some(m) = r.get("message") {
+            self.message_parts = m["parts"].as_array().cloned().unwrap_or_default();
+            self.state = Some("TASK_STATE_COMPLETED".into());
+        } else if let Some(s) = r.get("statusUpdate") {
+            self.status(&s["status"]);
+        } else if let Some(a) = r.get("artifactUpdate") {
+            self.artifact(&a["artifact"], a["append"] == true);
+        } else if r.get("id").is_some() && r.get("status").is_some() {
+            // GetTask answers with a bare Task.
+            self.fold(&json!({ "task": r }));
+        }
+    }
+
+    fn running(&self) -> bool {
+        matches!(
+            self.state.as_deref(),
+            None | Some("TASK_STATE_SUBMITTED" | "TASK_STATE_WORKING")
+        )
+    }
+}
+
+#[async_trait::async_trait]
+impl AgentBackend for A2aAgent {
+    async fn respond(
+        &self,
+        msg: &NormalizedMessage,
+    ) -> Result<Option<NormalizedResponse>, OutboundError> {
+        let card = self.card().await?;
+        debug_assert!(!card.legacy);
+        let parts: Vec<Value> = msg.parts.iter().filter_map(to_remote_part).collect();
+        if parts.is_empty() {
+            return Err(OutboundError::permanent(
+                "nothing in the message can be sent over A2A",
+            ));
+        }
+        let mut message = json!({
+            "messageId": msg.id,
+            "contextId": msg.thread_id,
+            "role": "ROLE_USER",
+            "parts": parts,
+        });
+        let pending = self.pending.lock().await.get(&msg.thread_id).cloned();
+        if let Some(task_id) = &pending {
+            message["taskId"] = json!(task_id);
+        }
+        if let Some(chain) = &msg.recipient_capabilities.agent_chain {
+            message["metadata"] = json!({"mentionable": {"agent_chain": chain}});
+        }
+        let stream = self.streaming && card.streaming;
+        let method = if stream {
+            "SendStreamingMessage"
+        } else {
+            "SendMessage"
+        };
+        let results = self
+            .call(&card, method, json!({ "message": message }), stream)
+            .await?;
+        let mut outcome = Outcome::default();
+        for r in &results {
+            outcome.fold(r);
+        }
+        // A task still running after a blocking call (or a stream cut short): poll it.
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        while outcome.running() && tokio::time::Instant::now() < deadline {
+            let Some(id) = outcome.task_id.clone() else {
+                break;
+            };
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            for r in self
+                .call(&card, "GetTask", json!({"id": id}), false)
+                .await?
+            {
+                outcome.fold(&r);
+            }
+        }
+        if outcome.running() {
+            return Err(OutboundError::temporary("the remote task is still running"));
+        }
+        let state = match outcome.state.as_deref() {
+            Some("TASK_STATE_INPUT_REQUIRED") => Some(ResponseState::InputRequired),
+            Some("TASK_STATE_AUTH_REQUIRED") => Some(ResponseState::AuthRequired),
+            Some("TASK_STATE_REJECTED") => Some(ResponseState::Rejected),
+            Some("TASK_STATE_FAILED" | "TASK_STATE_CANCELED") => Some(ResponseState::Failed),
+            _ => None,
+        };
+        {
+            let mut p = self.pending.lock().await;
+            match (&state, &outcome.task_id) {
+                (Some(ResponseState::InputRequired | ResponseState::AuthRequired), Some(id)) => {
+                    p.insert(msg.thread_id.clone(), id.clone());
+                }
+                _ => {
+                    p.remove(&msg.thread_id);
+                }
+            }
+        }
+        let remote: Vec<&Value> = outcome
+            .artifacts
+            .iter()
+            .flat_map(|(_, parts)| parts.iter())
+            .chain(outcome.message_parts.iter())
+            .chain(outcome.status_parts.iter())
+            .collect();
+        let parts: Vec<Part> = remote.into_iter().filter_map(from_remote_part).collect();
+        let mut metadata = Map::new();
+        if let Some(id) = &outcome.task_id {
+            metadata.insert("a2a_remote_task_id".into(), json!(id));
+        }
+        let state = if parts.is_empty() && state.is_none() {
+            Some(ResponseState::Failed)
+        } else {
+            state
+        };
+        Ok(Some(NormalizedResponse {
+            id: uuid::Uuid::now_v7().to_string(),
+            in_reply_to: msg.id.clone(),
+            thread_id: msg.thread_id.clone(),
+            agent: msg.recipient.clone(),
+            parts,
+            state,
+            mentions: None,
+            visibility: None,
+            metadata: (!metadata.is_empty()).then_some(metadata),
+            extra: Extra::new(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folds_streams_and_maps_parts() {
+        let mut o = Outcome::default();
+        for r in [
+            json!({"task": {"id": "t", "status": {"state": "TASK_STATE_SUBMITTED"}}}),
+            json!({"artifactUpdate": {"artifact": {"artifactId": "a", "parts": [{"text": "one "}]}}}),
+            json!({"artifactUpdate": {"append": true, "artifact": {"artifactId": "a", "parts": [{"text": "two"}]}}}),
+            json!({"statusUpdate": {"status": {"state": "TASK_STATE_COMPLETED"}}}),
+        ] {
+            o.fold(&r);
+        }
+        assert!(!o.running());
+        assert_eq!(o.artifacts[0].1.len(), 2);
+        assert!(matches!(
+            from_remote_part(&json!({"data": {"k": 1}})),
+            Some(Part::Artifact(_))
+        ));
+        assert!(matches!(
+            from_remote_part(&json!({"url": "https://x"})),
+            Some(Part::Link(_))
+        ));
+        assert!(from_remote_part(&json!({"raw": "%%"})).is_none());
+    }
+}

@@ -1,0 +1,465 @@
+//! SQL of the A2A transport: tasks, their events, idempotency keys and push configs.
+//!
+//! A task row holds the whole Task document plus the columns queries filter on; every change
+//! of a task is written together with the events it produced, guarded by the task's last event
+//! sequence so two writers (a cancel and a delivery) cannot both apply.
+
+use super::{Arg, Db, Tx};
+use crate::error::Result;
+
+/// A stored task.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TaskRow {
+    /// Task id (server-generated).
+    pub id: String,
+    /// The agent's local name.
+    pub agent: String,
+    /// The principal that created it; only it sees the task.
+    pub owner: String,
+    /// The A2A contextId.
+    pub context_id: String,
+    /// ProtoJSON state name (`TASK_STATE_WORKING`…).
+    pub state: String,
+    /// The NormalizedMessage id of the current turn.
+    pub turn_message_id: String,
+    /// The wire messageId of the current turn.
+    pub wire_message_id: String,
+    /// The last response applied.
+    pub last_response_id: Option<String>,
+    /// The Task document (1.0 ProtoJSON).
+    pub body: String,
+    /// Sequence of the task's last event.
+    pub last_seq: i64,
+    /// Status timestamp (unix ms).
+    pub status_at: i64,
+    /// Created at (unix ms).
+    pub created_at: i64,
+}
+
+/// A stored stream event.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EventRow {
+    /// Sequence within the task, from 1.
+    pub seq: i64,
+    /// One StreamResponse (1.0 ProtoJSON).
+    pub body: String,
+}
+
+const TASK_COLUMNS: &str = "id, agent, owner, context_id, state, turn_message_id, wire_message_id, \
+     last_response_id, body, last_seq, status_at, created_at";
+
+/// Inserts a new task.
+///
+/// # Errors
+/// Database errors.
+pub async fn insert_task(tx: &mut Tx, t: &TaskRow) -> Result<()> {
+    tx.execute(
+        "INSERT INTO a2a_tasks (id, agent, owner, context_id, state, turn_message_id, wire_message_id, \
+         last_response_id, body, last_seq, status_at, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        &[
+            Arg::Text(&t.id),
+            Arg::Text(&t.agent),
+            Arg::Text(&t.owner),
+            Arg::Text(&t.context_id),
+            Arg::Text(&t.state),
+            Arg::Text(&t.turn_message_id),
+            Arg::Text(&t.wire_message_id),
+            Arg::OptText(t.last_response_id.as_deref()),
+            Arg::Text(&t.body),
+            Arg::Int(t.last_seq),
+            Arg::Int(t.status_at),
+            Arg::Int(t.created_at),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Writes a changed task, only if nobody changed it since it was read (its `last_seq` is still
+/// `expected_seq`). Returns whether it was written.
+///
+/// # Errors
+/// Database errors.
+pub async fn update_task(tx: &mut Tx, t: &TaskRow, expected_seq: i64) -> Result<bool> {
+    let n = tx
+        .execute(
+            "UPDATE a2a_tasks SET state = $1, turn_message_id = $2, wire_message_id = $3, \
+             last_response_id = $4, body = $5, last_seq = $6, status_at = $7 \
+             WHERE id = $8 AND last_seq = $9",
+            &[
+                Arg::Text(&t.state),
+                Arg::Text(&t.turn_message_id),
+                Arg::Text(&t.wire_message_id),
+                Arg::OptText(t.last_response_id.as_deref()),
+                Arg::Text(&t.body),
+                Arg::Int(t.last_seq),
+                Arg::Int(t.status_at),
+                Arg::Text(&t.id),
+                Arg::Int(expected_seq),
+            ],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// Appends events `(seq, body)` to a task.
+///
+/// # Errors
+/// Database errors (a duplicate sequence among them).
+pub async fn insert_events(
+    tx: &mut Tx,
+    task_id: &str,
+    events: &[(i64, String)],
+    now: i64,
+) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let (values, args) = super::rows(events, |(seq, body)| {
+        [
+            Arg::Text(task_id),
+            Arg::Int(*seq),
+            Arg::Text(body),
+            Arg::Int(now),
+        ]
+    });
+    tx.execute(
+        &format!("INSERT INTO a2a_task_events (task_id, seq, body, created_at) VALUES {values}"),
+        &args,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The task `id`.
+///
+/// # Errors
+/// Database errors.
+pub async fn get_task(db: &Db, id: &str) -> Result<Option<TaskRow>> {
+    db.fetch_optional(
+        &format!("SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE id = $1"),
+        &[Arg::Text(id)],
+    )
+    .await
+}
+
+/// The task `id`, read inside a transaction.
+///
+/// # Errors
+/// Database errors.
+pub async fn get_task_tx(tx: &mut Tx, id: &str) -> Result<Option<TaskRow>> {
+    tx.fetch_optional(
+        &format!("SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE id = $1"),
+        &[Arg::Text(id)],
+    )
+    .await
+}
+
+/// The newest task of `owner` whose current turn has wire id `message_id` and is in one of
+/// `states`.
+///
+/// # Errors
+/// Database errors.
+pub async fn task_by_wire_message(
+    db: &Db,
+    owner: &str,
+    message_id: &str,
+    states: &[&str],
+) -> Result<Option<TaskRow>> {
+    let mut args = vec![Arg::Text(owner), Arg::Text(message_id)];
+    args.extend(states.iter().map(|s| Arg::Text(s)));
+    let list = super::in_list(states.len(), 3);
+    db.fetch_optional(
+        &format!(
+            "SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE owner = $1 AND wire_message_id = $2 \
+             AND state IN ({list}) ORDER BY created_at DESC LIMIT 1"
+        ),
+        &args,
+    )
+    .await
+}
+
+/// The agent a context belongs to, if any task of `owner` used it.
+///
+/// # Errors
+/// Database errors.
+pub async fn agent_of_context(db: &Db, owner: &str, context_id: &str) -> Result<Option<String>> {
+    #[derive(sqlx::FromRow)]
+    struct AgentRow {
+        agent: String,
+    }
+    let row: Option<AgentRow> = db
+        .fetch_optional(
+            "SELECT agent FROM a2a_tasks WHERE context_id = $1 AND owner = $2 LIMIT 1",
+            &[Arg::Text(context_id), Arg::Text(owner)],
+        )
+        .await?;
+    Ok(row.map(|r| r.agent))
+}
+
+/// Events of a task after `seq`, in order.
+///
+/// # Errors
+/// Database errors.
+pub async fn events_after(db: &Db, task_id: &str, seq: i64) -> Result<Vec<EventRow>> {
+    db.fetch_all(
+        "SELECT seq, body FROM a2a_task_events WHERE task_id = $1 AND seq > $2 ORDER BY seq",
+        &[Arg::Text(task_id), Arg::Int(seq)],
+    )
+    .await
+}
+
+/// What ListTasks filters on.
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter<'a> {
+    /// The caller.
+    pub owner: &'a str,
+    /// Restrict to one agent (per-agent endpoint).
+    pub agent: Option<&'a str>,
+    /// Restrict to one context.
+    pub context_id: Option<&'a str>,
+    /// Restrict to one state.
+    pub state: Option<&'a str>,
+    /// Only tasks whose status changed at or after this time.
+    pub status_after: Option<i64>,
+}
+
+fn filter_sql<'a>(f: &TaskFilter<'a>) -> (String, Vec<Arg<'a>>) {
+    let mut sql = String::from("owner = $1");
+    let mut args = vec![Arg::Text(f.owner)];
+    let mut add = |col: &str, a: Arg<'a>, args: &mut Vec<Arg<'a>>| {
+        args.push(a);
+        sql.push_str(&format!(" AND {col} ${}", args.len()));
+    };
+    if let Some(a) = f.agent {
+        add("agent =", Arg::Text(a), &mut args);
+    }
+    if let Some(c) = f.context_id {
+        add("context_id =", Arg::Text(c), &mut args);
+    }
+    if let Some(s) = f.state {
+        add("state =", Arg::Text(s), &mut args);
+    }
+    if let Some(t) = f.status_after {
+        add("status_at >=", Arg::Int(t), &mut args);
+    }
+    (sql, args)
+}
+
+/// One page of tasks, newest status first, strictly after the cursor `(status_at, id)`.
+///
+/// # Errors
+/// Database errors.
+pub async fn list_tasks(
+    db: &Db,
+    f: &TaskFilter<'_>,
+    after: Option<(i64, &str)>,
+    limit: i64,
+) -> Result<Vec<TaskRow>> {
+    let (mut cond, mut args) = filter_sql(f);
+    if let Some((at, id)) = after {
+        let n = args.len();
+        cond.push_str(&format!(
+            " AND (status_at < ${} OR (status_at = ${} AND id < ${}))",
+            n + 1,
+            n + 2,
+            n + 3
+        ));
+        args.extend([Arg::Int(at), Arg::Int(at), Arg::Text(id)]);
+    }
+    args.push(Arg::Int(limit));
+    db.fetch_all(
+        &format!(
+            "SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE {cond} ORDER BY status_at DESC, id DESC LIMIT ${}",
+            args.len()
+        ),
+        &args,
+    )
+    .await
+}
+
+/// How many tasks match.
+///
+/// # Errors
+/// Database errors.
+pub async fn count_tasks(db: &Db, f: &TaskFilter<'_>) -> Result<i64> {
+    #[derive(sqlx::FromRow)]
+    struct N {
+        n: i64,
+    }
+    let (cond, args) = filter_sql(f);
+    let row: Option<N> = db
+        .fetch_optional(
+            &format!("SELECT COUNT(*) AS n FROM a2a_tasks WHERE {cond}"),
+            &args,
+        )
+        .await?;
+    Ok(row.map_or(0, |r| r.n))
+}
+
+/// The task an idempotency key of `owner` started.
+///
+/// # Errors
+/// Database errors.
+pub async fn idempotent_task(db: &Db, owner: &str, key: &str) -> Result<Option<String>> {
+    #[derive(sqlx::FromRow)]
+    struct T {
+        task_id: String,
+    }
+    let row: Option<T> = db
+        .fetch_optional(
+            "SELECT task_id FROM a2a_idempotency WHERE owner = $1 AND key = $2",
+            &[Arg::Text(owner), Arg::Text(key)],
+        )
+        .await?;
+    Ok(row.map(|r| r.task_id))
+}
+
+/// Records that `key` of `owner` started `task_id`; false when the key was already taken.
+///
+/// # Errors
+/// Database errors.
+pub async fn claim_idempotency_key(
+    tx: &mut Tx,
+    owner: &str,
+    key: &str,
+    task_id: &str,
+    now: i64,
+) -> Result<bool> {
+    let n = tx
+        .execute(
+            "INSERT INTO a2a_idempotency (owner, key, task_id, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT DO NOTHING",
+            &[
+                Arg::Text(owner),
+                Arg::Text(key),
+                Arg::Text(task_id),
+                Arg::Int(now),
+            ],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// A stored push notification config.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PushConfigRow {
+    /// Config id.
+    pub id: String,
+    /// The TaskPushNotificationConfig (1.0 ProtoJSON).
+    pub body: String,
+}
+
+/// Stores (or replaces) a push config.
+///
+/// # Errors
+/// Database errors.
+pub async fn put_push_config(
+    db: &Db,
+    task_id: &str,
+    id: &str,
+    owner: &str,
+    body: &str,
+    now: i64,
+) -> Result<()> {
+    db.execute(
+        "INSERT INTO a2a_push_configs (task_id, id, owner, body, created_at) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (task_id, id) DO UPDATE SET body = excluded.body",
+        &[
+            Arg::Text(task_id),
+            Arg::Text(id),
+            Arg::Text(owner),
+            Arg::Text(body),
+            Arg::Int(now),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The push configs of a task, oldest first.
+///
+/// # Errors
+/// Database errors.
+pub async fn push_configs(db: &Db, task_id: &str) -> Result<Vec<PushConfigRow>> {
+    db.fetch_all(
+        "SELECT id, body FROM a2a_push_configs WHERE task_id = $1 ORDER BY created_at, id",
+        &[Arg::Text(task_id)],
+    )
+    .await
+}
+
+/// Deletes a push config (nothing when it does not exist).
+///
+/// # Errors
+/// Database errors.
+pub async fn delete_push_config(db: &Db, task_id: &str, id: &str) -> Result<()> {
+    db.execute(
+        "DELETE FROM a2a_push_configs WHERE task_id = $1 AND id = $2",
+        &[Arg::Text(task_id), Arg::Text(id)],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The `LISTEN` channel task changes travel on between instances.
+pub const NOTIFY_CHANNEL: &str = "switchboard_a2a";
+
+/// Tells every instance (PostgreSQL `NOTIFY`, on commit) that `task_id` changed; SQLite has
+/// one process, which announces in-process.
+///
+/// # Errors
+/// Database errors.
+pub async fn notify_task(tx: &mut Tx, task_id: &str) -> Result<()> {
+    if let Tx::Postgres(_) = tx {
+        tx.execute(
+            "SELECT pg_notify('switchboard_a2a', $1)",
+            &[Arg::Text(task_id)],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The ids of a task's push configs, read inside the transaction that writes its events.
+///
+/// # Errors
+/// Database errors.
+pub async fn push_config_ids_tx(tx: &mut Tx, task_id: &str) -> Result<Vec<String>> {
+    #[derive(sqlx::FromRow)]
+    struct Id {
+        id: String,
+    }
+    let rows: Vec<Id> = tx
+        .fetch_all(
+            "SELECT id FROM a2a_push_configs WHERE task_id = $1 ORDER BY created_at, id",
+            &[Arg::Text(task_id)],
+        )
+        .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// One push config of a task.
+///
+/// # Errors
+/// Database errors.
+pub async fn push_config(db: &Db, task_id: &str, id: &str) -> Result<Option<PushConfigRow>> {
+    db.fetch_optional(
+        "SELECT id, body FROM a2a_push_configs WHERE task_id = $1 AND id = $2",
+        &[Arg::Text(task_id), Arg::Text(id)],
+    )
+    .await
+}
+
+/// One stored event.
+///
+/// # Errors
+/// Database errors.
+pub async fn event(db: &Db, task_id: &str, seq: i64) -> Result<Option<EventRow>> {
+    db.fetch_optional(
+        "SELECT seq, body FROM a2a_task_events WHERE task_id = $1 AND seq = $2",
+        &[Arg::Text(task_id), Arg::Int(seq)],
+    )
+    .await
+}

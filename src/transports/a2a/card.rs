@@ -1,0 +1,219 @@
+//! Agent cards: the hub card (`/.well-known/agent-card.json`) and one per agent, rendered once
+//! at start-up with their caching validators (`ETag`, `Last-Modified`).
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::mapping::TOOL_EVENTS_EXTENSION;
+use crate::agents::Agent;
+use crate::config::{A2aAuthConfig, A2aConfig, AgentA2aConfig};
+
+/// A rendered card with its validators.
+#[derive(Debug, Clone)]
+pub struct RenderedCard {
+    /// The JSON body.
+    pub body: String,
+    /// Strong entity tag (quoted).
+    pub etag: String,
+}
+
+impl RenderedCard {
+    /// Renders `card`.
+    #[must_use]
+    pub fn new(card: &Value) -> Self {
+        let body = card.to_string();
+        let digest = Sha256::digest(body.as_bytes());
+        Self {
+            etag: format!("\"{}\"", hex::encode(&digest[..16])),
+            body,
+        }
+    }
+}
+
+/// What every card shares.
+#[derive(Debug, Clone)]
+pub struct CardContext<'a> {
+    /// Public base URL without a trailing slash.
+    pub public_url: &'a str,
+    /// Transport settings.
+    pub cfg: &'a A2aConfig,
+}
+
+fn capabilities() -> Value {
+    json!({
+        "streaming": true,
+        "pushNotifications": true,
+        "extendedAgentCard": false,
+        "extensions": [{
+            "uri": TOOL_EVENTS_EXTENSION,
+            "description": "Tool calls and results travel as DataParts {type: tool-call|tool-result|tool-error}.",
+            "required": false,
+        }],
+    })
+}
+
+fn provider(ctx: &CardContext<'_>) -> Value {
+    json!({
+        "organization": ctx.cfg.provider_organization.clone().unwrap_or_else(|| "switchboard".into()),
+        "url": ctx.public_url,
+    })
+}
+
+const INPUT_MODES: [&str; 4] = [
+    "text/plain",
+    "text/markdown",
+    "application/json",
+    "application/octet-stream",
+];
+const OUTPUT_MODES: [&str; 3] = ["text/plain", "text/markdown", "application/json"];
+
+fn skills(agent: &Agent, settings: Option<&AgentA2aConfig>) -> Vec<Value> {
+    let configured: Vec<Value> = settings
+        .map(|s| {
+            s.skills
+                .iter()
+                .map(|k| {
+                    let tags = if k.tags.is_empty() {
+                        vec![agent.name.clone()]
+                    } else {
+                        k.tags.clone()
+                    };
+                    let mut v = json!({"id": k.id, "name": k.name, "description": k.description, "tags": tags});
+                    if !k.examples.is_empty() {
+                        v["examples"] = json!(k.examples);
+                    }
+                    v
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if configured.is_empty() {
+        vec![json!({
+            "id": "chat",
+            "name": agent.display_name.clone().unwrap_or_else(|| agent.name.clone()),
+            "description": agent.summary.clone().unwrap_or_else(|| format!("Talk to {}", agent.address)),
+            "tags": ["chat", agent.name],
+        })]
+    } else {
+        configured
+    }
+}
+
+/// `securitySchemes` entries of a policy (none for public agents).
+fn schemes(policy: &A2aAuthConfig) -> Vec<(&'static str, Value)> {
+    match policy {
+        A2aAuthConfig::Public => Vec::new(),
+        A2aAuthConfig::Jwt { .. } => vec![(
+            "jwt",
+            json!({"httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT"}}),
+        )],
+        A2aAuthConfig::Oauth {
+            token_url,
+            metadata_url,
+            ..
+        } => {
+            let mut scheme = json!({"flows": {}});
+            if let Some(t) = token_url {
+                scheme["flows"]["clientCredentials"] = json!({"tokenUrl": t, "scopes": {}});
+            }
+            if let Some(m) = metadata_url {
+                scheme["oauth2MetadataUrl"] = json!(m);
+            }
+            vec![("oauth", json!({ "oauth2SecurityScheme": scheme }))]
+        }
+    }
+}
+
+/// Adds `securitySchemes` (from every policy) and `securityRequirements` (from `required`).
+fn add_security<'a>(
+    card: &mut Value,
+    all: impl IntoIterator<Item = &'a A2aAuthConfig>,
+    required: Option<&A2aAuthConfig>,
+) {
+    let mut map = serde_json::Map::new();
+    for p in all {
+        for (name, s) in schemes(p) {
+            map.insert(name.into(), s);
+        }
+    }
+    if map.is_empty() {
+        return;
+    }
+    card["securitySchemes"] = Value::Object(map);
+    if let Some(req) = required {
+        let reqs: Vec<Value> = schemes(req)
+            .into_iter()
+            .map(|(name, _)| json!({"schemes": {name: {}}}))
+            .collect();
+        if !reqs.is_empty() {
+            card["securityRequirements"] = json!(reqs);
+        }
+    }
+}
+
+/// The card of one agent.
+#[must_use]
+pub fn agent_card(
+    ctx: &CardContext<'_>,
+    agent: &Agent,
+    settings: Option<&AgentA2aConfig>,
+) -> Value {
+    let policy = settings.map(|s| &s.auth);
+    let mut card = json!({
+        "name": agent.display_name.clone().unwrap_or_else(|| agent.name.clone()),
+        "description": agent.summary.clone().unwrap_or_else(|| format!("{} on switchboard", agent.address)),
+        "supportedInterfaces": [{
+            "url": format!("{}/agents/{}/a2a", ctx.public_url, agent.name),
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": "1.0",
+        }],
+        "provider": provider(ctx),
+        "version": env!("CARGO_PKG_VERSION"),
+        "capabilities": capabilities(),
+        "defaultInputModes": INPUT_MODES,
+        "defaultOutputModes": OUTPUT_MODES,
+        "skills": skills(agent, settings),
+    });
+    add_security(&mut card, policy, policy);
+    card
+}
+
+/// The hub card: one endpoint for every agent (a leading `@name` picks one).
+#[must_use]
+pub fn hub_card<'a>(
+    ctx: &CardContext<'_>,
+    domain: &str,
+    agents: &[std::sync::Arc<Agent>],
+    policies: impl IntoIterator<Item = &'a A2aAuthConfig>,
+    default_policy: Option<&A2aAuthConfig>,
+) -> Value {
+    let skills: Vec<Value> = agents
+        .iter()
+        .map(|a| {
+            json!({
+                "id": a.name,
+                "name": a.display_name.clone().unwrap_or_else(|| a.name.clone()),
+                "description": a.summary.clone().unwrap_or_else(|| format!("Talk to {}", a.address)),
+                "tags": ["agent", a.name],
+                "examples": [format!("@{} hello", a.name)],
+            })
+        })
+        .collect();
+    let mut card = json!({
+        "name": format!("switchboard on {domain}"),
+        "description": "Every agent of this switchboard behind one A2A endpoint: start a message with @name to pick one.",
+        "supportedInterfaces": [{
+            "url": format!("{}/a2a", ctx.public_url),
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": "1.0",
+        }],
+        "provider": provider(ctx),
+        "version": env!("CARGO_PKG_VERSION"),
+        "capabilities": capabilities(),
+        "defaultInputModes": INPUT_MODES,
+        "defaultOutputModes": OUTPUT_MODES,
+        "skills": skills,
+    });
+    add_security(&mut card, policies, default_policy);
+    card
+}

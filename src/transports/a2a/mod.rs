@@ -1,0 +1,219 @@
+//! The A2A transport: an A2A 1.0 JSON-RPC server (with 0.3 compatibility) for every hosted
+//! agent, at a hub endpoint (`/a2a`) and one endpoint per agent (`/agents/{name}/a2a`).
+//!
+//! Inbound: a verified SendMessage becomes a durable task and a NormalizedMessage handed to the
+//! pipeline; outbound: [`A2aTransport::deliver`] turns the agent's NormalizedResponse into task
+//! status, artifacts and stream events. Layout: [`wire`] (shapes, errors, 0.3 translation),
+//! [`mapping`] (parts and states), [`tasks`] (durable tasks and change notifications),
+//! [`card`] (agent cards), [`server`] (JSON-RPC and SSE handlers).
+
+pub mod auth;
+pub mod card;
+pub mod mapping;
+pub mod push;
+pub mod server;
+pub mod tasks;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use self::auth::Verifier;
+use self::card::{CardContext, RenderedCard};
+use self::server::A2aState;
+use crate::config::Config;
+use crate::error::Error;
+use crate::net::HttpClient;
+use crate::pipeline::Pipeline;
+
+use self::mapping::{response_state, to_a2a_part};
+use self::tasks::{Change, TaskEngine};
+use self::wire::TaskState;
+use super::{Delivery, Transport};
+use crate::error::OutboundError;
+
+/// Builds the state of the A2A routes: default agent, cards and their validators.
+///
+/// # Errors
+/// [`Error::Config`] when no agent can answer at the hub.
+pub fn build_state(
+    pipeline: Pipeline,
+    engine: TaskEngine,
+    config: &Config,
+    http: HttpClient,
+) -> crate::Result<Arc<A2aState>> {
+    let pipeline_clock = pipeline.clock().clone();
+    let pipeline_domain = pipeline.agents().domain().to_owned();
+    let public_url = config.public_url().map_err(Error::Config)?;
+    let public_url = public_url.as_str().trim_end_matches('/').to_owned();
+    let agents = pipeline.agents().all();
+    let default_agent = config
+        .a2a
+        .default_agent
+        .clone()
+        .or_else(|| config.agents.first().map(|a| a.name.clone()))
+        .and_then(|n| pipeline.agents().get(&n))
+        .or_else(|| agents.first().cloned())
+        .map(|a| a.name.clone())
+        .ok_or_else(|| Error::Config("a2a: no agent to answer at the hub".into()))?;
+    let ctx = CardContext {
+        public_url: &public_url,
+        cfg: &config.a2a,
+    };
+    let mut cards = HashMap::new();
+    let mut policies = HashMap::new();
+    for agent in &agents {
+        let settings = config
+            .agents
+            .iter()
+            .find(|a| a.name.eq_ignore_ascii_case(&agent.name))
+            .and_then(|a| a.a2a.as_ref());
+        if let Some(s) = settings {
+            policies.insert(agent.name.to_lowercase(), s.auth.clone());
+        }
+        cards.insert(
+            agent.name.to_lowercase(),
+            RenderedCard::new(&card::agent_card(&ctx, agent, settings)),
+        );
+    }
+    let default_policy = policies.get(&default_agent.to_lowercase());
+    let hub_card = RenderedCard::new(&card::hub_card(
+        &ctx,
+        pipeline.agents().domain(),
+        &agents,
+        policies.values(),
+        default_policy,
+    ));
+    let cards_modified = crate::message::Timestamp::from_unix_millis(pipeline.clock().now_ms())
+        .as_datetime()
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+    Ok(Arc::new(A2aState {
+        pipeline,
+        engine,
+        cfg: config.a2a.clone(),
+        default_agent,
+        max_body: config.server.max_body_bytes,
+        hub_card,
+        cards,
+        cards_modified,
+        verifier: Verifier::new(http, pipeline_clock, pipeline_domain.as_str()),
+        policies,
+    }))
+}
+
+/// The transport name A2A messages are ingested under.
+pub const NAME: &str = "a2a";
+
+/// Applies agents' responses to their tasks.
+#[derive(Debug, Clone)]
+pub struct A2aTransport {
+    engine: TaskEngine,
+}
+
+impl A2aTransport {
+    /// Over the task store.
+    #[must_use]
+    pub fn new(engine: TaskEngine) -> Self {
+        Self { engine }
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for A2aTransport {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    async fn deliver(&self, d: &Delivery) -> Result<(), OutboundError> {
+        let Some(task_id) = d.original.raw.get("taskId").and_then(Value::as_str) else {
+            return Err(OutboundError::permanent("the message names no A2A task"));
+        };
+        let resp = &d.response;
+        let state = response_state(resp);
+        let parts: Vec<Value> = resp.parts.iter().map(to_a2a_part).collect();
+        let outcome = self
+            .engine
+            .update(task_id, |row, task, now| {
+                if row.last_response_id.as_deref() == Some(resp.id.as_str())
+                    || TaskState::parse(&row.state).is_some_and(TaskState::is_terminal)
+                {
+                    // Already applied (a retried delivery), or canceled meanwhile.
+                    return Ok(Change::Keep);
+                }
+                row.last_response_id = Some(resp.id.clone());
+                let mut metadata = resp.metadata.clone().unwrap_or_default();
+                let hints = match metadata.remove("a2a") {
+                    Some(Value::Object(h)) => h,
+                    _ => serde_json::Map::new(),
+                };
+                let hint = |k: &str| hints.get(k).and_then(Value::as_bool).unwrap_or(false);
+                let direct = hints.get("reply").and_then(Value::as_str) == Some("message");
+                let mut events = Vec::new();
+                let mut status_message = None;
+                let agent_message = json!({
+                    "messageId": resp.id, "contextId": row.context_id, "taskId": row.id,
+                    "role": "ROLE_AGENT", "parts": parts,
+                });
+                if parts.is_empty() {
+                } else if direct {
+                    let mut m = agent_message.clone();
+                    if let Some(o) = m.as_object_mut() {
+                        o.remove("taskId");
+                    }
+                    task["_directMessage"] = m.clone();
+                    events.push(json!({ "message": m }));
+                } else if state == TaskState::Completed && !hint("status_message") {
+                    let mut artifact =
+                        json!({ "artifactId": resp.id, "name": "response", "parts": parts });
+                    if !metadata.is_empty() {
+                        artifact["metadata"] = Value::Object(metadata.clone());
+                    }
+                    match task.get_mut("artifacts") {
+                        Some(Value::Array(a)) => a.push(artifact.clone()),
+                        _ => task["artifacts"] = json!([artifact.clone()]),
+                    }
+                    if hint("chunked") {
+                        let n = parts.len();
+                        for (i, p) in parts.iter().enumerate() {
+                            let mut chunk = artifact.clone();
+                            chunk["parts"] = json!([p]);
+                            events.push(json!({ "artifactUpdate": {
+                                "taskId": row.id, "contextId": row.context_id,
+                                "artifact": chunk, "append": i > 0, "lastChunk": i + 1 == n,
+                            }}));
+                        }
+                    } else {
+                        events.push(json!({ "artifactUpdate": {
+                            "taskId": row.id, "contextId": row.context_id,
+                            "artifact": artifact, "append": false, "lastChunk": true,
+                        }}));
+                    }
+                } else {
+                    match task.get_mut("history") {
+                        Some(Value::Array(h)) => h.push(agent_message.clone()),
+                        _ => task["history"] = json!([agent_message.clone()]),
+                    }
+                    status_message = Some(agent_message);
+                }
+                events.push(TaskEngine::set_status(
+                    row,
+                    task,
+                    state,
+                    status_message,
+                    now,
+                ));
+                Ok(Change::Write(events))
+            })
+            .await
+            .map_err(|e| OutboundError::temporary(e.message))?;
+        match outcome {
+            Some(_) => Ok(()),
+            None => Err(OutboundError::permanent(format!(
+                "A2A task {task_id} is not stored"
+            ))),
+        }
+    }
+}
