@@ -8,6 +8,7 @@
 //! a pool of readers.
 
 pub mod blobs;
+pub mod email;
 pub mod jobs;
 pub mod messages;
 

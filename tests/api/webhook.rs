@@ -93,6 +93,7 @@ async fn with_hook(
                 secret: Secret::new(SECRET),
                 timeout_ms: 400,
             },
+            email: None,
         });
         tweak(c);
     })
