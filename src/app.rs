@@ -22,6 +22,7 @@ use crate::pipeline::{Core, Pipeline};
 use crate::queue::{Queue, kinds};
 use crate::store::Db;
 use crate::transports::api::{ApiState, ApiTransport};
+use crate::transports::email::{self, EmailTransport};
 use crate::transports::{Transport, TransportRegistry};
 
 /// Extra wiring for tests and embedders.
@@ -53,6 +54,7 @@ impl Default for Options {
 pub struct Application {
     http_addr: SocketAddr,
     metrics_addr: SocketAddr,
+    smtp_addr: Option<SocketAddr>,
     server: actix_web::dev::ServerHandle,
     metrics_server: actix_web::dev::ServerHandle,
     server_tasks: Vec<JoinHandle<std::io::Result<()>>>,
@@ -124,6 +126,15 @@ impl Application {
             &config.media,
             public_url.as_str(),
         );
+        if config.email.enabled {
+            transports.register(Arc::new(EmailTransport::new(
+                &config,
+                db.clone(),
+                blobs.clone(),
+                keys.clone(),
+                clock.clone(),
+            )?));
+        }
         let pipeline = Pipeline::new(Core {
             db: db.clone(),
             clock: clock.clone(),
@@ -151,6 +162,13 @@ impl Application {
             ));
         }
         workers.push(queue.spawn_housekeeping(shutdown_rx.clone()));
+        let smtp = if config.email.enabled {
+            let l = email::listen(&config, pipeline.clone(), shutdown_rx.clone()).await?;
+            workers.push(l.task);
+            Some(l.addr)
+        } else {
+            None
+        };
         if let Some(listener) = queue.spawn_listener(shutdown_rx) {
             workers.push(listener);
         }
@@ -194,6 +212,7 @@ impl Application {
         Ok(Self {
             http_addr,
             metrics_addr,
+            smtp_addr: smtp,
             server: server_handle,
             metrics_server: metrics_handle,
             server_tasks,
@@ -209,6 +228,12 @@ impl Application {
     #[must_use]
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
+    }
+
+    /// The bound SMTP address, when email is enabled.
+    #[must_use]
+    pub fn smtp_addr(&self) -> Option<SocketAddr> {
+        self.smtp_addr
     }
 
     /// The bound metrics address.

@@ -4,6 +4,7 @@
 //! start-up; no transport imports another.
 
 pub mod api;
+pub mod email;
 pub mod memory;
 
 use std::collections::HashMap;
