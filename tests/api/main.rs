@@ -7,6 +7,7 @@
 mod api;
 mod cli;
 mod crash;
+mod email;
 mod helpers;
 mod keys;
 mod media;
