@@ -15,7 +15,7 @@ use switchboard::message::NormalizedMessage;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::helpers::{Engine, RecordingAgent, TestApp, spawn_app, wait_for};
+use crate::helpers::{Engine, RecordingAgent, TestApp, on_both_engines, spawn_app, wait_for};
 
 const DOMAIN: &str = "agents.test";
 
@@ -173,9 +173,17 @@ async fn spawn_email(
     relay_port: Option<u16>,
     tweak: impl FnOnce(&mut switchboard::Config),
 ) -> (TestApp, Arc<RecordingAgent>, SocketAddr) {
+    spawn_email_on(Engine::Sqlite, relay_port, tweak).await
+}
+
+async fn spawn_email_on(
+    engine: Engine,
+    relay_port: Option<u16>,
+    tweak: impl FnOnce(&mut switchboard::Config),
+) -> (TestApp, Arc<RecordingAgent>, SocketAddr) {
     let helper = Arc::new(RecordingAgent::default());
     let h = helper.clone();
-    let app = spawn_app(Engine::Sqlite, move |c, o| {
+    let app = spawn_app(engine, move |c, o| {
         c.email.domain = Some(DOMAIN.into());
         c.email.dns = DnsMode::Offline;
         dns_records(c);
@@ -263,11 +271,11 @@ fn text_of(m: &NormalizedMessage) -> String {
         .to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn swaks_mail_signed_by_dkimpy_gets_a_dkim_signed_threaded_reply() {
+on_both_engines!(swaks_mail_signed_by_dkimpy_gets_a_dkim_signed_threaded_reply);
+async fn swaks_mail_signed_by_dkimpy_gets_a_dkim_signed_threaded_reply(engine: Engine) {
     let Some(p) = peers() else { return };
     let catcher = Catcher::start(&p, 250);
-    let (mut app, helper, addr) = spawn_email(Some(catcher.port), |_| {}).await;
+    let (mut app, helper, addr) = spawn_email_on(engine, Some(catcher.port), |_| {}).await;
 
     // 1. A first message, signed by dkimpy, sent by swaks.
     let m1 = "From: Alice Example <alice@example.com>\nTo: Helper <helper@agents.test>\nSubject: Plans for Tuesday\nDate: Sun, 22 Nov 2026 06:00:00 +0000\nMessage-ID: <m1@example.com>\n\nCan we meet on Tuesday?\n";
@@ -597,6 +605,79 @@ async fn unauthenticated_mail_is_refused_or_flagged_per_agent() {
     app.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_refusals_end_the_delivery_and_deferrals_are_retried() {
+    let Some(p) = peers() else { return };
+    for code in [550u16, 451] {
+        let catcher = Catcher::start(&p, code);
+        let (mut app, _helper, addr) = spawn_email(Some(catcher.port), |_| {}).await;
+        let mut r = Raw::connect(addr).await;
+        transaction(&mut r, "bob@elsewhere.test", &["echo@agents.test"]).await;
+        r.send(b"From: bob@elsewhere.test\r\nTo: echo@agents.test\r\nMessage-ID: <relay@e.test>\r\n\r\nhello\r\n.\r\n").await;
+        assert!(r.reply().await.starts_with("250"));
+        let db = app.open_db().await;
+        let job = wait_for(20, "the delivery to be refused or retried", || {
+            let db = db.clone();
+            async move {
+                let jobs = switchboard::store::jobs::list(&db, None, Some("deliver"), 10)
+                    .await
+                    .unwrap();
+                jobs.into_iter()
+                    .find(|j| j.state == "dead" || j.attempts >= 2)
+            }
+        })
+        .await;
+        let err = job.last_error.clone().unwrap_or_default();
+        if code == 550 {
+            assert_eq!(job.state, "dead", "a 5xx is permanent: {job:?}");
+            assert_eq!(job.attempts, 1, "and never retried: {job:?}");
+            assert!(err.contains("permanent"), "{err}");
+        } else {
+            assert_ne!(job.state, "dead", "a 4xx is retried: {job:?}");
+            assert!(job.attempts >= 2, "{job:?}");
+            assert!(err.contains("temporary"), "{err}");
+        }
+        app.stop().await;
+    }
+}
+
+#[test]
+fn dkim_command_prints_the_record_to_publish() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[database]\nurl = \"sqlite://{}\"\n[email]\ndomain = \"agents.test\"\ndkim_selector = \"s2026\"\n",
+            dir.path().join("sb.db").display()
+        ),
+    )
+    .unwrap();
+    let run_dkim = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+            .args(["--config", config.to_str().unwrap(), "dkim"])
+            .env_remove("SWITCHBOARD_CONFIG")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = run_dkim();
+    assert!(
+        first.starts_with("s2026._domainkey.agents.test. IN TXT \"v=DKIM1; k=rsa; p=MIIB"),
+        "{first}"
+    );
+    // Strings of at most 255 bytes.
+    for s in first.split('"').skip(1).step_by(2) {
+        assert!(s.len() <= 255, "{s}");
+    }
+    assert_eq!(run_dkim(), first, "the key is made once and kept");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Raw-socket tests: no peers needed.
 
@@ -684,9 +765,9 @@ async fn transaction(r: &mut Raw, from: &str, to: &[&str]) {
     assert!(r.cmd("DATA").await.starts_with("354"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn session_commands_limits_and_pipelining() {
-    let (mut app, _helper, addr) = spawn_email(None, |c| {
+on_both_engines!(session_commands_limits_and_pipelining);
+async fn session_commands_limits_and_pipelining(engine: Engine) {
+    let (mut app, _helper, addr) = spawn_email_on(engine, None, |c| {
         c.email.max_recipients = 2;
         c.email.max_message_bytes = 50_000;
     })

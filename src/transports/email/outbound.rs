@@ -4,7 +4,7 @@
 //! Every header value that came from the wire (display names, subjects) is reduced to one line
 //! before it is written, and lettre encodes it, so nothing can inject a header.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use base64::Engine as _;
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
@@ -277,16 +277,15 @@ pub fn classify(e: &lettre::transport::smtp::Error) -> crate::error::OutboundErr
     if e.is_permanent() {
         OutboundError::permanent(reason)
     } else {
-        OutboundError::Temporary {
-            reason,
-            retry_after: e.is_transient().then(|| Duration::from_secs(60)),
-        }
+        OutboundError::temporary(reason)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::time::Duration;
 
     fn input<'a>(subject: Option<&'a str>, to_name: Option<&'a str>) -> ReplyInput<'a> {
         ReplyInput {
