@@ -323,6 +323,10 @@ async fn swaks_mail_signed_by_dkimpy_gets_a_dkim_signed_threaded_reply(engine: E
         ar.contains("dkim=pass") && ar.contains("spf=pass") && ar.contains("dmarc=pass"),
         "{ar}"
     );
+    assert!(
+        ar.contains("smtp.helo=client.example.com"),
+        "HELO checked too: {ar}"
+    );
     assert_eq!(m.raw["envelope"]["mail_from"], "alice@example.com");
 
     // 2. The reply reaches the catcher, threaded and signed.
@@ -1027,8 +1031,17 @@ async fn floods_and_slow_clients_are_cut_off() {
     let (mut app, _helper, addr) = spawn_email(None, |c| {
         c.email.max_commands = 20;
         c.email.idle_timeout_seconds = 1;
+        c.email.max_sessions = 2;
     })
     .await;
+    // Past the session cap a client is told 421 at once.
+    let held = (Raw::connect(addr).await, Raw::connect(addr).await);
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    let mut b = vec![0u8; 256];
+    let n = third.read(&mut b).await.unwrap();
+    assert!(String::from_utf8_lossy(&b[..n]).starts_with("421 4.7.0"));
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let mut r = Raw::connect(addr).await;
     r.send("NOOP\r\n".repeat(100).as_bytes()).await;
     let mut all = String::new();

@@ -156,8 +156,10 @@ pub struct AuthOutcome {
     pub dmarc_via_spf: bool,
     /// The DKIM pass is aligned with the From domain.
     pub dkim_aligned: bool,
-    /// The SPF result for MAIL FROM, as text.
+    /// The SPF result for MAIL FROM (HELO for the null sender), as text.
     pub spf: String,
+    /// The SPF result for the HELO name, as text.
+    pub spf_helo: String,
     /// The DMARC result, as text.
     pub dmarc: String,
     /// The ARC chain result, as text.
@@ -340,13 +342,17 @@ impl Verifier {
         } else {
             env.helo
         };
+        // SPF for the HELO identity always, and for MAIL FROM unless it is the null sender
+        // (then the HELO result stands for it, RFC 7208 §2.4).
+        let spf_helo = self
+            .auth
+            .verify_spf(
+                Parameters::new(SpfParameters::verify_ehlo(env.ip, helo, &self.hostname))
+                    .with_txt_cache(&self.txt),
+            )
+            .await;
         let spf = if env.mail_from.is_empty() {
-            self.auth
-                .verify_spf(
-                    Parameters::new(SpfParameters::verify_ehlo(env.ip, helo, &self.hostname))
-                        .with_txt_cache(&self.txt),
-                )
-                .await
+            spf_helo.clone()
         } else {
             self.auth
                 .verify_spf(
@@ -381,11 +387,10 @@ impl Verifier {
             .with_dkim_results(&dkim, &from)
             .with_arc_result(&arc, env.ip)
             .with_dmarc_result(&dmarc);
-        ar = if env.mail_from.is_empty() {
-            ar.with_spf_ehlo_result(&spf, env.ip, helo)
-        } else {
-            ar.with_spf_mailfrom_result(&spf, env.ip, env.mail_from, helo)
-        };
+        ar = ar.with_spf_ehlo_result(&spf_helo, env.ip, helo);
+        if !env.mail_from.is_empty() {
+            ar = ar.with_spf_mailfrom_result(&spf, env.ip, env.mail_from, helo);
+        }
         let mut results = ar.to_string();
         for (d, s) in &repaired {
             results.push_str(&format!(
@@ -426,6 +431,7 @@ impl Verifier {
             dmarc_via_spf: dmarc_pass && !dkim_aligned,
             dkim_aligned,
             spf: spf_text(spf.result()).into(),
+            spf_helo: spf_text(spf_helo.result()).into(),
             dmarc: dmarc_text(&dmarc_result).into(),
             arc: dkim_text(arc.result()).into(),
             from_domain,
