@@ -1016,13 +1016,35 @@ async fn loop_rules_keep_automatic_mail_from_agents() {
         let got = r.reply().await;
         assert!(got.starts_with("250"), "case {i}: {got}");
     }
+    // Outlook's Thread-Index threads two messages whose References were stripped.
+    for (i, ti) in [
+        "AQHZpP3Jr6zG5Ug0S0GZqZ0n4r0xYQ==",
+        "AQHZpP3Jr6zG5Ug0S0GZqZ0n4r0xYYCAgICA",
+    ]
+    .iter()
+    .enumerate()
+    {
+        transaction(&mut r, "carol@elsewhere.test", &["helper@agents.test"]).await;
+        let msg = format!(
+            "From: carol@elsewhere.test\r\nTo: helper@agents.test\r\nSubject: outlook {i}\r\nThread-Index: {ti}\r\nMessage-ID: <ti{i}@e.test>\r\n\r\nturn {i}\r\n.\r\n"
+        );
+        r.send(msg.as_bytes()).await;
+        assert!(r.reply().await.starts_with("250"));
+    }
+    let two = wait_seen(&helper, 2).await;
+    assert_eq!(
+        two[0].thread_id, two[1].thread_id,
+        "same Thread-Index conversation"
+    );
+
     // An ordinary message gets through, so the ones above were really kept out.
     transaction(&mut r, "bob@elsewhere.test", &["helper@agents.test"]).await;
     r.send(b"From: bob@elsewhere.test\r\nTo: helper@agents.test\r\nAuto-Submitted: no\r\nMessage-ID: <ok@e.test>\r\n\r\nhello\r\n.\r\n").await;
     assert!(r.reply().await.starts_with("250"));
-    let got = wait_seen(&helper, 1).await;
-    assert_eq!(got.len(), 1);
-    assert_eq!(stored_messages(&app).await, 1);
+    let got = wait_seen(&helper, 3).await;
+    assert_eq!(got.len(), 3);
+    assert_ne!(got[2].thread_id, got[0].thread_id);
+    assert_eq!(stored_messages(&app).await, 3);
     app.stop().await;
 }
 

@@ -381,6 +381,29 @@ mod tests {
     }
 
     #[test]
+    fn file_parts_become_attachments() {
+        let mut r = input(Some("files"), None);
+        r.files.push(OutFile {
+            name: "report\r\nBcc: x@y.z.pdf".into(),
+            mime: "application/pdf".into(),
+            data: b"%PDF-1.4 test".to_vec(),
+        });
+        let raw = build_reply(&r).unwrap();
+        let h = super::super::parse::raw_headers(&raw);
+        let ct = h
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("Content-Type"))
+            .unwrap();
+        assert!(ct.1.starts_with("multipart/mixed"), "{ct:?}");
+        let parsed = mail_parser::MessageParser::default().parse(&raw).unwrap();
+        let att: Vec<_> = parsed.attachments().collect();
+        assert_eq!(att.len(), 1);
+        assert_eq!(att[0].contents(), b"%PDF-1.4 test");
+        assert!(!header_names(&raw).iter().any(|n| n == "bcc"));
+        assert!(parsed.body_text(0).unwrap().contains("Hello"));
+    }
+
+    #[test]
     fn markdown_html_escapes_raw_html() {
         let h = markdown_html("a <script>alert(1)</script> **b**");
         assert!(!h.contains("<script>"), "{h}");
