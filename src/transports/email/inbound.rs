@@ -84,6 +84,7 @@ pub struct Inbound {
     pub(super) policies: HashMap<String, UnauthenticatedMail>,
     pub(super) default_policy: UnauthenticatedMail,
     pub(super) tls: Option<tokio_rustls::TlsAcceptor>,
+    pub(super) max_blob_bytes: usize,
 }
 
 impl std::fmt::Debug for Inbound {
@@ -244,11 +245,6 @@ impl Inbound {
         agents: &[Arc<Agent>],
     ) -> crate::Result<String> {
         let blobs = self.pipeline.blobs();
-        let body = match blobs.put(raw, "message/rfc822").await {
-            Ok(r) => Some(r.digest),
-            Err(crate::Error::TooLarge(_)) => None,
-            Err(e) => return Err(e),
-        };
         let mut files = Vec::new();
         let mut dropped = 0usize;
         for a in &mail.attachments {
@@ -264,44 +260,62 @@ impl Inbound {
                 Err(e) => return Err(e),
             }
         }
+        // The whole message is kept as a blob; its digest is known up front, so storing it runs
+        // alongside the ingest below (both finish before 250).
+        let digest = hex::encode(Sha256::digest(raw));
+        let body = (raw.len() <= self.max_blob_bytes).then(|| digest.clone());
         let external = mail
             .message_id
             .clone()
-            .unwrap_or_else(|| format!("sha256:{}", hex::encode(Sha256::digest(raw))));
-        let mut first = None;
-        for agent in agents {
-            let thread = self.thread(agent, mail, &external).await?;
-            let msg = self.normalize(
-                env,
-                raw.len(),
-                mail,
-                auth,
-                agent,
-                &thread,
-                &files,
-                body.as_deref(),
-                dropped,
-            )?;
-            let outcome = self
-                .pipeline
-                .ingest(
-                    NAME,
-                    &format!("{}/{external}", agent.name.to_lowercase()),
-                    msg,
-                )
-                .await?;
-            store::remember(
-                self.pipeline.db(),
-                &external,
-                &agent.name.to_lowercase(),
-                &thread.key,
-                &outcome.message_id,
-                "in",
-                self.pipeline.clock().now_ms(),
-            )
-            .await?;
-            first.get_or_insert(outcome.message_id);
-        }
+            .unwrap_or_else(|| format!("sha256:{digest}"));
+        let store_body = async {
+            if body.is_some() {
+                blobs.put(raw, "message/rfc822").await.map(|_| ())
+            } else {
+                Ok(())
+            }
+        };
+        let ingest_all = async {
+            let mut first = None;
+            for agent in agents {
+                let thread = self.thread(agent, mail, &external).await?;
+                let msg = self.normalize(
+                    env,
+                    raw.len(),
+                    mail,
+                    auth,
+                    agent,
+                    &thread,
+                    &files,
+                    body.as_deref(),
+                    dropped,
+                )?;
+                let name = agent.name.to_lowercase();
+                let outcome = self
+                    .pipeline
+                    .ingest(NAME, &format!("{name}/{external}"), msg)
+                    .await?;
+                // Threading by this message's id is a convenience (a later message that cites
+                // only this one); it need not hold up the answer.
+                let (db, ext, key, id) = (
+                    self.pipeline.db().clone(),
+                    external.clone(),
+                    thread.key.clone(),
+                    outcome.message_id.clone(),
+                );
+                let now = self.pipeline.clock().now_ms();
+                tokio::spawn(async move {
+                    if let Err(e) = store::remember(&db, &ext, &name, &key, &id, "in", now).await {
+                        tracing::warn!(error = %e, "recording a Message-ID failed");
+                    }
+                });
+                first.get_or_insert(outcome.message_id);
+            }
+            Ok::<_, crate::Error>(first)
+        };
+        let (stored, first) = tokio::join!(store_body, ingest_all);
+        stored?;
+        let first = first?;
         Ok(first.unwrap_or_default())
     }
 

@@ -371,6 +371,7 @@ pub async fn listen(
         policies,
         default_policy: cfg.unauthenticated,
         tls: tls_acceptor(cfg)?,
+        max_blob_bytes: config.media.max_bytes,
     });
     let listener = TcpListener::bind(cfg.bind)
         .await
