@@ -117,6 +117,7 @@ async fn start_switchboard(dir: &std::path::Path) -> Application {
         display_name: None,
         summary: None,
         backend: switchboard::config::BackendConfig::Conformance,
+        email: None,
         a2a: None,
     });
     Application::build(config)

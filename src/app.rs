@@ -21,9 +21,10 @@ use crate::net::HttpClient;
 use crate::pipeline::{Core, Pipeline};
 use crate::queue::{Queue, kinds};
 use crate::store::Db;
-use crate::transports::activitypub::{self, ActivityPub};
 use crate::transports::a2a::{self, A2aTransport, tasks as a2a_tasks, tasks::TaskEngine};
+use crate::transports::activitypub::{self, ActivityPub};
 use crate::transports::api::{ApiState, ApiTransport};
+use crate::transports::email::{self, EmailTransport};
 use crate::transports::{Transport, TransportRegistry};
 
 /// Extra wiring for tests and embedders.
@@ -55,6 +56,7 @@ impl Default for Options {
 pub struct Application {
     http_addr: SocketAddr,
     metrics_addr: SocketAddr,
+    smtp_addr: Option<SocketAddr>,
     server: actix_web::dev::ServerHandle,
     metrics_server: actix_web::dev::ServerHandle,
     server_tasks: Vec<JoinHandle<std::io::Result<()>>>,
@@ -146,6 +148,15 @@ impl Application {
         if activitypub.enabled() {
             transports.register(Arc::new(activitypub.clone()));
         }
+        if config.email.enabled {
+            transports.register(Arc::new(EmailTransport::new(
+                &config,
+                db.clone(),
+                blobs.clone(),
+                keys.clone(),
+                clock.clone(),
+            )?));
+        }
         let pipeline = Pipeline::new(Core {
             db: db.clone(),
             clock: clock.clone(),
@@ -201,6 +212,13 @@ impl Application {
         {
             workers.push(listener);
         }
+        let smtp = if config.email.enabled {
+            let l = email::listen(&config, pipeline.clone(), shutdown_rx.clone()).await?;
+            workers.push(l.task);
+            Some(l.addr)
+        } else {
+            None
+        };
         if let Some(listener) = queue.spawn_listener(shutdown_rx) {
             workers.push(listener);
         }
@@ -263,6 +281,7 @@ impl Application {
         Ok(Self {
             http_addr,
             metrics_addr,
+            smtp_addr: smtp,
             server: server_handle,
             metrics_server: metrics_handle,
             server_tasks,
@@ -278,6 +297,12 @@ impl Application {
     #[must_use]
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
+    }
+
+    /// The bound SMTP address, when email is enabled.
+    #[must_use]
+    pub fn smtp_addr(&self) -> Option<SocketAddr> {
+        self.smtp_addr
     }
 
     /// The bound metrics address.

@@ -89,6 +89,8 @@ pub struct Config {
     pub api: ApiConfig,
     /// Attachments and their signed URLs.
     pub media: MediaConfig,
+    /// Email: the SMTP listener, inbound authentication and replies.
+    pub email: EmailConfig,
     /// The ActivityPub transport.
     pub activitypub: ActivityPubConfig,
     /// The A2A transport.
@@ -110,11 +112,13 @@ impl Default for Config {
             media: MediaConfig::default(),
             activitypub: ActivityPubConfig::default(),
             a2a: A2aConfig::default(),
+            email: EmailConfig::default(),
             agents: vec![AgentConfig {
                 name: "echo".into(),
                 display_name: Some("Echo".into()),
                 summary: Some("Answers with the text it received.".into()),
                 backend: BackendConfig::Echo,
+                email: None,
                 a2a: None,
             }],
         }
@@ -392,6 +396,128 @@ impl Default for ActivityPubConfig {
     }
 }
 
+/// Email: the SMTP listener, authentication of inbound mail, and delivery of replies.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmailConfig {
+    /// Runs the SMTP listener and delivers replies by email.
+    pub enabled: bool,
+    /// Address of the SMTP listener.
+    pub bind: SocketAddr,
+    /// Mail domain: agents are `{name}@{domain}`. Defaults to the host of `server.public_url`.
+    pub domain: Option<String>,
+    /// Name in the SMTP greeting and `Authentication-Results`. Defaults to the mail domain.
+    pub hostname: Option<String>,
+    /// Largest message accepted (advertised as SIZE), in bytes.
+    pub max_message_bytes: usize,
+    /// Most recipients of one message.
+    pub max_recipients: usize,
+    /// Most concurrent SMTP sessions; further clients get 421.
+    pub max_sessions: usize,
+    /// Most commands in one session (floods get 421).
+    pub max_commands: usize,
+    /// A session is closed when the client stays silent this long.
+    pub idle_timeout_seconds: u64,
+    /// Longest SMTP session.
+    pub session_timeout_seconds: u64,
+    /// Deepest multipart nesting accepted.
+    pub max_mime_depth: usize,
+    /// PEM certificate chain for STARTTLS (not offered without it).
+    pub tls_cert_file: Option<String>,
+    /// PEM private key for STARTTLS.
+    pub tls_key_file: Option<String>,
+    /// DKIM selector of outbound mail; `switchboard dkim` prints the TXT record to publish.
+    pub dkim_selector: String,
+    /// What happens to mail that fails authentication, unless the agent says otherwise.
+    pub unauthenticated: UnauthenticatedMail,
+    /// `system` (the host's resolver) or `offline` (only `dns_records`; tests, air-gapped use).
+    pub dns: DnsMode,
+    /// TXT records answered locally before asking DNS: FQDN → record text.
+    pub dns_records: BTreeMap<String, String>,
+    /// Relay (smarthost) replies are sent through; without one, replies are not sent.
+    pub relay_host: Option<String>,
+    /// Relay port.
+    pub relay_port: u16,
+    /// `none`, `starttls` or `tls` (implicit TLS).
+    pub relay_tls: RelayTls,
+    /// Relay user name.
+    pub relay_username: Option<String>,
+    /// Relay password.
+    pub relay_password: Option<Secret>,
+    /// Timeout of one relay conversation.
+    pub relay_timeout_seconds: u64,
+}
+
+impl Default for EmailConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            bind: SocketAddr::from(([127, 0, 0, 1], 2525)),
+            domain: None,
+            hostname: None,
+            max_message_bytes: 25 * 1024 * 1024,
+            max_recipients: 50,
+            max_sessions: 256,
+            max_commands: 1_000,
+            idle_timeout_seconds: 60,
+            session_timeout_seconds: 600,
+            max_mime_depth: 10,
+            tls_cert_file: None,
+            tls_key_file: None,
+            dkim_selector: "switchboard".into(),
+            unauthenticated: UnauthenticatedMail::Accept,
+            dns: DnsMode::System,
+            dns_records: BTreeMap::new(),
+            relay_host: None,
+            relay_port: 587,
+            relay_tls: RelayTls::Starttls,
+            relay_username: None,
+            relay_password: None,
+            relay_timeout_seconds: 60,
+        }
+    }
+}
+
+/// What happens to mail that fails authentication (no aligned DKIM or DMARC pass).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnauthenticatedMail {
+    /// Stored and dispatched with `verified: false`.
+    Accept,
+    /// Refused with 550 5.7.1.
+    Reject,
+}
+
+/// Where DNS answers for DKIM, SPF and DMARC come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DnsMode {
+    /// The host's resolver configuration.
+    System,
+    /// Only `email.dns_records`; everything else does not exist.
+    Offline,
+}
+
+/// How the relay connection is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RelayTls {
+    /// Plain text (loopback relays only).
+    None,
+    /// STARTTLS, required.
+    Starttls,
+    /// Implicit TLS (port 465).
+    Tls,
+}
+
+/// Email settings of one agent.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentEmailConfig {
+    /// Overrides `email.unauthenticated` for this agent.
+    pub unauthenticated: Option<UnauthenticatedMail>,
+}
+
 /// One hosted agent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -406,6 +532,9 @@ pub struct AgentConfig {
     pub summary: Option<String>,
     /// What answers for it.
     pub backend: BackendConfig,
+    /// Email settings of this agent (`agents[].email`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<AgentEmailConfig>,
     /// A2A settings of this agent (card skills).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub a2a: Option<AgentA2aConfig>,
@@ -813,6 +942,7 @@ impl Config {
                     .into(),
             );
         }
+        self.check_email(&mut problems);
         if self.queue.lease_seconds == 0 {
             problems.push("queue.lease_seconds: must be > 0".into());
         }
@@ -821,6 +951,44 @@ impl Config {
         } else {
             Err(Error::Config(problems.join("\n")))
         }
+    }
+
+    fn check_email(&self, problems: &mut Vec<String>) {
+        let e = &self.email;
+        if e.tls_cert_file.is_some() != e.tls_key_file.is_some() {
+            problems.push("email.tls_cert_file and email.tls_key_file: set both or neither".into());
+        }
+        if e.max_message_bytes == 0 || e.max_recipients == 0 || e.max_sessions == 0 {
+            problems.push(
+                "email.max_message_bytes, max_recipients and max_sessions must be > 0".into(),
+            );
+        }
+        if e.dkim_selector.is_empty()
+            || !e
+                .dkim_selector
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        {
+            problems.push(format!(
+                "email.dkim_selector {:?}: use letters, digits, - and .",
+                e.dkim_selector
+            ));
+        }
+        if let Some(d) = &e.domain
+            && !is_domain(d)
+        {
+            problems.push(format!("email.domain {d:?}: not a domain name"));
+        }
+    }
+
+    /// The mail domain: `email.domain`, else the host of the public URL.
+    #[must_use]
+    pub fn mail_domain(&self) -> Option<String> {
+        if let Some(d) = &self.email.domain {
+            return Some(d.to_lowercase());
+        }
+        let url = self.public_url().ok()?;
+        Some(url.host_str()?.to_lowercase())
     }
 
     /// The public base URL (scheme, host, port), without a trailing slash.

@@ -35,6 +35,8 @@ enum Command {
         #[command(subcommand)]
         command: QueueCommand,
     },
+    /// Print the DNS TXT record publishing the DKIM key of outbound mail (made on first use).
+    Dkim,
     /// Write the JSON Schemas of the contract into DIR.
     Schema {
         /// Output directory.
@@ -94,6 +96,26 @@ async fn main() -> anyhow::Result<()> {
             telemetry::init(&config.log);
             let app = Application::build(config).await?;
             app.run_until_stopped().await?;
+        }
+        Command::Dkim => {
+            let config = Config::from_env(cli.config.as_deref())?;
+            let db = Db::open(&config.database).await?;
+            let keys = switchboard::keys::Keys::new(db.clone(), std::sync::Arc::new(SystemClock));
+            let (domain, _) = switchboard::transports::email::names(&config)?;
+            let (name, value) = switchboard::transports::email::dkim_record(
+                &keys,
+                &config.email.dkim_selector,
+                &domain,
+            )
+            .await?;
+            // A TXT string holds at most 255 bytes: publish the record as several strings.
+            let chunks: Vec<String> = value
+                .as_bytes()
+                .chunks(255)
+                .map(|c| format!("\"{}\"", String::from_utf8_lossy(c)))
+                .collect();
+            println!("{name}. IN TXT {}", chunks.join(" "));
+            db.close().await;
         }
         Command::Agents => {
             let config = Config::from_env(cli.config.as_deref())?;

@@ -9,6 +9,7 @@
 
 pub mod a2a;
 pub mod blobs;
+pub mod email;
 pub mod jobs;
 pub mod messages;
 

@@ -3,9 +3,10 @@
 //! [`Transport::deliver`]. The pipeline knows them only through this trait, registered at
 //! start-up; no transport imports another.
 
-pub mod activitypub;
 pub mod a2a;
+pub mod activitypub;
 pub mod api;
+pub mod email;
 pub mod memory;
 
 use std::collections::HashMap;

@@ -741,6 +741,7 @@ mod jwt {
                 display_name: None,
                 summary: None,
                 backend: BackendConfig::Echo,
+                email: None,
                 a2a: Some(AgentA2aConfig {
                     skills: vec![],
                     auth: A2aAuthConfig::Jwt {
@@ -1310,6 +1311,7 @@ async fn client_backend_talks_to_a2a_sdk_server(engine: Engine) {
                     timeout_ms: 5_000,
                     streaming,
                 },
+                email: None,
                 a2a: None,
             });
         })

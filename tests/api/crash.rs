@@ -133,6 +133,8 @@ backoff_base_ms = 100
 backoff_max_ms = 1000
 [net]
 allow_private_addresses = true
+[email]
+bind = "127.0.0.1:0"
 [api]
 token = "crash-token"
 callback_url = "{cb}"

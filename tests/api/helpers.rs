@@ -81,6 +81,7 @@ pub fn test_config(db_url: &str) -> Config {
     let mut c = Config::default();
     c.server.bind = "127.0.0.1:0".parse().unwrap();
     c.server.metrics_bind = "127.0.0.1:0".parse().unwrap();
+    c.email.bind = "127.0.0.1:0".parse().unwrap();
     c.server.shutdown_grace_seconds = 5;
     c.database = DatabaseConfig {
         url: Secret::new(db_url),

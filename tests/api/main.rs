@@ -4,11 +4,12 @@
 // A failed unwrap in a test is a test failure with a backtrace, which is what we want here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod activitypub;
 mod a2a;
+mod activitypub;
 mod api;
 mod cli;
 mod crash;
+mod email;
 mod helpers;
 mod keys;
 mod media;

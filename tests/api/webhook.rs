@@ -94,6 +94,7 @@ async fn with_hook(
                 timeout_ms: 400,
             },
             a2a: None,
+            email: None,
         });
         tweak(c);
     })

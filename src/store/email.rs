@@ -1,0 +1,121 @@
+//! Email: the Message-IDs switchboard has seen or sent (threading), and bounces that turn a
+//! delivered reply into a failed one.
+
+use super::{Arg, Db};
+use crate::error::Result;
+
+/// One known Message-ID.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct KnownMessageId {
+    /// The Message-ID, without angle brackets.
+    pub message_id: String,
+    /// The wire thread key it belongs to.
+    pub thread_key: String,
+    /// Our NormalizedMessage (`in`) or NormalizedResponse (`out`) id.
+    pub stored_id: String,
+    /// `in` or `out`.
+    pub direction: String,
+}
+
+/// Records a Message-ID of `agent`'s thread (a second record of the same id is ignored).
+///
+/// # Errors
+/// Database errors.
+pub async fn remember(
+    db: &Db,
+    message_id: &str,
+    agent: &str,
+    thread_key: &str,
+    stored_id: &str,
+    direction: &str,
+    now: i64,
+) -> Result<()> {
+    db.execute(
+        "INSERT INTO email_message_ids (message_id, agent, thread_key, stored_id, direction, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        &[
+            Arg::Text(message_id),
+            Arg::Text(agent),
+            Arg::Text(thread_key),
+            Arg::Text(stored_id),
+            Arg::Text(direction),
+            Arg::Int(now),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The known records among `ids` for `agent`, in no particular order.
+///
+/// # Errors
+/// Database errors.
+pub async fn lookup(db: &Db, agent: &str, ids: &[&str]) -> Result<Vec<KnownMessageId>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT message_id, thread_key, stored_id, direction FROM email_message_ids \
+         WHERE agent = $1 AND message_id IN ({})",
+        super::in_list(ids.len(), 2)
+    );
+    let mut args = vec![Arg::Text(agent)];
+    args.extend(ids.iter().map(|s| Arg::Text(s)));
+    db.fetch_all(&sql, &args).await
+}
+
+/// The Message-ID switchboard sent a response under, if it was sent.
+///
+/// # Errors
+/// Database errors.
+pub async fn sent_message_id(db: &Db, response_id: &str) -> Result<Option<String>> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        message_id: String,
+    }
+    let row: Option<Row> = db
+        .fetch_optional(
+            "SELECT message_id FROM email_message_ids WHERE stored_id = $1 AND direction = 'out'",
+            &[Arg::Text(response_id)],
+        )
+        .await?;
+    Ok(row.map(|r| r.message_id))
+}
+
+/// Marks the delivery of `response_id` as failed after a bounce (a delivery status notification
+/// to our VERP address). Returns whether a delivery record was changed.
+///
+/// # Errors
+/// Database errors.
+pub async fn mark_bounced(db: &Db, response_id: &str, detail: &str, now: i64) -> Result<bool> {
+    let n = db
+        .execute(
+            "UPDATE deliveries SET outcome = 'failed', detail = $1, finished_at = $2 \
+             WHERE response_id = $3 AND transport = 'email'",
+            &[Arg::Text(detail), Arg::Int(now), Arg::Text(response_id)],
+        )
+        .await?;
+    Ok(n > 0)
+}
+
+/// The outcome and detail of the delivery of `response_id`, if finished.
+///
+/// # Errors
+/// Database errors.
+pub async fn delivery_outcome(
+    db: &Db,
+    response_id: &str,
+) -> Result<Option<(String, Option<String>)>> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        outcome: String,
+        detail: Option<String>,
+    }
+    let row: Option<Row> = db
+        .fetch_optional(
+            "SELECT outcome, detail FROM deliveries WHERE response_id = $1",
+            &[Arg::Text(response_id)],
+        )
+        .await?;
+    Ok(row.map(|r| (r.outcome, r.detail)))
+}

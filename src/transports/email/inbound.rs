@@ -1,0 +1,530 @@
+//! What happens after the final dot: checks, parsing, authentication, who is woken, the mapping
+//! to `NormalizedMessage`, and ingest. The SMTP answer is 250 only once every woken agent's copy
+//! is committed, 451 when that fails (the sender retries), and a 5xx for what will never be
+//! accepted.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::NAME;
+use super::auth::{AuthOutcome, Envelope, Verifier};
+use super::parse::{self, ParseError, ParsedMail};
+use super::session::Reply;
+use crate::agents::Agent;
+use crate::config::{EmailConfig, UnauthenticatedMail};
+use crate::message::NormalizedMessage;
+use crate::pipeline::Pipeline;
+use crate::store::email as store;
+
+/// Session limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest message.
+    pub max_message_bytes: usize,
+    /// Recipients per message.
+    pub max_recipients: usize,
+    /// Commands per session.
+    pub max_commands: usize,
+    /// Silence allowed.
+    pub idle_timeout_seconds: u64,
+    /// Whole session.
+    pub session_timeout_seconds: u64,
+    /// Multipart nesting.
+    pub max_mime_depth: usize,
+}
+
+impl From<&EmailConfig> for Limits {
+    fn from(c: &EmailConfig) -> Self {
+        Self {
+            max_message_bytes: c.max_message_bytes,
+            max_recipients: c.max_recipients,
+            max_commands: c.max_commands,
+            idle_timeout_seconds: c.idle_timeout_seconds,
+            session_timeout_seconds: c.session_timeout_seconds,
+            max_mime_depth: c.max_mime_depth,
+        }
+    }
+}
+
+/// An accepted recipient.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rcpt {
+    /// One of our agents, by local name.
+    Agent(String),
+    /// Our VERP bounce address: the response id whose delivery bounced.
+    Bounce(String),
+}
+
+/// The envelope of one transaction.
+#[derive(Debug, Clone)]
+pub struct SessionEnvelope {
+    /// The client.
+    pub peer: SocketAddr,
+    /// HELO/EHLO name.
+    pub helo: String,
+    /// MAIL FROM, empty for the null sender.
+    pub mail_from: String,
+    /// Accepted recipients.
+    pub rcpts: Vec<Rcpt>,
+    /// Whether the session is under TLS.
+    pub tls: bool,
+}
+
+/// The receiving side of the transport, shared by every session.
+pub struct Inbound {
+    pub(super) pipeline: Pipeline,
+    pub(super) verifier: Verifier,
+    pub(super) limits: Limits,
+    pub(super) mail_domain: String,
+    pub(super) hostname: String,
+    pub(super) policies: HashMap<String, UnauthenticatedMail>,
+    pub(super) default_policy: UnauthenticatedMail,
+    pub(super) tls: Option<tokio_rustls::TlsAcceptor>,
+    pub(super) max_blob_bytes: usize,
+}
+
+impl std::fmt::Debug for Inbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbound")
+            .field("mail_domain", &self.mail_domain)
+            .field("hostname", &self.hostname)
+            .field("limits", &self.limits)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The local part of a VERP bounce address: `bounces+{response id}`.
+pub const BOUNCE_PREFIX: &str = "bounces+";
+
+impl Inbound {
+    /// The recipient `address` names, if it is ours.
+    #[must_use]
+    pub fn resolve(&self, address: &str) -> Option<Rcpt> {
+        let (local, domain) = address.trim().rsplit_once('@')?;
+        if !domain.eq_ignore_ascii_case(&self.mail_domain) {
+            return None;
+        }
+        if let Some(token) = local.strip_prefix(BOUNCE_PREFIX)
+            && !token.is_empty()
+            && token.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            return Some(Rcpt::Bounce(token.to_owned()));
+        }
+        // Plus-addressing: `helper+anything@` reaches `helper`.
+        let name = local.split('+').next().unwrap_or(local);
+        let agent = self.pipeline.agents().get(name)?;
+        Some(Rcpt::Agent(agent.name.clone()))
+    }
+
+    fn email_address(&self, agent: &Agent) -> String {
+        format!("{}@{}", agent.name.to_lowercase(), self.mail_domain)
+    }
+
+    /// Whether `agent` is named in To or Cc (plus tags allowed).
+    fn addressed(&self, agent: &Agent, mail: &ParsedMail) -> bool {
+        let want = agent.name.to_lowercase();
+        mail.to.iter().chain(&mail.cc).any(|a| {
+            a.rsplit_once('@').is_some_and(|(local, domain)| {
+                domain.eq_ignore_ascii_case(&self.mail_domain)
+                    && local
+                        .split('+')
+                        .next()
+                        .unwrap_or(local)
+                        .eq_ignore_ascii_case(&want)
+            })
+        })
+    }
+
+    fn policy(&self, agent: &str) -> UnauthenticatedMail {
+        self.policies
+            .get(&agent.to_lowercase())
+            .copied()
+            .unwrap_or(self.default_policy)
+    }
+
+    /// Handles a complete message; the reply is what the client is told after the dot.
+    pub async fn receive(&self, env: &SessionEnvelope, raw: &[u8]) -> Reply {
+        let metrics = self.pipeline.metrics();
+        if let Err(e) = parse::check_raw(raw) {
+            metrics.inbound(NAME, "invalid");
+            return Reply::new(550, [5, 6, 0], e.to_string());
+        }
+        let mail = match parse::parse(raw, &env.mail_from, self.limits.max_mime_depth) {
+            Ok(m) => m,
+            Err(ParseError::Loop) => {
+                metrics.inbound(NAME, "invalid");
+                return Reply::new(554, [5, 4, 6], "Too many hops: mail loop detected");
+            }
+            Err(e) => {
+                metrics.inbound(NAME, "invalid");
+                return Reply::new(550, [5, 6, 0], e.to_string());
+            }
+        };
+        let now = self.pipeline.clock().now_ms();
+        for r in &env.rcpts {
+            if let Rcpt::Bounce(response_id) = r
+                && let Some(dsn) = mail.dsn.as_ref().filter(|d| d.failed)
+            {
+                let db = self.pipeline.db();
+                match store::mark_bounced(db, response_id, &format!("bounced: {}", dsn.detail), now)
+                    .await
+                {
+                    Ok(changed) => {
+                        tracing::info!(response = %response_id, changed, "bounce recorded");
+                        metrics.delivery(NAME, "bounced");
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "recording a bounce failed");
+                        return Reply::new(451, [4, 3, 0], "Try again later");
+                    }
+                }
+            }
+        }
+        let agents: Vec<Arc<Agent>> = env
+            .rcpts
+            .iter()
+            .filter_map(|r| match r {
+                Rcpt::Agent(name) => self.pipeline.agents().get(name),
+                Rcpt::Bounce(_) => None,
+            })
+            .filter(|a| self.addressed(a, &mail))
+            .collect();
+        if agents.is_empty() {
+            // Bounces, Bcc copies: accepted, nobody is woken.
+            metrics.inbound(NAME, "ignored");
+            return Reply::new(250, [2, 0, 0], "OK");
+        }
+        if let Some(reason) = mail.no_reply {
+            tracing::info!(reason, from = %env.mail_from, "automatic mail: accepted, not answered");
+            metrics.inbound(NAME, "ignored");
+            return Reply::new(250, [2, 0, 0], "OK");
+        }
+        let auth = self
+            .verifier
+            .verify(
+                raw,
+                &Envelope {
+                    ip: env.peer.ip(),
+                    helo: &env.helo,
+                    mail_from: &env.mail_from,
+                },
+            )
+            .await;
+        let accepting: Vec<Arc<Agent>> = agents
+            .into_iter()
+            .filter(|a| auth.dmarc_pass || self.policy(&a.name) == UnauthenticatedMail::Accept)
+            .collect();
+        if accepting.is_empty() {
+            metrics.inbound(NAME, "unauthenticated");
+            return Reply::new(
+                550,
+                [5, 7, 1],
+                "Message failed authentication (DKIM, SPF, DMARC)",
+            );
+        }
+        match self.store(env, raw, &mail, &auth, &accepting).await {
+            Ok(id) => Reply::new(250, [2, 0, 0], format!("Message queued as {id}")),
+            Err(e) => {
+                tracing::error!(error = %e, "storing inbound mail failed");
+                Reply::new(451, [4, 3, 0], "Try again later")
+            }
+        }
+    }
+
+    async fn store(
+        &self,
+        env: &SessionEnvelope,
+        raw: &[u8],
+        mail: &ParsedMail,
+        auth: &AuthOutcome,
+        agents: &[Arc<Agent>],
+    ) -> crate::Result<String> {
+        let blobs = self.pipeline.blobs();
+        let mut files = Vec::new();
+        let mut dropped = 0usize;
+        for a in &mail.attachments {
+            match blobs.put(&a.data, &a.mime).await {
+                Ok(r) => files.push(json!({
+                    "kind": "file",
+                    "name": a.name,
+                    "mime": a.mime,
+                    "size": a.data.len(),
+                    "bytes_ref": {"kind": "content_addressed", "algo": "sha256", "digest": r.digest},
+                })),
+                Err(crate::Error::TooLarge(_)) => dropped += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        // The whole message is kept as a blob; its digest is known up front, so storing it runs
+        // alongside the ingest below (both finish before 250).
+        let digest = hex::encode(Sha256::digest(raw));
+        let body = (raw.len() <= self.max_blob_bytes).then(|| digest.clone());
+        let external = mail
+            .message_id
+            .clone()
+            .unwrap_or_else(|| format!("sha256:{digest}"));
+        let store_body = async {
+            if body.is_some() {
+                blobs.put(raw, "message/rfc822").await.map(|_| ())
+            } else {
+                Ok(())
+            }
+        };
+        let ingest_all = async {
+            let mut first = None;
+            for agent in agents {
+                let thread = self.thread(agent, mail, &external).await?;
+                let msg = self.normalize(
+                    env,
+                    raw.len(),
+                    mail,
+                    auth,
+                    agent,
+                    &thread,
+                    &files,
+                    body.as_deref(),
+                    dropped,
+                )?;
+                let name = agent.name.to_lowercase();
+                let outcome = self
+                    .pipeline
+                    .ingest(NAME, &format!("{name}/{external}"), msg)
+                    .await?;
+                // Threading by this message's id is a convenience (a later message that cites
+                // only this one); it need not hold up the answer.
+                let (db, ext, key, id) = (
+                    self.pipeline.db().clone(),
+                    external.clone(),
+                    thread.key.clone(),
+                    outcome.message_id.clone(),
+                );
+                let now = self.pipeline.clock().now_ms();
+                tokio::spawn(async move {
+                    if let Err(e) = store::remember(&db, &ext, &name, &key, &id, "in", now).await {
+                        tracing::warn!(error = %e, "recording a Message-ID failed");
+                    }
+                });
+                first.get_or_insert(outcome.message_id);
+            }
+            Ok::<_, crate::Error>(first)
+        };
+        let (stored, first) = tokio::join!(store_body, ingest_all);
+        stored?;
+        let first = first?;
+        Ok(first.unwrap_or_default())
+    }
+
+    /// The thread a message belongs to for `agent`: the thread of the first known id among
+    /// In-Reply-To then References (newest first), else the root of References, else the
+    /// Thread-Index conversation, else a new thread rooted at this message.
+    async fn thread(
+        &self,
+        agent: &Agent,
+        mail: &ParsedMail,
+        own_id: &str,
+    ) -> crate::Result<Thread> {
+        let name = agent.name.to_lowercase();
+        let candidates: Vec<&str> = mail
+            .in_reply_to
+            .iter()
+            .chain(mail.references.iter().rev())
+            .map(String::as_str)
+            .collect();
+        let known = store::lookup(self.pipeline.db(), &name, &candidates).await?;
+        for c in &candidates {
+            if let Some(k) = known.iter().find(|k| k.message_id == *c) {
+                let parent = mail
+                    .in_reply_to
+                    .first()
+                    .and_then(|irt| known.iter().find(|k| k.message_id == *irt))
+                    .map(|k| k.stored_id.clone());
+                return Ok(Thread {
+                    key: k.thread_key.clone(),
+                    parent,
+                    new: false,
+                });
+            }
+        }
+        let root = mail.references.first().or(mail.in_reply_to.first());
+        let (key, new) = match (root, &mail.thread_index_guid) {
+            (Some(r), _) => (format!("{name}:{r}"), false),
+            (None, Some(guid)) => (format!("{name}:thread-index:{guid}"), false),
+            (None, None) => (format!("{name}:{own_id}"), true),
+        };
+        Ok(Thread {
+            key,
+            parent: None,
+            new,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn normalize(
+        &self,
+        env: &SessionEnvelope,
+        size: usize,
+        mail: &ParsedMail,
+        auth: &AuthOutcome,
+        agent: &Agent,
+        thread: &Thread,
+        files: &[Value],
+        body: Option<&str>,
+        dropped: usize,
+    ) -> crate::Result<NormalizedMessage> {
+        let now = self.pipeline.clock().now();
+        let from = mail.from.clone().or_else(|| {
+            (!env.mail_from.is_empty()).then(|| parse::Mailbox {
+                name: None,
+                address: env.mail_from.to_lowercase(),
+            })
+        });
+        let address = from
+            .as_ref()
+            .map_or_else(|| "unknown@invalid".to_owned(), |m| m.address.clone());
+        let key_id = auth
+            .dkim_pass
+            .as_ref()
+            .map(|(d, s)| format!("{s}._domainkey.{d}"));
+        let (auth_method, verified, identity) = if auth.dmarc_pass {
+            (
+                "email-dmarc",
+                true,
+                Some(json!({
+                    "subject": format!("mailto:{address}"),
+                    "method": "email-dmarc",
+                    "assurance": "address",
+                    "claims": {"dmarc": auth.dmarc, "aligned_by": if auth.dmarc_via_spf { "spf" } else { "dkim" }},
+                })),
+            )
+        } else if let Some((d, _)) = &auth.dkim_pass {
+            (
+                "email-dkim",
+                true,
+                Some(json!({
+                    "subject": format!("dns:{d}"),
+                    "method": "email-dkim",
+                    "assurance": "domain",
+                })),
+            )
+        } else {
+            ("none", false, None)
+        };
+        let identities = identity.map(|mut e| {
+            if let Value::Object(m) = &mut e {
+                m.insert("issuer".into(), json!(self.hostname));
+                m.insert("audience".into(), json!(agent.address));
+                m.insert("issued_at".into(), json!(now));
+                m.insert("source".into(), json!({"transport": NAME}));
+                m.insert(
+                    "proof".into(),
+                    json!({"type": "transport", "verified_by": self.hostname, "key_id": key_id}),
+                );
+            }
+            vec![e]
+        });
+        let mut text = mail.text.clone().unwrap_or_default();
+        if thread.new
+            && let Some(subject) = mail.subject.as_deref().filter(|s| !s.is_empty())
+        {
+            text = if text.is_empty() {
+                format!("Subject: {subject}")
+            } else {
+                format!("Subject: {subject}\n\n{text}")
+            };
+        }
+        let mut parts = Vec::new();
+        if !text.is_empty() {
+            parts.push(json!({"kind": "text", "mime": "text/plain", "content": text}));
+        }
+        parts.extend(files.iter().cloned());
+        if parts.is_empty() {
+            parts.push(json!({"kind": "text", "mime": "text/plain", "content": "(empty message)"}));
+        }
+        let rcpt_to: Vec<String> = env
+            .rcpts
+            .iter()
+            .filter_map(|r| match r {
+                Rcpt::Agent(n) => Some(format!("{}@{}", n.to_lowercase(), self.mail_domain)),
+                Rcpt::Bounce(_) => None,
+            })
+            .collect();
+        let raw = json!({
+            "message_id": mail.message_id,
+            "subject": mail.subject,
+            "from": mail.from,
+            "reply_to": mail.reply_to,
+            "to": mail.to,
+            "cc": mail.cc,
+            "date": mail.date,
+            "in_reply_to": mail.in_reply_to,
+            "references": mail.references,
+            "thread_index_guid": mail.thread_index_guid,
+            "thread_key": thread.key,
+            "agent_address": self.email_address(agent),
+            "authentication_results": auth.results,
+            "size": size,
+            "body": body.map(|d| json!({"algo": "sha256", "digest": d, "mime": "message/rfc822"})),
+            "dropped_attachments": dropped,
+            "envelope": {
+                "mail_from": env.mail_from,
+                "rcpt_to": rcpt_to,
+                "client_ip": env.peer.ip().to_string(),
+                "helo": env.helo,
+                "tls": env.tls,
+            },
+        });
+        let mut sender = json!({
+            "address": address,
+            "auth_method": auth_method,
+            "verified": verified,
+        });
+        if let Value::Object(m) = &mut sender {
+            if let Some(n) = from.as_ref().and_then(|f| f.name.clone()) {
+                m.insert("display_name".into(), json!(n));
+            }
+            if verified && let Some(k) = &key_id {
+                m.insert("key_id".into(), json!(k));
+            }
+            if let Some(ids) = identities {
+                m.insert("identities".into(), json!(ids));
+            }
+        }
+        let mut msg = json!({
+            "id": uuid::Uuid::now_v7().to_string(),
+            "thread_id": thread.key,
+            "sender": sender,
+            "recipient": agent.address,
+            "parts": parts,
+            "recipient_capabilities": {
+                "mention_relay": {"kind": "recipient-field", "fields": ["to", "cc"]},
+                "formats": ["text/plain", "text/html"],
+                "attachments": true,
+                "streaming": false
+            },
+            "received_via": NAME,
+            "received_at": now,
+            "raw": raw,
+        });
+        if let (Some(p), Value::Object(m)) = (&thread.parent, &mut msg) {
+            m.insert("in_reply_to".into(), json!(p));
+        }
+        serde_json::from_value(msg)
+            .map_err(|e| crate::Error::Invalid(format!("email mapping: {e}")))
+    }
+}
+
+/// The thread of an inbound message.
+#[derive(Debug, Clone)]
+struct Thread {
+    /// The wire thread key (`{agent}:{root id}`).
+    key: String,
+    /// Our stored message this one answers.
+    parent: Option<String>,
+    /// This message opens the thread.
+    new: bool,
+}

@@ -1,0 +1,416 @@
+//! Email: agents with mailboxes.
+//!
+//! Inbound, an SMTP listener ([`session`]) takes mail for `{agent}@{mail domain}`; after the
+//! final dot the message is checked and parsed ([`parse`]), authenticated with DKIM, SPF, DMARC
+//! and ARC ([`auth`]), mapped to a `NormalizedMessage` for every agent named in To or Cc and
+//! ingested ([`inbound`]); only then does the client get 250. Outbound, [`EmailTransport`]
+//! renders the agent's response as a threaded reply, signs it with DKIM and sends it through the
+//! configured relay ([`outbound`]).
+
+pub mod auth;
+pub mod inbound;
+pub mod outbound;
+pub mod parse;
+pub mod session;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Tls, TlsParameters};
+use lettre::transport::smtp::extension::ClientId;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+
+use super::{Delivery, Transport};
+use crate::blobs::BlobStore;
+use crate::clock::SharedClock;
+use crate::config::{Config, EmailConfig, RelayTls, UnauthenticatedMail};
+use crate::error::{Error, OutboundError, Result};
+use crate::keys::Keys;
+use crate::message::{BytesRef, Part};
+use crate::pipeline::Pipeline;
+use crate::store::{Db, email as store};
+
+/// The transport name email is ingested under.
+pub const NAME: &str = "email";
+
+/// The key name of the DKIM key for `selector` in the key store.
+#[must_use]
+pub fn dkim_key_name(selector: &str) -> String {
+    format!("dkim:{selector}")
+}
+
+/// The DNS record publishing the DKIM key: `(name, TXT value)`.
+///
+/// # Errors
+/// Key store errors (the key is generated on first use).
+pub async fn dkim_record(keys: &Keys, selector: &str, domain: &str) -> Result<(String, String)> {
+    let key = keys.rsa(&dkim_key_name(selector)).await?;
+    Ok((
+        format!("{selector}._domainkey.{domain}"),
+        outbound::dkim_txt_record(key.public_key_spki_der()),
+    ))
+}
+
+/// The mail domain and the SMTP host name of `config`.
+///
+/// # Errors
+/// [`Error::Config`] without a usable domain.
+pub fn names(config: &Config) -> Result<(String, String)> {
+    let domain = config
+        .mail_domain()
+        .ok_or_else(|| Error::Config("email.domain: no mail domain".into()))?;
+    let hostname = config
+        .email
+        .hostname
+        .clone()
+        .unwrap_or_else(|| domain.clone());
+    Ok((domain, hostname))
+}
+
+/// Delivers agents' responses to email as DKIM-signed replies.
+pub struct EmailTransport {
+    db: Db,
+    blobs: BlobStore,
+    keys: Keys,
+    clock: SharedClock,
+    mail_domain: String,
+    selector: String,
+    display_names: HashMap<String, String>,
+    relay: Option<AsyncSmtpTransport<Tokio1Executor>>,
+}
+
+impl std::fmt::Debug for EmailTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmailTransport")
+            .field("mail_domain", &self.mail_domain)
+            .field("selector", &self.selector)
+            .field("relay", &self.relay.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+fn relay(cfg: &EmailConfig, hostname: &str) -> Result<Option<AsyncSmtpTransport<Tokio1Executor>>> {
+    let Some(host) = &cfg.relay_host else {
+        return Ok(None);
+    };
+    let tls = |host: &str| {
+        TlsParameters::new(host.to_owned())
+            .map_err(|e| Error::Startup(format!("email relay TLS: {e}")))
+    };
+    let mut b = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host.as_str())
+        .port(cfg.relay_port)
+        .hello_name(ClientId::Domain(hostname.to_owned()))
+        .timeout(Some(Duration::from_secs(cfg.relay_timeout_seconds)));
+    b = match cfg.relay_tls {
+        RelayTls::None => b.tls(Tls::None),
+        RelayTls::Starttls => b.tls(Tls::Required(tls(host)?)),
+        RelayTls::Tls => b.tls(Tls::Wrapper(tls(host)?)),
+    };
+    if let (Some(user), Some(pass)) = (&cfg.relay_username, &cfg.relay_password) {
+        b = b.credentials(Credentials::new(user.clone(), pass.expose().to_owned()));
+    }
+    Ok(Some(b.build()))
+}
+
+impl EmailTransport {
+    /// From configuration.
+    ///
+    /// # Errors
+    /// An unusable relay or mail domain.
+    pub fn new(
+        config: &Config,
+        db: Db,
+        blobs: BlobStore,
+        keys: Keys,
+        clock: SharedClock,
+    ) -> Result<Self> {
+        let (mail_domain, hostname) = names(config)?;
+        let display_names = config
+            .agents
+            .iter()
+            .filter_map(|a| Some((a.name.to_lowercase(), a.display_name.clone()?)))
+            .collect();
+        Ok(Self {
+            db,
+            blobs,
+            keys,
+            clock,
+            mail_domain,
+            selector: config.email.dkim_selector.clone(),
+            display_names,
+            relay: relay(&config.email, &hostname)?,
+        })
+    }
+
+    async fn files(&self, parts: &[Part]) -> Vec<outbound::OutFile> {
+        let mut out = Vec::new();
+        for p in parts {
+            let Part::File(f) = p else { continue };
+            let data = match &f.bytes_ref {
+                BytesRef::ContentAddressed(c) => match self.blobs.get(&c.digest).await {
+                    Ok(Some((_, data))) => data,
+                    _ => continue,
+                },
+                BytesRef::Inline(i) => {
+                    match base64::engine::general_purpose::STANDARD.decode(&i.data_base64) {
+                        Ok(d) => d,
+                        Err(_) => continue,
+                    }
+                }
+                _ => continue,
+            };
+            out.push(outbound::OutFile {
+                name: f.name.clone().unwrap_or_else(|| "attachment".into()),
+                mime: f.mime.clone(),
+                data,
+            });
+        }
+        out
+    }
+}
+
+fn str_list(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[async_trait::async_trait]
+impl Transport for EmailTransport {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    async fn deliver(&self, d: &Delivery) -> std::result::Result<(), OutboundError> {
+        if d.response.parts.is_empty() {
+            return Ok(());
+        }
+        let raw = &d.original.raw;
+        let mailbox = |key: &str| -> Option<parse::Mailbox> {
+            serde_json::from_value(raw.get(key)?.clone()).ok()
+        };
+        let to = mailbox("reply_to").or_else(|| mailbox("from")).or_else(|| {
+            let mf = raw.pointer("/envelope/mail_from")?.as_str()?;
+            (!mf.is_empty()).then(|| parse::Mailbox {
+                name: None,
+                address: mf.to_owned(),
+            })
+        });
+        let Some(to) = to else {
+            return Err(OutboundError::permanent("the message has no reply address"));
+        };
+        if to
+            .address
+            .rsplit_once('@')
+            .is_some_and(|(_, dom)| dom.eq_ignore_ascii_case(&self.mail_domain))
+        {
+            tracing::info!(to = %to.address, "not replying to one of our own addresses");
+            return Ok(());
+        }
+        let agent = d
+            .response
+            .agent
+            .trim_start_matches('@')
+            .split('@')
+            .next()
+            .unwrap_or("")
+            .to_lowercase();
+        let from = raw
+            .get("agent_address")
+            .and_then(Value::as_str)
+            .map_or_else(|| format!("{agent}@{}", self.mail_domain), str::to_owned);
+        let Some(relay) = &self.relay else {
+            return Err(OutboundError::permanent(
+                "email.relay_host is not set (direct MX delivery is not implemented)",
+            ));
+        };
+        let message_id = format!("{}@{}", d.response.id, self.mail_domain);
+        let thread_key = raw
+            .get("thread_key")
+            .and_then(Value::as_str)
+            .unwrap_or(&d.original.thread_id);
+        let now = self.clock.now_ms();
+        store::remember(
+            &self.db,
+            &message_id,
+            &agent,
+            thread_key,
+            &d.response.id,
+            "out",
+            now,
+        )
+        .await
+        .map_err(|e| OutboundError::temporary(e.to_string()))?;
+        let (text, html) = outbound::render_parts(&d.response.parts);
+        let files = self.files(&d.response.parts).await;
+        let parent_id = raw.get("message_id").and_then(Value::as_str);
+        let refs = str_list(raw.get("references").unwrap_or(&Value::Null));
+        let irt = str_list(raw.get("in_reply_to").unwrap_or(&Value::Null));
+        let millis = u64::try_from(now).unwrap_or(0);
+        let input = outbound::ReplyInput {
+            from: (&from, self.display_names.get(&agent).map(String::as_str)),
+            to: (&to.address, to.name.as_deref()),
+            subject: raw.get("subject").and_then(Value::as_str),
+            message_id: &message_id,
+            parent_id,
+            parent_references: &refs,
+            parent_in_reply_to: &irt,
+            date: SystemTime::UNIX_EPOCH + Duration::from_millis(millis),
+            text,
+            html,
+            files,
+        };
+        let unsigned =
+            outbound::build_reply(&input).map_err(|e| OutboundError::permanent(e.to_string()))?;
+        let key = self
+            .keys
+            .rsa(&dkim_key_name(&self.selector))
+            .await
+            .map_err(|e| OutboundError::temporary(e.to_string()))?;
+        let signed = outbound::dkim_sign(
+            &unsigned,
+            key.private_key_pkcs8_der(),
+            &self.mail_domain,
+            &self.selector,
+        )
+        .map_err(|e| OutboundError::permanent(e.to_string()))?;
+        let bounce = format!(
+            "{}{}@{}",
+            inbound::BOUNCE_PREFIX,
+            d.response.id,
+            self.mail_domain
+        );
+        let envelope = lettre::address::Envelope::new(
+            bounce.parse().ok(),
+            vec![
+                to.address
+                    .parse()
+                    .map_err(|_| OutboundError::permanent("unusable recipient address"))?,
+            ],
+        )
+        .map_err(|e| OutboundError::permanent(e.to_string()))?;
+        relay
+            .send_raw(&envelope, &signed)
+            .await
+            .map_err(|e| outbound::classify(&e))?;
+        tracing::info!(response = %d.response.id, to = %to.address, "reply sent");
+        Ok(())
+    }
+}
+
+/// A running SMTP listener.
+#[derive(Debug)]
+pub struct Listener {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// The accept loop.
+    pub task: JoinHandle<()>,
+}
+
+fn tls_acceptor(cfg: &EmailConfig) -> Result<Option<tokio_rustls::TlsAcceptor>> {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (Some(cert), Some(key)) = (&cfg.tls_cert_file, &cfg.tls_key_file) else {
+        return Ok(None);
+    };
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(Iterator::collect::<std::result::Result<Vec<_>, _>>)
+        .map_err(|e| Error::Startup(format!("email.tls_cert_file {cert}: {e}")))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| Error::Startup(format!("email.tls_key_file {key}: {e}")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Startup(format!("email TLS: {e}")))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| Error::Startup(format!("email TLS: {e}")))?;
+    Ok(Some(tokio_rustls::TlsAcceptor::from(Arc::new(server))))
+}
+
+/// Binds the SMTP listener and starts accepting sessions until `shutdown`.
+///
+/// # Errors
+/// Unusable TLS files or DNS records; the port in use.
+pub async fn listen(
+    config: &Config,
+    pipeline: Pipeline,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<Listener> {
+    let cfg = &config.email;
+    let (mail_domain, hostname) = names(config)?;
+    let txt = auth::StaticTxt::new(&cfg.dns_records, cfg.dns == crate::config::DnsMode::Offline)?;
+    let verifier = auth::Verifier::new(cfg.dns, txt, &hostname)?;
+    let policies = config
+        .agents
+        .iter()
+        .filter_map(|a| {
+            let p = a.email.as_ref()?.unauthenticated?;
+            Some((a.name.to_lowercase(), p))
+        })
+        .collect::<HashMap<String, UnauthenticatedMail>>();
+    let ctx = Arc::new(inbound::Inbound {
+        pipeline,
+        verifier,
+        limits: inbound::Limits::from(cfg),
+        mail_domain,
+        hostname,
+        policies,
+        default_policy: cfg.unauthenticated,
+        tls: tls_acceptor(cfg)?,
+        max_blob_bytes: config.media.max_bytes,
+    });
+    let listener = TcpListener::bind(cfg.bind)
+        .await
+        .map_err(|e| Error::Startup(format!("cannot listen on {}: {e}", cfg.bind)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::Startup(e.to_string()))?;
+    let sessions = Arc::new(Semaphore::new(cfg.max_sessions));
+    let task = tokio::spawn(async move {
+        loop {
+            let (stream, peer) = tokio::select! {
+                _ = shutdown.changed() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "SMTP accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = stream.set_nodelay(true);
+            let Ok(permit) = Arc::clone(&sessions).try_acquire_owned() else {
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    let mut stream = stream;
+                    let _ = stream
+                        .write_all(b"421 4.7.0 Too many connections, try again later\r\n")
+                        .await;
+                });
+                continue;
+            };
+            let ctx = Arc::clone(&ctx);
+            tokio::spawn(async move {
+                session::serve(stream, peer, ctx).await;
+                drop(permit);
+            });
+        }
+    });
+    tracing::info!(%addr, "SMTP listener is up");
+    Ok(Listener { addr, task })
+}

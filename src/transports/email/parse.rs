@@ -1,0 +1,657 @@
+//! Inbound mail, parsed (pure functions, no I/O): the raw header block, the fields switchboard
+//! maps, the text an agent sees (quoted replies and signatures stripped), the thread keys, and
+//! the RFC 3834 rules that say a message must never be answered.
+
+use std::borrow::Cow;
+
+use base64::Engine as _;
+use mail_parser::{MessageParser, MimeHeaders, PartType};
+
+/// The most `Received` headers before a message is treated as looping.
+pub const MAX_RECEIVED: usize = 50;
+
+/// RFC 5322's line limit, without the CRLF.
+pub const MAX_LINE: usize = 998;
+
+/// Why a message cannot be accepted as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// Not a parsable message.
+    #[error("the message could not be parsed")]
+    Malformed,
+    /// A header name with whitespace or control characters (`Fr om:`), which parsers disagree on.
+    #[error("a header name is malformed")]
+    BadHeaderName,
+    /// A line ending in a bare LF (or a bare CR): rejected so no parser can be smuggled past.
+    #[error("bare LF or CR line endings are not accepted")]
+    BareLineEnding,
+    /// A line over 998 characters.
+    #[error("a line is longer than 998 characters")]
+    LineTooLong,
+    /// Multiparts nested deeper than the cap.
+    #[error("MIME parts are nested too deeply")]
+    TooDeep,
+    /// Over `MAX_RECEIVED` hops.
+    #[error("too many Received headers: mail loop")]
+    Loop,
+}
+
+/// A mailbox: display name and address.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Mailbox {
+    /// Display name, decoded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `local@domain`, domain lowercased.
+    pub address: String,
+}
+
+/// One attachment or inline image.
+#[derive(Debug, Clone)]
+pub struct Attachment {
+    /// File name, when given.
+    pub name: Option<String>,
+    /// Media type.
+    pub mime: String,
+    /// Decoded bytes.
+    pub data: Vec<u8>,
+}
+
+/// What switchboard maps of a message.
+#[derive(Debug, Clone, Default)]
+pub struct ParsedMail {
+    /// `Message-ID`, without angle brackets.
+    pub message_id: Option<String>,
+    /// The first `From` mailbox.
+    pub from: Option<Mailbox>,
+    /// Every `From` domain (DMARC exempts messages with several).
+    pub from_count: usize,
+    /// The first `Reply-To` mailbox.
+    pub reply_to: Option<Mailbox>,
+    /// `To` addresses, lowercased.
+    pub to: Vec<String>,
+    /// `Cc` addresses, lowercased.
+    pub cc: Vec<String>,
+    /// Subject, decoded.
+    pub subject: Option<String>,
+    /// `Date` as written.
+    pub date: Option<String>,
+    /// `In-Reply-To` ids.
+    pub in_reply_to: Vec<String>,
+    /// `References` ids, oldest first.
+    pub references: Vec<String>,
+    /// The conversation GUID of an Outlook `Thread-Index`, hex.
+    pub thread_index_guid: Option<String>,
+    /// The text an agent sees: quoted replies and signatures stripped.
+    pub text: Option<String>,
+    /// The whole text body.
+    pub full_text: Option<String>,
+    /// Attachments and inline images.
+    pub attachments: Vec<Attachment>,
+    /// Why this message must never be answered (RFC 3834), if so.
+    pub no_reply: Option<&'static str>,
+    /// A delivery status notification: `Some(failed)`, the final status of its first recipient.
+    pub dsn: Option<Dsn>,
+}
+
+/// What a delivery status notification (RFC 3464) says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dsn {
+    /// `Action: failed` (or a 5.x.x status).
+    pub failed: bool,
+    /// `Status` and `Diagnostic-Code`, for operators.
+    pub detail: String,
+}
+
+/// The unfolded header fields of a raw message, in order.
+#[must_use]
+pub fn raw_headers(raw: &[u8]) -> Vec<(String, String)> {
+    let end = header_end(raw);
+    let text = String::from_utf8_lossy(&raw[..end]);
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in text.split("\r\n") {
+        if line.is_empty() {
+            break;
+        }
+        if line.starts_with([' ', '\t']) {
+            if let Some(last) = out.last_mut() {
+                last.1.push(' ');
+                last.1.push_str(line.trim());
+            }
+            continue;
+        }
+        match line.split_once(':') {
+            Some((name, value)) => out.push((name.to_owned(), value.trim().to_owned())),
+            None => out.push((line.to_owned(), String::new())),
+        }
+    }
+    out
+}
+
+/// Where the header block ends (the offset of the blank line, or the end).
+fn header_end(raw: &[u8]) -> usize {
+    raw.windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(raw.len(), |p| p + 2)
+}
+
+/// Checks the raw bytes before any parser sees them: line endings, line lengths, header names.
+///
+/// # Errors
+/// The first problem found.
+pub fn check_raw(raw: &[u8]) -> Result<(), ParseError> {
+    let mut line_len = 0usize;
+    for (i, &b) in raw.iter().enumerate() {
+        match b {
+            b'\n' if i == 0 || raw[i - 1] != b'\r' => return Err(ParseError::BareLineEnding),
+            b'\r' if raw.get(i + 1) != Some(&b'\n') => return Err(ParseError::BareLineEnding),
+            b'\n' => line_len = 0,
+            b'\r' => {}
+            _ => {
+                line_len += 1;
+                if line_len > MAX_LINE {
+                    return Err(ParseError::LineTooLong);
+                }
+            }
+        }
+    }
+    for (name, _) in raw_headers(raw) {
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
+            return Err(ParseError::BadHeaderName);
+        }
+    }
+    Ok(())
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// Why a message must never be answered (RFC 3834 §2 and common practice), if so.
+#[must_use]
+pub fn no_reply_reason(headers: &[(String, String)], mail_from: &str) -> Option<&'static str> {
+    if mail_from.is_empty() {
+        return Some("null sender");
+    }
+    let local = mail_from
+        .rsplit_once('@')
+        .map_or(mail_from, |(l, _)| l)
+        .to_ascii_lowercase();
+    if local == "mailer-daemon" || local.starts_with("owner-") || local.ends_with("-request") {
+        return Some("system sender");
+    }
+    if let Some(v) = header(headers, "Auto-Submitted") {
+        let kw = v.split(';').next().unwrap_or("").trim();
+        if !kw.eq_ignore_ascii_case("no") {
+            return Some("auto-submitted");
+        }
+    }
+    if headers
+        .iter()
+        .any(|(n, _)| n.len() > 5 && n[..5].eq_ignore_ascii_case("list-"))
+    {
+        return Some("mailing list");
+    }
+    if let Some(p) = header(headers, "Precedence") {
+        let p = p.trim().to_ascii_lowercase();
+        if matches!(p.as_str(), "bulk" | "list" | "junk") {
+            return Some("bulk precedence");
+        }
+    }
+    if header(headers, "X-Auto-Response-Suppress").is_some() {
+        return Some("auto responses suppressed");
+    }
+    if header(headers, "Content-Type").is_some_and(|ct| {
+        let ct = ct.to_ascii_lowercase();
+        ct.starts_with("multipart/report") && ct.contains("delivery-status")
+    }) {
+        return Some("delivery status notification");
+    }
+    None
+}
+
+/// The number of `Received` headers.
+#[must_use]
+pub fn received_count(headers: &[(String, String)]) -> usize {
+    headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("Received"))
+        .count()
+}
+
+/// Strips `<>` and whitespace from a message id.
+fn clean_id(id: &str) -> Option<String> {
+    let id = id
+        .trim()
+        .trim_start_matches('<')
+        .trim_end_matches('>')
+        .trim();
+    (!id.is_empty() && id.len() <= 995 && !id.contains(char::is_whitespace)).then(|| id.to_owned())
+}
+
+/// Every `<id>` in a header value, in order.
+#[must_use]
+pub fn message_ids(value: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = value;
+    while let Some(start) = rest.find('<') {
+        let Some(len) = rest[start..].find('>') else {
+            break;
+        };
+        if let Some(id) = clean_id(&rest[start + 1..start + len]) {
+            out.push(id);
+        }
+        rest = &rest[start + len + 1..];
+    }
+    if out.is_empty() {
+        // Some clients omit the brackets around a single id.
+        out.extend(value.split_whitespace().filter_map(clean_id));
+    }
+    out
+}
+
+/// The conversation GUID (bytes 6..22) of an Outlook `Thread-Index`, hex.
+#[must_use]
+pub fn thread_index_guid(value: &str) -> Option<String> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(value.split_whitespace().collect::<String>())
+        .ok()?;
+    (bytes.len() >= 22 && (bytes.len() - 22) % 5 == 0).then(|| hex::encode(&bytes[6..22]))
+}
+
+fn mailbox(addr: &mail_parser::Addr<'_>) -> Option<Mailbox> {
+    let address = addr.address.as_deref()?.trim();
+    let (local, domain) = address.rsplit_once('@')?;
+    if local.is_empty() || domain.is_empty() {
+        return None;
+    }
+    Some(Mailbox {
+        name: addr
+            .name
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(sanitize_line),
+        address: format!("{local}@{}", domain.to_ascii_lowercase()),
+    })
+}
+
+fn addresses(a: Option<&mail_parser::Address<'_>>) -> Vec<Mailbox> {
+    a.map(|a| a.iter().filter_map(mailbox).collect())
+        .unwrap_or_default()
+}
+
+/// One line of text: control characters (CR, LF, tabs…) become spaces.
+#[must_use]
+pub fn sanitize_line(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect::<String>()
+        .trim()
+        .to_owned()
+}
+
+/// The deepest multipart nesting under the root part.
+fn depth(msg: &mail_parser::Message<'_>, part: u32, level: usize, cap: usize) -> usize {
+    if level > cap {
+        return level;
+    }
+    let Some(p) = msg.parts.get(part as usize) else {
+        return level;
+    };
+    match &p.body {
+        PartType::Multipart(children) => children
+            .iter()
+            .map(|c| depth(msg, *c, level + 1, cap))
+            .max()
+            .unwrap_or(level + 1),
+        PartType::Message(inner) => depth(inner, 0, level + 1, cap),
+        _ => level,
+    }
+}
+
+/// Parses a raw message that passed [`check_raw`].
+///
+/// # Errors
+/// [`ParseError::Malformed`] when nothing sensible is in it, [`ParseError::TooDeep`] past
+/// `max_depth` nested multiparts, [`ParseError::Loop`] past [`MAX_RECEIVED`] hops.
+pub fn parse(raw: &[u8], mail_from: &str, max_depth: usize) -> Result<ParsedMail, ParseError> {
+    let headers = raw_headers(raw);
+    if received_count(&headers) > MAX_RECEIVED {
+        return Err(ParseError::Loop);
+    }
+    let msg = MessageParser::default()
+        .parse(raw)
+        .ok_or(ParseError::Malformed)?;
+    if header(&headers, "From").is_none() && header(&headers, "Message-ID").is_none() {
+        return Err(ParseError::Malformed);
+    }
+    if depth(&msg, 0, 0, max_depth) > max_depth {
+        return Err(ParseError::TooDeep);
+    }
+    let from = addresses(msg.from());
+    let full_text = msg
+        .body_text(0)
+        .map(Cow::into_owned)
+        .map(|t| t.replace("\r\n", "\n"));
+    let text = full_text.as_deref().map(strip_reply);
+    let mut attachments = Vec::new();
+    for part in msg.attachments() {
+        let mime = part.content_type().map_or_else(
+            || "application/octet-stream".to_owned(),
+            |ct| match ct.subtype() {
+                Some(sub) => format!("{}/{}", ct.ctype(), sub).to_ascii_lowercase(),
+                None => ct.ctype().to_ascii_lowercase(),
+            },
+        );
+        if let PartType::Message(_) = part.body {
+            // A forwarded message: kept whole.
+        }
+        attachments.push(Attachment {
+            name: part.attachment_name().map(sanitize_line),
+            mime,
+            data: part.contents().to_vec(),
+        });
+    }
+    Ok(ParsedMail {
+        message_id: msg.message_id().and_then(clean_id),
+        from_count: from.len(),
+        from: from.into_iter().next(),
+        reply_to: addresses(msg.reply_to()).into_iter().next(),
+        to: addresses(msg.to())
+            .into_iter()
+            .map(|m| m.address.to_ascii_lowercase())
+            .collect(),
+        cc: addresses(msg.cc())
+            .into_iter()
+            .map(|m| m.address.to_ascii_lowercase())
+            .collect(),
+        subject: msg.subject().map(sanitize_line),
+        date: header(&headers, "Date").map(sanitize_line),
+        in_reply_to: header(&headers, "In-Reply-To")
+            .map(message_ids)
+            .unwrap_or_default(),
+        references: header(&headers, "References")
+            .map(message_ids)
+            .unwrap_or_default(),
+        thread_index_guid: header(&headers, "Thread-Index").and_then(thread_index_guid),
+        text: text.filter(|t| !t.is_empty()),
+        full_text,
+        attachments,
+        no_reply: no_reply_reason(&headers, mail_from),
+        dsn: dsn(&msg),
+    })
+}
+
+/// Reads the `message/delivery-status` part of a report, if there is one.
+fn dsn(msg: &mail_parser::Message<'_>) -> Option<Dsn> {
+    let ct = msg.content_type()?;
+    if !(ct.ctype().eq_ignore_ascii_case("multipart")
+        && ct
+            .subtype()
+            .is_some_and(|s| s.eq_ignore_ascii_case("report")))
+    {
+        return None;
+    }
+    for part in &msg.parts {
+        let Some(pct) = part.content_type() else {
+            continue;
+        };
+        let is_status = pct.ctype().eq_ignore_ascii_case("message")
+            && pct
+                .subtype()
+                .is_some_and(|s| s.eq_ignore_ascii_case("delivery-status"));
+        if !is_status {
+            continue;
+        }
+        let text = String::from_utf8_lossy(part.contents()).replace("\r\n", "\n");
+        let field = |name: &str| {
+            text.lines().find_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                n.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| v.trim().to_owned())
+            })
+        };
+        let action = field("Action").unwrap_or_default().to_ascii_lowercase();
+        let status = field("Status").unwrap_or_default();
+        let diag = field("Diagnostic-Code").unwrap_or_default();
+        return Some(Dsn {
+            failed: action == "failed" || status.starts_with('5'),
+            detail: sanitize_line(&format!("{action} {status} {diag}")),
+        });
+    }
+    None
+}
+
+/// The new text of a reply: quoted lines, the attribution line above a quote
+/// ("On … wrote:"), forwarded originals and the signature (after "-- ") are removed. When
+/// nothing would be left, the text is kept whole.
+#[must_use]
+pub fn strip_reply(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut kept: Vec<&str> = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_end();
+        if t == "--" || *line == "-- " {
+            break;
+        }
+        if t.starts_with("-----Original Message-----")
+            || t.starts_with("________________________________")
+            || t.starts_with("---------- Forwarded message")
+        {
+            break;
+        }
+        let lower = t.to_ascii_lowercase();
+        if lower.ends_with("wrote:") || lower.ends_with("schrieb:") || lower.ends_with("a écrit :")
+        {
+            // "On Mon, … wrote:", possibly wrapped over two lines.
+            if lower.starts_with("on ") || lower.starts_with("am ") || lower.starts_with("le ") {
+                break;
+            }
+            if i > 0
+                && lines[i - 1]
+                    .trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("on ")
+            {
+                kept.pop();
+                break;
+            }
+        }
+        if t.starts_with('>') {
+            continue;
+        }
+        kept.push(line);
+    }
+    while kept.last().is_some_and(|l| l.trim().is_empty()) {
+        kept.pop();
+    }
+    while kept.first().is_some_and(|l| l.trim().is_empty()) {
+        kept.remove(0);
+    }
+    let out = kept.join("\n");
+    if out.trim().is_empty() {
+        text.trim().to_owned()
+    } else {
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crlf(s: &str) -> Vec<u8> {
+        s.replace('\n', "\r\n").into_bytes()
+    }
+
+    #[test]
+    fn strips_quotes_and_signatures() {
+        let t = "Yes, Tuesday works.\n\nOn Mon, 3 Nov 2026 at 10:00, Bob <b@x.org> wrote:\n> Does Tuesday work?\n> Bob\n";
+        assert_eq!(strip_reply(t), "Yes, Tuesday works.");
+        let t = "Sure.\n-- \nAlice\nACME Inc.\n";
+        assert_eq!(strip_reply(t), "Sure.");
+        let t = "Yes.\n\n-----Original Message-----\nFrom: Bob\nSubject: x\n\nquestion";
+        assert_eq!(strip_reply(t), "Yes.");
+        let t = "Fine\nOn Mon, 3 Nov 2026, Bob Example <b@x.org>\nwrote:\n> q";
+        assert_eq!(strip_reply(t), "Fine");
+        let t = "> only a quote\n";
+        assert_eq!(strip_reply(t), "> only a quote");
+        let t = "inline\n> q1\nanswer1\n> q2\nanswer2";
+        assert_eq!(strip_reply(t), "inline\nanswer1\nanswer2");
+    }
+
+    #[test]
+    fn loop_rules_follow_rfc_3834() {
+        let h = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(a, b)| ((*a).into(), (*b).into()))
+                .collect()
+        };
+        assert_eq!(no_reply_reason(&h(&[]), ""), Some("null sender"));
+        assert_eq!(
+            no_reply_reason(&h(&[]), "MAILER-DAEMON@x.org"),
+            Some("system sender")
+        );
+        assert_eq!(
+            no_reply_reason(&h(&[]), "owner-list@x.org"),
+            Some("system sender")
+        );
+        assert_eq!(
+            no_reply_reason(&h(&[]), "list-request@x.org"),
+            Some("system sender")
+        );
+        assert_eq!(
+            no_reply_reason(&h(&[("Auto-Submitted", "auto-replied")]), "a@x.org"),
+            Some("auto-submitted")
+        );
+        assert_eq!(
+            no_reply_reason(&h(&[("auto-submitted", "No")]), "a@x.org"),
+            None
+        );
+        assert_eq!(
+            no_reply_reason(&h(&[("List-Id", "<l.x.org>")]), "a@x.org"),
+            Some("mailing list")
+        );
+        assert_eq!(
+            no_reply_reason(&h(&[("Precedence", "bulk")]), "a@x.org"),
+            Some("bulk precedence")
+        );
+        assert_eq!(
+            no_reply_reason(&h(&[("Precedence", "first-class")]), "a@x.org"),
+            None
+        );
+        assert_eq!(
+            no_reply_reason(&h(&[("X-Auto-Response-Suppress", "All")]), "a@x.org"),
+            Some("auto responses suppressed")
+        );
+        assert_eq!(
+            no_reply_reason(
+                &h(&[(
+                    "Content-Type",
+                    "multipart/report; report-type=delivery-status; boundary=x"
+                )]),
+                "a@x.org"
+            ),
+            Some("delivery status notification")
+        );
+        assert_eq!(no_reply_reason(&h(&[("Subject", "hi")]), "a@x.org"), None);
+    }
+
+    #[test]
+    fn raw_checks_refuse_smuggling_shapes_long_lines_and_odd_header_names() {
+        assert_eq!(check_raw(&crlf("From: a@x.org\n\nhi\n")), Ok(()));
+        assert_eq!(
+            check_raw(b"From: a@x.org\r\n\r\nhi\n.\nMAIL FROM:<x>\r\n"),
+            Err(ParseError::BareLineEnding)
+        );
+        assert_eq!(
+            check_raw(b"From: a@x.org\r\n\r\nhi\r.\r\n"),
+            Err(ParseError::BareLineEnding)
+        );
+        let long = format!("From: a@x.org\r\n\r\n{}\r\n", "a".repeat(999));
+        assert_eq!(check_raw(long.as_bytes()), Err(ParseError::LineTooLong));
+        assert_eq!(
+            check_raw(&crlf("Fr om: a@x.org\n\nhi\n")),
+            Err(ParseError::BadHeaderName)
+        );
+        assert_eq!(
+            check_raw(&crlf("From: a@x.org\nno colon here\n\nhi\n")),
+            Err(ParseError::BadHeaderName)
+        );
+    }
+
+    #[test]
+    fn threading_fields() {
+        let raw = crlf(
+            "From: \"Alice\" <alice@Example.COM>\nTo: echo@agents.test, Other <o@agents.test>\nCc: c@agents.test\nSubject: =?utf-8?q?Gr=C3=BC=C3=9Fe?=\nMessage-ID: <m2@example.com>\nIn-Reply-To: <m1@agents.test>\nReferences: <m0@example.com>\n <m1@agents.test>\nThread-Index: AQHZpP3Jr6zG5Ug0S0GZqZ0n4r0xYQ==\n\nHello\n",
+        );
+        let p = parse(&raw, "alice@example.com", 10).unwrap();
+        assert_eq!(p.message_id.as_deref(), Some("m2@example.com"));
+        assert_eq!(p.from.as_ref().unwrap().address, "alice@example.com");
+        assert_eq!(p.from.as_ref().unwrap().name.as_deref(), Some("Alice"));
+        assert_eq!(p.to, vec!["echo@agents.test", "o@agents.test"]);
+        assert_eq!(p.cc, vec!["c@agents.test"]);
+        assert_eq!(p.subject.as_deref(), Some("Grüße"));
+        assert_eq!(p.in_reply_to, vec!["m1@agents.test"]);
+        assert_eq!(p.references, vec!["m0@example.com", "m1@agents.test"]);
+        assert_eq!(p.thread_index_guid.as_deref().map(str::len), Some(32));
+        assert_eq!(p.text.as_deref(), Some("Hello"));
+        assert_eq!(p.no_reply, None);
+    }
+
+    #[test]
+    fn html_only_mail_gives_text_and_attachments_are_kept() {
+        let raw = crlf(
+            "From: a@x.org\nTo: echo@agents.test\nMessage-ID: <h@x.org>\nMIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=b1\n\n--b1\nContent-Type: text/html; charset=iso-8859-1\nContent-Transfer-Encoding: quoted-printable\n\n<p>Hall=F6 <b>Welt</b></p>\n--b1\nContent-Type: image/png\nContent-Disposition: attachment; filename=\"dot.png\"\nContent-Transfer-Encoding: base64\n\niVBORw0KGgo=\n--b1--\n",
+        );
+        let p = parse(&raw, "a@x.org", 10).unwrap();
+        let text = p.text.unwrap();
+        assert!(text.contains("Hallö") && text.contains("Welt"), "{text}");
+        assert!(!text.contains("<p>"), "{text}");
+        assert_eq!(p.attachments.len(), 1);
+        assert_eq!(p.attachments[0].name.as_deref(), Some("dot.png"));
+        assert_eq!(p.attachments[0].mime, "image/png");
+        assert_eq!(p.attachments[0].data, b"\x89PNG\r\n\x1a\n");
+    }
+
+    #[test]
+    fn nesting_past_the_cap_and_loops_are_refused() {
+        let mut body = String::from("hi\n");
+        for i in 0..12 {
+            body = format!(
+                "Content-Type: multipart/mixed; boundary=b{i}\n\n--b{i}\n{body}\n--b{i}--\n"
+            );
+        }
+        let raw = crlf(&format!(
+            "From: a@x.org\nMessage-ID: <d@x.org>\nMIME-Version: 1.0\n{body}"
+        ));
+        assert_eq!(parse(&raw, "a@x.org", 10).unwrap_err(), ParseError::TooDeep);
+        assert!(parse(&raw, "a@x.org", 20).is_ok());
+        let mut hops = String::new();
+        for i in 0..51 {
+            hops.push_str(&format!("Received: from h{i} by h{}\n", i + 1));
+        }
+        let raw = crlf(&format!(
+            "{hops}From: a@x.org\nMessage-ID: <l@x.org>\n\nhi\n"
+        ));
+        assert_eq!(parse(&raw, "a@x.org", 10).unwrap_err(), ParseError::Loop);
+    }
+
+    #[test]
+    fn dsn_is_read() {
+        let raw = crlf(
+            "From: MAILER-DAEMON@mx.example.com\nTo: bounces+r1@agents.test\nMessage-ID: <b@mx>\nMIME-Version: 1.0\nContent-Type: multipart/report; report-type=delivery-status; boundary=r\n\n--r\nContent-Type: text/plain\n\nfailed\n--r\nContent-Type: message/delivery-status\n\nReporting-MTA: dns; mx.example.com\n\nFinal-Recipient: rfc822; bob@example.com\nAction: failed\nStatus: 5.1.1\nDiagnostic-Code: smtp; 550 5.1.1 no such user\n--r--\n",
+        );
+        let p = parse(&raw, "", 10).unwrap();
+        let d = p.dsn.unwrap();
+        assert!(d.failed);
+        assert!(d.detail.contains("5.1.1"), "{}", d.detail);
+        assert_eq!(p.no_reply, Some("null sender"));
+    }
+}

@@ -1,0 +1,412 @@
+//! The SMTP session: a state machine over any byte stream (TCP, or TLS after STARTTLS), with
+//! commands parsed by `smtp-proto`. Every read is under the idle timeout and the session under
+//! its wall-clock limit; commands per session and recipients per message are capped; DATA ends
+//! only on `<CRLF>.<CRLF>` (a bare LF never ends it), and a message over the size limit is read
+//! to its end without being kept and answered 552.
+//!
+//! After `220` to STARTTLS, whatever the client sent behind the command in the same packet is
+//! discarded unread, then the TLS handshake starts and the session begins anew (no HELO, no
+//! transaction): plaintext commands cannot be injected into the encrypted session.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use smtp_proto::request::receiver::{DataReceiver, DummyDataReceiver, RequestReceiver};
+use smtp_proto::{
+    EXT_8BIT_MIME, EXT_ENHANCED_STATUS_CODES, EXT_PIPELINING, EXT_SIZE, EXT_SMTP_UTF8,
+    EXT_START_TLS, EhloResponse, Request,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+
+use super::inbound::{Inbound, Rcpt, SessionEnvelope};
+
+/// One SMTP reply line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// Basic code.
+    pub code: u16,
+    /// Enhanced status code (RFC 3463).
+    pub esc: [u8; 3],
+    /// Text.
+    pub text: String,
+}
+
+impl Reply {
+    /// A reply.
+    #[must_use]
+    pub fn new(code: u16, esc: [u8; 3], text: impl Into<String>) -> Self {
+        Self {
+            code,
+            esc,
+            text: text.into(),
+        }
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        let [a, b, c] = self.esc;
+        out.extend_from_slice(format!("{} {a}.{b}.{c} {}\r\n", self.code, self.text).as_bytes());
+    }
+}
+
+/// What a run of the loop ended with.
+enum Next<S> {
+    Done,
+    StartTls(S),
+}
+
+/// The per-session state.
+struct Session {
+    ctx: Arc<Inbound>,
+    peer: SocketAddr,
+    tls: bool,
+    helo: Option<String>,
+    mail_from: Option<String>,
+    rcpts: Vec<Rcpt>,
+    commands: usize,
+    deadline: Instant,
+}
+
+enum Mode {
+    Command,
+    Data(DataReceiver, Vec<u8>),
+    Skip(DummyDataReceiver),
+}
+
+/// Serves one connection to its end.
+pub async fn serve<S>(stream: S, peer: SocketAddr, ctx: Arc<Inbound>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let deadline = Instant::now() + Duration::from_secs(ctx.limits.session_timeout_seconds);
+    let mut s = Session {
+        ctx: Arc::clone(&ctx),
+        peer,
+        tls: false,
+        helo: None,
+        mail_from: None,
+        rcpts: Vec::new(),
+        commands: 0,
+        deadline,
+    };
+    let next = match s.run(stream, true).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "SMTP session ended");
+            return;
+        }
+    };
+    if let Next::StartTls(stream) = next {
+        let Some(acceptor) = ctx.tls.clone() else {
+            return;
+        };
+        let left = s.deadline.saturating_duration_since(Instant::now());
+        let tls = match tokio::time::timeout(left, acceptor.accept(stream)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => return,
+        };
+        s.tls = true;
+        s.helo = None;
+        s.reset();
+        if let Err(e) = s.run(tls, false).await {
+            tracing::debug!(%peer, error = %e, "SMTP session ended");
+        }
+    }
+}
+
+impl Session {
+    fn reset(&mut self) {
+        self.mail_from = None;
+        self.rcpts.clear();
+    }
+
+    async fn run<S>(&mut self, mut stream: S, greet: bool) -> std::io::Result<Next<S>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        let hostname = self.ctx.hostname.clone();
+        if greet {
+            stream
+                .write_all(format!("220 {hostname} ESMTP switchboard\r\n").as_bytes())
+                .await?;
+        }
+        let idle = Duration::from_secs(self.ctx.limits.idle_timeout_seconds);
+        let max_size = self.ctx.limits.max_message_bytes;
+        let mut receiver = RequestReceiver::default();
+        let mut mode = Mode::Command;
+        let mut buf = vec![0u8; 8192];
+        let mut out = Vec::with_capacity(512);
+        loop {
+            let now = Instant::now();
+            if now >= self.deadline {
+                stream
+                    .write_all(b"421 4.4.2 Session time limit reached, closing\r\n")
+                    .await?;
+                return Ok(Next::Done);
+            }
+            let wait = idle.min(self.deadline - now);
+            let n = match tokio::time::timeout(wait, stream.read(&mut buf)).await {
+                Ok(Ok(0)) => return Ok(Next::Done),
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    stream
+                        .write_all(b"421 4.4.2 Timeout, closing connection\r\n")
+                        .await?;
+                    return Ok(Next::Done);
+                }
+            };
+            let mut iter = buf[..n].iter();
+            loop {
+                match &mut mode {
+                    Mode::Data(rx, msg) => {
+                        if rx.ingest(&mut iter, msg) {
+                            let raw = std::mem::take(msg);
+                            mode = Mode::Command;
+                            let reply = self.finish_message(&raw).await;
+                            reply.write(&mut out);
+                            self.reset();
+                            continue;
+                        }
+                        if msg.len() > max_size {
+                            mode = Mode::Skip(DummyDataReceiver::new_data(rx));
+                            continue;
+                        }
+                        break;
+                    }
+                    Mode::Skip(rx) => {
+                        if rx.ingest(&mut iter) {
+                            mode = Mode::Command;
+                            Reply::new(552, [5, 3, 4], "Message too big for system")
+                                .write(&mut out);
+                            self.reset();
+                            continue;
+                        }
+                        break;
+                    }
+                    Mode::Command => {
+                        let req = match receiver.ingest(&mut iter) {
+                            Ok(req) => req,
+                            Err(smtp_proto::Error::NeedsMoreData { .. }) => break,
+                            Err(e) => {
+                                self.commands += 1;
+                                syntax_reply(&e).write(&mut out);
+                                if self.flooding(&mut stream, &mut out).await? {
+                                    return Ok(Next::Done);
+                                }
+                                continue;
+                            }
+                        };
+                        self.commands += 1;
+                        if self.flooding(&mut stream, &mut out).await? {
+                            return Ok(Next::Done);
+                        }
+                        match self.command(req, &hostname) {
+                            Action::Reply(r) => r.write(&mut out),
+                            Action::Ehlo(bytes) => out.extend_from_slice(&bytes),
+                            Action::Data => {
+                                out.extend_from_slice(
+                                    b"354 Start mail input; end with <CRLF>.<CRLF>\r\n",
+                                );
+                                mode = Mode::Data(DataReceiver::new(), Vec::with_capacity(8192));
+                            }
+                            Action::StartTls => {
+                                Reply::new(220, [2, 0, 0], "Ready to start TLS").write(&mut out);
+                                stream.write_all(&out).await?;
+                                stream.flush().await?;
+                                // Anything pipelined behind STARTTLS is dropped unread.
+                                return Ok(Next::StartTls(stream));
+                            }
+                            Action::Quit => {
+                                Reply::new(221, [2, 0, 0], "Bye").write(&mut out);
+                                stream.write_all(&out).await?;
+                                stream.flush().await?;
+                                return Ok(Next::Done);
+                            }
+                        }
+                    }
+                }
+            }
+            if !out.is_empty() {
+                stream.write_all(&out).await?;
+                stream.flush().await?;
+                out.clear();
+            }
+        }
+    }
+
+    /// Past the command cap: says so and closes.
+    async fn flooding<S>(&mut self, stream: &mut S, out: &mut Vec<u8>) -> std::io::Result<bool>
+    where
+        S: AsyncWrite + Unpin,
+    {
+        if self.commands <= self.ctx.limits.max_commands {
+            return Ok(false);
+        }
+        Reply::new(421, [4, 7, 0], "Too many commands, closing connection").write(out);
+        stream.write_all(out).await?;
+        stream.flush().await?;
+        Ok(true)
+    }
+
+    fn command(&mut self, req: Request<std::borrow::Cow<'_, str>>, hostname: &str) -> Action {
+        let ctx = Arc::clone(&self.ctx);
+        let limits = &ctx.limits;
+        match req {
+            Request::Ehlo { host } => {
+                self.helo = Some(host.into_owned());
+                self.reset();
+                let mut r = EhloResponse::new(hostname);
+                r.capabilities = EXT_PIPELINING
+                    | EXT_SIZE
+                    | EXT_8BIT_MIME
+                    | EXT_SMTP_UTF8
+                    | EXT_ENHANCED_STATUS_CODES;
+                if self.ctx.tls.is_some() && !self.tls {
+                    r.capabilities |= EXT_START_TLS;
+                }
+                r.size = limits.max_message_bytes;
+                let mut bytes = Vec::new();
+                if r.write(&mut bytes).is_err() {
+                    return Action::Reply(Reply::new(451, [4, 3, 0], "Try again later"));
+                }
+                Action::Ehlo(bytes)
+            }
+            Request::Helo { host } => {
+                self.helo = Some(host.into_owned());
+                self.reset();
+                Action::Reply(Reply::new(250, [2, 0, 0], hostname))
+            }
+            Request::Mail { from } => {
+                if self.helo.is_none() {
+                    return Action::Reply(Reply::new(
+                        503,
+                        [5, 5, 1],
+                        "Polite people say EHLO first",
+                    ));
+                }
+                if self.mail_from.is_some() {
+                    return Action::Reply(Reply::new(503, [5, 5, 1], "Sender already given"));
+                }
+                if from.size > limits.max_message_bytes {
+                    return Action::Reply(Reply::new(552, [5, 3, 4], "Message too big for system"));
+                }
+                self.mail_from = Some(from.address.trim().to_owned());
+                Action::Reply(Reply::new(250, [2, 1, 0], "OK"))
+            }
+            Request::Rcpt { to } => {
+                if self.mail_from.is_none() {
+                    return Action::Reply(Reply::new(503, [5, 5, 1], "MAIL first"));
+                }
+                match self.ctx.resolve(&to.address) {
+                    Some(r) if self.rcpts.contains(&r) => {
+                        Action::Reply(Reply::new(250, [2, 1, 5], "OK"))
+                    }
+                    Some(_) if self.rcpts.len() >= limits.max_recipients => {
+                        Action::Reply(Reply::new(452, [4, 5, 3], "Too many recipients"))
+                    }
+                    Some(r) => {
+                        self.rcpts.push(r);
+                        Action::Reply(Reply::new(250, [2, 1, 5], "OK"))
+                    }
+                    None => Action::Reply(Reply::new(550, [5, 1, 1], "Mailbox unavailable")),
+                }
+            }
+            Request::Data => {
+                if self.mail_from.is_none() {
+                    Action::Reply(Reply::new(503, [5, 5, 1], "MAIL first"))
+                } else if self.rcpts.is_empty() {
+                    Action::Reply(Reply::new(554, [5, 5, 1], "No valid recipients"))
+                } else {
+                    Action::Data
+                }
+            }
+            Request::Rset => {
+                self.reset();
+                Action::Reply(Reply::new(250, [2, 0, 0], "OK"))
+            }
+            Request::Noop { .. } => Action::Reply(Reply::new(250, [2, 0, 0], "OK")),
+            Request::Quit => Action::Quit,
+            Request::Vrfy { .. } | Request::Expn { .. } => {
+                Action::Reply(Reply::new(502, [5, 5, 1], "Command disabled"))
+            }
+            Request::StartTls => {
+                if self.tls {
+                    Action::Reply(Reply::new(504, [5, 7, 4], "Already in TLS"))
+                } else if self.ctx.tls.is_none() {
+                    Action::Reply(Reply::new(502, [5, 7, 0], "TLS not available"))
+                } else {
+                    Action::StartTls
+                }
+            }
+            Request::Help { .. } => Action::Reply(Reply::new(
+                214,
+                [2, 0, 0],
+                "EHLO HELO MAIL RCPT DATA RSET NOOP QUIT STARTTLS",
+            )),
+            Request::Lhlo { .. }
+            | Request::Bdat { .. }
+            | Request::Auth { .. }
+            | Request::Etrn { .. }
+            | Request::Atrn { .. }
+            | Request::Burl { .. } => {
+                Action::Reply(Reply::new(502, [5, 5, 1], "Command not implemented"))
+            }
+        }
+    }
+
+    async fn finish_message(&self, raw: &[u8]) -> Reply {
+        let env = SessionEnvelope {
+            peer: self.peer,
+            helo: self.helo.clone().unwrap_or_default(),
+            mail_from: self.mail_from.clone().unwrap_or_default(),
+            rcpts: self.rcpts.clone(),
+            tls: self.tls,
+        };
+        self.ctx.receive(&env, raw).await
+    }
+}
+
+enum Action {
+    Reply(Reply),
+    Ehlo(Vec<u8>),
+    Data,
+    StartTls,
+    Quit,
+}
+
+fn syntax_reply(e: &smtp_proto::Error) -> Reply {
+    use smtp_proto::Error as E;
+    match e {
+        E::UnknownCommand => Reply::new(500, [5, 5, 1], "Invalid command"),
+        E::InvalidSenderAddress => {
+            Reply::new(501, [5, 1, 8], "Bad sender's mailbox address syntax")
+        }
+        E::InvalidRecipientAddress => {
+            Reply::new(501, [5, 1, 3], "Bad destination mailbox address syntax")
+        }
+        E::SyntaxError { syntax } => {
+            Reply::new(501, [5, 5, 2], format!("Syntax error, expected: {syntax}"))
+        }
+        E::InvalidParameter { param } => {
+            Reply::new(501, [5, 5, 4], format!("Invalid parameter {param:?}"))
+        }
+        E::UnsupportedParameter { param } => Reply::new(
+            504,
+            [5, 5, 4],
+            format!(
+                "Unsupported parameter {:?}",
+                super::parse::sanitize_line(param)
+            ),
+        ),
+        E::ResponseTooLong => Reply::new(500, [5, 5, 2], "Line is too long"),
+        E::NeedsMoreData { .. } | E::InvalidResponse { .. } => {
+            Reply::new(500, [5, 5, 2], "Syntax error")
+        }
+    }
+}
