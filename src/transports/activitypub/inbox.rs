@@ -113,7 +113,7 @@ async fn shared_inbox(
     req: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
-    receive(&state, &req, body, None).await
+    receive(&state, &req, body).await
 }
 
 async fn agent_inbox(
@@ -126,7 +126,7 @@ async fn agent_inbox(
     if state.ap.inner.agents.get(&name).is_none() {
         return render(Err(Reject(404, "no such agent".into())));
     }
-    receive(&state, &req, body, Some(name)).await
+    receive(&state, &req, body).await
 }
 
 fn render(r: Result<(), Reject>) -> HttpResponse {
@@ -149,12 +149,7 @@ fn render(r: Result<(), Reject>) -> HttpResponse {
     }
 }
 
-async fn receive(
-    state: &HttpState,
-    req: &HttpRequest,
-    body: web::Bytes,
-    _agent: Option<String>,
-) -> HttpResponse {
+async fn receive(state: &HttpState, req: &HttpRequest, body: web::Bytes) -> HttpResponse {
     let inner = Arc::clone(&state.ap.inner);
     let activity: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,

@@ -290,6 +290,18 @@ pub async fn mark_seen(db: &Db, id: &str, now: i64) -> Result<bool> {
         > 0)
 }
 
+/// Deletes seen activity ids recorded before `before`; returns how many.
+///
+/// # Errors
+/// Database errors.
+pub async fn forget_seen_before(db: &Db, before: i64) -> Result<u64> {
+    db.execute(
+        "DELETE FROM ap_seen WHERE created_at < $1",
+        &[Arg::Int(before)],
+    )
+    .await
+}
+
 /// As [`mark_seen`], inside a transaction.
 ///
 /// # Errors

@@ -24,6 +24,9 @@ pub(super) struct Pending {
 }
 
 const MAX_BATCH: usize = 256;
+/// Seen activity ids are kept this long: longer than any sender retries (Mastodon: about a week).
+const SEEN_RETENTION_MS: i64 = 14 * 86_400_000;
+const CLEANUP_EVERY_MS: i64 = 3_600_000;
 
 /// Starts the writer; the sender hands it rows.
 pub(super) fn spawn(db: Db) -> mpsc::Sender<Pending> {
@@ -33,7 +36,16 @@ pub(super) fn spawn(db: Db) -> mpsc::Sender<Pending> {
 }
 
 async fn run(db: Db, mut rx: mpsc::Receiver<Pending>) {
+    let mut last_cleanup = 0;
     while let Some(first) = rx.recv().await {
+        if first.now - last_cleanup > CLEANUP_EVERY_MS {
+            last_cleanup = first.now;
+            match store::forget_seen_before(&db, first.now - SEEN_RETENTION_MS).await {
+                Ok(n) if n > 0 => tracing::debug!(n, "forgot old activity ids"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "forgetting old activity ids failed"),
+            }
+        }
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
