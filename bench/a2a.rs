@@ -270,15 +270,21 @@ async fn main() {
     for method in ["SendMessage", "SendStreamingMessage"] {
         // Warm-up.
         run(&sb, method, 2, conc).await;
-        if let Some((_, url)) = &py {
+        for (_, url) in py.iter().chain(js.iter()) {
             run(url, method, 2, conc).await;
         }
-        let mut rows: Vec<(&str, Vec<Step>)> =
-            vec![("switchboard", Vec::new()), ("a2a-sdk 1.3.0", Vec::new())];
+        let mut rows: Vec<(&str, Vec<Step>)> = vec![
+            ("switchboard", Vec::new()),
+            ("a2a-sdk 1.3.0 (Python)", Vec::new()),
+            ("@a2a-js/sdk 1.3.0 (Node)", Vec::new()),
+        ];
         for _ in 0..3 {
             rows[0].1.push(run(&sb, method, secs, conc).await);
             if let Some((_, url)) = &py {
                 rows[1].1.push(run(url, method, secs, conc).await);
+            }
+            if let Some((_, url)) = &js {
+                rows[2].1.push(run(url, method, secs, conc).await);
             }
         }
         println!("\n{method}");

@@ -13,7 +13,7 @@ a2a_peer_install() {
     echo "installing a2a-sdk 1.3.0 into $venv"
     python3 -m venv "$venv" || return 1
     "$venv/bin/pip" install --quiet --disable-pip-version-check \
-      'a2a-sdk[http-server]==1.3.0' 'uvicorn' 'httpx' || return 1
+      'a2a-sdk[http-server]==1.3.0' 'uvicorn==0.54.0' 'httpx==0.28.1' || return 1
   fi
   nm="$dir/node/node_modules"
   if [ ! -d "$nm/@a2a-js/sdk" ] || [ ! -d "$nm/express" ]; then

@@ -1381,3 +1381,80 @@ async fn client_backend_talks_to_a2a_sdk_server(engine: Engine) {
     }
 }
 on_both_engines!(client_backend_talks_to_a2a_sdk_server);
+
+/// Two instances on one PostgreSQL database: a stream held by one instance receives the events
+/// the other instance's workers write (LISTEN/NOTIFY, with the periodic re-read as a backstop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_follow_events_written_by_another_instance() {
+    if crate::helpers::postgres_url().is_none() {
+        eprintln!("SWITCHBOARD_TEST_POSTGRES_URL is not set: A2A scale-out test skipped");
+        return;
+    }
+    // A holds the client's connection and runs no workers; B does the work.
+    let mut a = spawn_app(Engine::Postgres, |_, o| {
+        o.workers = false;
+        o.agents
+            .push(("echo".into(), std::sync::Arc::new(AskerAgent)));
+    })
+    .await;
+    let url = a.db.url.clone();
+    let mut b = crate::helpers::spawn_on(crate::helpers::TestDb::url_only(url), |_, o| {
+        o.agents
+            .push(("echo".into(), std::sync::Arc::new(AskerAgent)));
+    })
+    .await;
+    let resp = a
+        .http
+        .post(format!("{}/a2a", a.base))
+        .header("A2A-Version", "1.0")
+        .json(
+            &json!({"jsonrpc":"2.0","id":1,"method":"SendStreamingMessage",
+            "params":{"message": user_message("across instances")}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let events = sse_events(&resp.text().await.unwrap());
+    let last = &events.last().unwrap().1["result"];
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|(_, e)| e["result"]["artifactUpdate"].is_object())
+    );
+
+    // A subscription on A ends when B cancels the task.
+    let r = rpc(
+        &a,
+        "/a2a",
+        "SendMessage",
+        json!({"message": user_message("need input")}),
+    )
+    .await;
+    let task_id = r["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        r["result"]["task"]["status"]["state"],
+        "TASK_STATE_INPUT_REQUIRED"
+    );
+    let sub = a
+        .http
+        .post(format!("{}/a2a", a.base))
+        .header("A2A-Version", "1.0")
+        .json(&json!({"jsonrpc":"2.0","id":2,"method":"SubscribeToTask","params":{"id": task_id}}))
+        .send()
+        .await
+        .unwrap();
+    let c = rpc(&b, "/a2a", "CancelTask", json!({"id": task_id})).await;
+    assert_eq!(c["result"]["status"]["state"], "TASK_STATE_CANCELED", "{c}");
+    let events = sse_events(&sub.text().await.unwrap());
+    assert!(events[0].1["result"]["task"].is_object());
+    assert_eq!(
+        events.last().unwrap().1["result"]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_CANCELED"
+    );
+    a.stop().await;
+    b.stop().await;
+}
