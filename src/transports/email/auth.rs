@@ -266,14 +266,15 @@ impl Verifier {
         })
     }
 
-    /// Runs DKIM, SPF (MAIL FROM and HELO), ARC and DMARC over `raw`.
-    pub async fn verify(&self, raw: &[u8], env: &Envelope<'_>) -> AuthOutcome {
-        let Some(msg) = AuthenticatedMessage::parse(raw) else {
-            return AuthOutcome {
-                results: format!("{}; none", self.hostname),
-                ..AuthOutcome::default()
-            };
-        };
+    /// Runs DKIM, SPF (MAIL FROM and HELO), ARC and DMARC over `raw`, as `parsed` (the parse
+    /// the message is routed by).
+    pub async fn verify(
+        &self,
+        raw: &[u8],
+        parsed: &mail_parser::Message<'_>,
+        env: &Envelope<'_>,
+    ) -> AuthOutcome {
+        let msg = AuthenticatedMessage::from_parsed(parsed, raw, true);
         let from = msg.from().to_owned();
         let from_domain = from
             .rsplit_once('@')
