@@ -1049,6 +1049,65 @@ async fn loop_rules_keep_automatic_mail_from_agents() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attachments_become_file_parts_within_the_cap() {
+    let (mut app, helper, addr) = spawn_email(None, |c| {
+        c.media.max_bytes = 64;
+    })
+    .await;
+    let mut r = Raw::connect(addr).await;
+    assert!(r.cmd("HELO old.client.test").await.starts_with("250"));
+    assert!(
+        r.cmd("MAIL FROM:<bob@elsewhere.test>")
+            .await
+            .starts_with("250")
+    );
+    assert!(
+        r.cmd("RCPT TO:<helper@agents.test>")
+            .await
+            .starts_with("250")
+    );
+    assert!(r.cmd("DATA").await.starts_with("354"));
+    let big = "QUJD".repeat(40); // 120 bytes decoded: over the 64-byte cap
+    let msg = format!(
+        "From: Bob <bob@elsewhere.test>\r\nTo: helper@agents.test\r\nSubject: files\r\nMessage-ID: <att@e.test>\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"m\"\r\n\r\n--m\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nSee attached.\r\n--m\r\nContent-Type: image/png\r\nContent-Disposition: inline; filename=\"dot.png\"\r\nContent-Transfer-Encoding: base64\r\n\r\niVBORw0KGgo=\r\n--m\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"big.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\n{big}\r\n--m--\r\n.\r\n"
+    );
+    r.send(msg.as_bytes()).await;
+    assert!(r.reply().await.starts_with("250"));
+    let got = wait_seen(&helper, 1).await;
+    let parts = serde_json::to_value(&got[0].parts).unwrap();
+    assert_eq!(parts[0]["kind"], "text");
+    assert!(
+        parts[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("See attached.")
+    );
+    assert_eq!(
+        parts.as_array().unwrap().len(),
+        2,
+        "the oversized file is dropped: {parts}"
+    );
+    assert_eq!(parts[1]["kind"], "file");
+    assert_eq!(parts[1]["name"], "dot.png");
+    assert_eq!(parts[1]["mime"], "image/png");
+    assert_eq!(got[0].raw["dropped_attachments"], 1);
+    assert_eq!(got[0].raw["envelope"]["helo"], "old.client.test");
+    // The agent fetches the bytes from the signed media URL.
+    let url = parts[1]["bytes_ref"]["url"].as_str().unwrap();
+    let body = app
+        .http
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(&body[..], b"\x89PNG\r\n\x1a\n");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floods_and_slow_clients_are_cut_off() {
     let (mut app, _helper, addr) = spawn_email(None, |c| {
         c.email.max_commands = 20;
