@@ -1108,6 +1108,33 @@ async fn attachments_become_file_parts_within_the_cap() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_is_answered_451_and_the_retry_lands() {
+    let (mut app, helper, addr) = spawn_email(None, |_| {}).await;
+    let db = app.open_db().await;
+    // Break the store under the running server: ingest cannot commit.
+    db.execute("ALTER TABLE inbound_seen RENAME TO inbound_seen_away", &[])
+        .await
+        .unwrap();
+    let msg = b"From: bob@elsewhere.test\r\nTo: helper@agents.test\r\nMessage-ID: <tf@e.test>\r\n\r\nplease retry\r\n.\r\n";
+    let mut r = Raw::connect(addr).await;
+    transaction(&mut r, "bob@elsewhere.test", &["helper@agents.test"]).await;
+    r.send(msg).await;
+    let got = r.reply().await;
+    assert!(got.starts_with("451 4.3.0"), "{got}");
+    db.execute("ALTER TABLE inbound_seen_away RENAME TO inbound_seen", &[])
+        .await
+        .unwrap();
+    // The sender retries the same message: now it is stored, once.
+    transaction(&mut r, "bob@elsewhere.test", &["helper@agents.test"]).await;
+    r.send(msg).await;
+    let got = r.reply().await;
+    assert!(got.starts_with("250"), "{got}");
+    assert_eq!(wait_seen(&helper, 1).await.len(), 1);
+    assert_eq!(stored_messages(&app).await, 1);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floods_and_slow_clients_are_cut_off() {
     let (mut app, _helper, addr) = spawn_email(None, |c| {
         c.email.max_commands = 20;
