@@ -645,6 +645,46 @@ async fn relay_refusals_end_the_delivery_and_deferrals_are_retried() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_relay_replies_go_to_the_recipients_mx() {
+    let Some(p) = peers() else { return };
+    let catcher = Catcher::start(&p, 250);
+    let port = catcher.port;
+    let (mut app, _helper, addr) = spawn_email(None, move |c| {
+        c.email.direct_port = port;
+        c.email
+            .dns_mx
+            .insert("example.com".into(), vec!["127.0.0.1".into()]);
+    })
+    .await;
+    let mut r = Raw::connect(addr).await;
+    transaction(&mut r, "alice@example.com", &["echo@agents.test"]).await;
+    r.send(b"From: Alice <alice@example.com>\r\nTo: echo@agents.test\r\nSubject: direct\r\nMessage-ID: <mx1@example.com>\r\n\r\nstraight to the MX\r\n.\r\n").await;
+    assert!(r.reply().await.starts_with("250"));
+    let (reply, envelope) = catcher.message(1).await;
+    assert_eq!(envelope[1], "alice@example.com");
+    assert_eq!(header(&reply, "In-Reply-To").unwrap(), "<mx1@example.com>");
+    assert!(header(&reply, "DKIM-Signature").is_some());
+    // A domain with no MX and no address: retried, not dropped.
+    transaction(&mut r, "bob@nowhere.test", &["echo@agents.test"]).await;
+    r.send(b"From: bob@nowhere.test\r\nTo: echo@agents.test\r\nMessage-ID: <mx2@nowhere.test>\r\n\r\nhello\r\n.\r\n").await;
+    assert!(r.reply().await.starts_with("250"));
+    let db = app.open_db().await;
+    let job = wait_for(20, "a retried delivery", || {
+        let db = db.clone();
+        async move {
+            let jobs = switchboard::store::jobs::list(&db, None, Some("deliver"), 10)
+                .await
+                .unwrap();
+            jobs.into_iter().find(|j| j.attempts >= 2)
+        }
+    })
+    .await;
+    assert_ne!(job.state, "dead");
+    assert!(job.last_error.unwrap_or_default().contains("nowhere.test"));
+    app.stop().await;
+}
+
 #[test]
 fn dkim_command_prints_the_record_to_publish() {
     let dir = tempfile::tempdir().unwrap();
