@@ -434,7 +434,8 @@ pub struct EmailConfig {
     pub dns: DnsMode,
     /// TXT records answered locally before asking DNS: FQDN → record text.
     pub dns_records: BTreeMap<String, String>,
-    /// Relay (smarthost) replies are sent through; without one, replies are not sent.
+    /// Relay (smarthost) replies are sent through; without one they go straight to the
+    /// recipient domain's MX hosts.
     pub relay_host: Option<String>,
     /// Relay port.
     pub relay_port: u16,
@@ -446,6 +447,10 @@ pub struct EmailConfig {
     pub relay_password: Option<Secret>,
     /// Timeout of one relay conversation.
     pub relay_timeout_seconds: u64,
+    /// Port of direct MX delivery, used when no relay is set (25; others only for tests).
+    pub direct_port: u16,
+    /// MX answers known without DNS: domain → exchanges, most preferred first.
+    pub dns_mx: BTreeMap<String, Vec<String>>,
 }
 
 impl Default for EmailConfig {
@@ -474,6 +479,8 @@ impl Default for EmailConfig {
             relay_username: None,
             relay_password: None,
             relay_timeout_seconds: 60,
+            direct_port: 25,
+            dns_mx: BTreeMap::new(),
         }
     }
 }

@@ -646,6 +646,46 @@ async fn relay_refusals_end_the_delivery_and_deferrals_are_retried() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_relay_replies_go_to_the_recipients_mx() {
+    let Some(p) = peers() else { return };
+    let catcher = Catcher::start(&p, 250);
+    let port = catcher.port;
+    let (mut app, _helper, addr) = spawn_email(None, move |c| {
+        c.email.direct_port = port;
+        c.email
+            .dns_mx
+            .insert("example.com".into(), vec!["127.0.0.1".into()]);
+    })
+    .await;
+    let mut r = Raw::connect(addr).await;
+    transaction(&mut r, "alice@example.com", &["echo@agents.test"]).await;
+    r.send(b"From: Alice <alice@example.com>\r\nTo: echo@agents.test\r\nSubject: direct\r\nMessage-ID: <mx1@example.com>\r\n\r\nstraight to the MX\r\n.\r\n").await;
+    assert!(r.reply().await.starts_with("250"));
+    let (reply, envelope) = catcher.message(1).await;
+    assert_eq!(envelope[1], "alice@example.com");
+    assert_eq!(header(&reply, "In-Reply-To").unwrap(), "<mx1@example.com>");
+    assert!(header(&reply, "DKIM-Signature").is_some());
+    // A domain with no MX and no address: retried, not dropped.
+    transaction(&mut r, "bob@nowhere.test", &["echo@agents.test"]).await;
+    r.send(b"From: bob@nowhere.test\r\nTo: echo@agents.test\r\nMessage-ID: <mx2@nowhere.test>\r\n\r\nhello\r\n.\r\n").await;
+    assert!(r.reply().await.starts_with("250"));
+    let db = app.open_db().await;
+    let job = wait_for(20, "a retried delivery", || {
+        let db = db.clone();
+        async move {
+            let jobs = switchboard::store::jobs::list(&db, None, Some("deliver"), 10)
+                .await
+                .unwrap();
+            jobs.into_iter().find(|j| j.attempts >= 2)
+        }
+    })
+    .await;
+    assert_ne!(job.state, "dead");
+    assert!(job.last_error.unwrap_or_default().contains("nowhere.test"));
+    app.stop().await;
+}
+
 #[test]
 fn dkim_command_prints_the_record_to_publish() {
     let dir = tempfile::tempdir().unwrap();
@@ -1046,6 +1086,92 @@ async fn loop_rules_keep_automatic_mail_from_agents() {
     assert_eq!(got.len(), 3);
     assert_ne!(got[2].thread_id, got[0].thread_id);
     assert_eq!(stored_messages(&app).await, 3);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attachments_become_file_parts_within_the_cap() {
+    let (mut app, helper, addr) = spawn_email(None, |c| {
+        c.media.max_bytes = 64;
+    })
+    .await;
+    let mut r = Raw::connect(addr).await;
+    assert!(r.cmd("HELO old.client.test").await.starts_with("250"));
+    assert!(
+        r.cmd("MAIL FROM:<bob@elsewhere.test>")
+            .await
+            .starts_with("250")
+    );
+    assert!(
+        r.cmd("RCPT TO:<helper@agents.test>")
+            .await
+            .starts_with("250")
+    );
+    assert!(r.cmd("DATA").await.starts_with("354"));
+    let big = "QUJD".repeat(40); // 120 bytes decoded: over the 64-byte cap
+    let msg = format!(
+        "From: Bob <bob@elsewhere.test>\r\nTo: helper@agents.test\r\nSubject: files\r\nMessage-ID: <att@e.test>\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"m\"\r\n\r\n--m\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nSee attached.\r\n--m\r\nContent-Type: image/png\r\nContent-Disposition: inline; filename=\"dot.png\"\r\nContent-Transfer-Encoding: base64\r\n\r\niVBORw0KGgo=\r\n--m\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"big.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\n{big}\r\n--m--\r\n.\r\n"
+    );
+    r.send(msg.as_bytes()).await;
+    assert!(r.reply().await.starts_with("250"));
+    let got = wait_seen(&helper, 1).await;
+    let parts = serde_json::to_value(&got[0].parts).unwrap();
+    assert_eq!(parts[0]["kind"], "text");
+    assert!(
+        parts[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("See attached.")
+    );
+    assert_eq!(
+        parts.as_array().unwrap().len(),
+        2,
+        "the oversized file is dropped: {parts}"
+    );
+    assert_eq!(parts[1]["kind"], "file");
+    assert_eq!(parts[1]["name"], "dot.png");
+    assert_eq!(parts[1]["mime"], "image/png");
+    assert_eq!(got[0].raw["dropped_attachments"], 1);
+    assert_eq!(got[0].raw["envelope"]["helo"], "old.client.test");
+    // The agent fetches the bytes from the signed media URL.
+    let url = parts[1]["bytes_ref"]["url"].as_str().unwrap();
+    let body = app
+        .http
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(&body[..], b"\x89PNG\r\n\x1a\n");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_is_answered_451_and_the_retry_lands() {
+    let (mut app, helper, addr) = spawn_email(None, |_| {}).await;
+    let db = app.open_db().await;
+    // Break the store under the running server: ingest cannot commit.
+    db.execute("ALTER TABLE inbound_seen RENAME TO inbound_seen_away", &[])
+        .await
+        .unwrap();
+    let msg = b"From: bob@elsewhere.test\r\nTo: helper@agents.test\r\nMessage-ID: <tf@e.test>\r\n\r\nplease retry\r\n.\r\n";
+    let mut r = Raw::connect(addr).await;
+    transaction(&mut r, "bob@elsewhere.test", &["helper@agents.test"]).await;
+    r.send(msg).await;
+    let got = r.reply().await;
+    assert!(got.starts_with("451 4.3.0"), "{got}");
+    db.execute("ALTER TABLE inbound_seen_away RENAME TO inbound_seen", &[])
+        .await
+        .unwrap();
+    // The sender retries the same message: now it is stored, once.
+    transaction(&mut r, "bob@elsewhere.test", &["helper@agents.test"]).await;
+    r.send(msg).await;
+    let got = r.reply().await;
+    assert!(got.starts_with("250"), "{got}");
+    assert_eq!(wait_seen(&helper, 1).await.len(), 1);
+    assert_eq!(stored_messages(&app).await, 1);
     app.stop().await;
 }
 

@@ -26,7 +26,7 @@ use mail_auth::spf::Spf;
 use mail_auth::spf::verify::SpfParameters;
 use mail_auth::{
     AuthenticatedMessage, AuthenticationResults, DkimOutput, DkimResult, DmarcResult, DnsError,
-    MessageAuthenticator, Parameters, ResolverCache, SpfResult, Txt,
+    DnssecStatus, MX, MessageAuthenticator, Parameters, RecordSet, ResolverCache, SpfResult, Txt,
 };
 
 use crate::config::DnsMode;
@@ -113,6 +113,85 @@ impl ResolverCache<Box<str>, Txt> for StaticTxt {
     }
 
     fn insert(&self, _key: Box<str>, _value: Txt, _valid_until: std::time::Instant) {}
+}
+
+/// MX answers known without DNS.
+#[derive(Clone, Default, Debug)]
+pub struct StaticMx {
+    records: HashMap<Box<str>, RecordSet<MX>>,
+    offline: bool,
+}
+
+impl StaticMx {
+    /// `domain → exchanges` (most preferred first).
+    #[must_use]
+    pub fn new<'a>(
+        records: impl IntoIterator<Item = (&'a String, &'a Vec<String>)>,
+        offline: bool,
+    ) -> Self {
+        let records = records
+            .into_iter()
+            .map(|(domain, hosts)| {
+                let mx: Vec<MX> = hosts
+                    .iter()
+                    .zip(0u16..)
+                    .map(|(h, i)| MX {
+                        exchanges: vec![h.clone().into_boxed_str()].into_boxed_slice(),
+                        preference: i.saturating_mul(10),
+                    })
+                    .collect();
+                (
+                    fqdn(domain),
+                    RecordSet {
+                        rrset: mx.into(),
+                        dnssec_status: DnssecStatus::default(),
+                    },
+                )
+            })
+            .collect();
+        Self { records, offline }
+    }
+
+    /// Whether names missing here do not exist.
+    #[must_use]
+    pub fn offline(&self) -> bool {
+        self.offline
+    }
+}
+
+impl ResolverCache<Box<str>, RecordSet<MX>> for StaticMx {
+    fn get<Q>(&self, name: &Q) -> Option<RecordSet<MX>>
+    where
+        Box<str>: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.records.get(name).cloned()
+    }
+
+    fn remove<Q>(&self, name: &Q) -> Option<RecordSet<MX>>
+    where
+        Box<str>: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.get(name)
+    }
+
+    fn insert(&self, _key: Box<str>, _value: RecordSet<MX>, _valid_until: std::time::Instant) {}
+}
+
+/// Builds the resolver for `mode`.
+///
+/// # Errors
+/// [`Error::Startup`] when the system resolver configuration cannot be read.
+pub fn authenticator(mode: DnsMode) -> Result<MessageAuthenticator> {
+    match mode {
+        DnsMode::System => MessageAuthenticator::new_system_conf(),
+        DnsMode::Offline => MessageAuthenticator::new(
+            ResolverConfig::from_parts(None, vec![], vec![]),
+            ResolverOpts::default(),
+        ),
+    }
+    .map_err(|e| Error::Startup(format!("DNS resolver: {e}")))
 }
 
 /// Verifies inbound mail.
@@ -251,14 +330,7 @@ impl Verifier {
     /// # Errors
     /// [`Error::Startup`] when the system resolver configuration cannot be read.
     pub fn new(mode: DnsMode, txt: StaticTxt, hostname: &str) -> Result<Self> {
-        let auth = match mode {
-            DnsMode::System => MessageAuthenticator::new_system_conf(),
-            DnsMode::Offline => MessageAuthenticator::new(
-                ResolverConfig::from_parts(None, vec![], vec![]),
-                ResolverOpts::default(),
-            ),
-        }
-        .map_err(|e| Error::Startup(format!("DNS resolver: {e}")))?;
+        let auth = authenticator(mode)?;
         Ok(Self {
             auth,
             txt,
@@ -266,14 +338,15 @@ impl Verifier {
         })
     }
 
-    /// Runs DKIM, SPF (MAIL FROM and HELO), ARC and DMARC over `raw`.
-    pub async fn verify(&self, raw: &[u8], env: &Envelope<'_>) -> AuthOutcome {
-        let Some(msg) = AuthenticatedMessage::parse(raw) else {
-            return AuthOutcome {
-                results: format!("{}; none", self.hostname),
-                ..AuthOutcome::default()
-            };
-        };
+    /// Runs DKIM, SPF (MAIL FROM and HELO), ARC and DMARC over `raw`, as `parsed` (the parse
+    /// the message is routed by).
+    pub async fn verify(
+        &self,
+        raw: &[u8],
+        parsed: &mail_parser::Message<'_>,
+        env: &Envelope<'_>,
+    ) -> AuthOutcome {
+        let msg = AuthenticatedMessage::from_parsed(parsed, raw, true);
         let from = msg.from().to_owned();
         let from_domain = from
             .rsplit_once('@')

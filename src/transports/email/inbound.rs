@@ -154,17 +154,18 @@ impl Inbound {
             metrics.inbound(NAME, "invalid");
             return Reply::new(550, [5, 6, 0], e.to_string());
         }
-        let mail = match parse::parse(raw, &env.mail_from, self.limits.max_mime_depth) {
-            Ok(m) => m,
-            Err(ParseError::Loop) => {
-                metrics.inbound(NAME, "invalid");
-                return Reply::new(554, [5, 4, 6], "Too many hops: mail loop detected");
-            }
-            Err(e) => {
-                metrics.inbound(NAME, "invalid");
-                return Reply::new(550, [5, 6, 0], e.to_string());
-            }
-        };
+        let (mail, parsed) =
+            match parse::parse_with(raw, &env.mail_from, self.limits.max_mime_depth) {
+                Ok(m) => m,
+                Err(ParseError::Loop) => {
+                    metrics.inbound(NAME, "invalid");
+                    return Reply::new(554, [5, 4, 6], "Too many hops: mail loop detected");
+                }
+                Err(e) => {
+                    metrics.inbound(NAME, "invalid");
+                    return Reply::new(550, [5, 6, 0], e.to_string());
+                }
+            };
         let now = self.pipeline.clock().now_ms();
         for r in &env.rcpts {
             if let Rcpt::Bounce(response_id) = r
@@ -208,6 +209,7 @@ impl Inbound {
             .verifier
             .verify(
                 raw,
+                &parsed,
                 &Envelope {
                     ip: env.peer.ip(),
                     helo: &env.helo,

@@ -85,6 +85,105 @@ pub struct EmailTransport {
     selector: String,
     display_names: HashMap<String, String>,
     relay: Option<AsyncSmtpTransport<Tokio1Executor>>,
+    direct: Direct,
+}
+
+/// Direct delivery to the recipient domain's MX hosts (when no relay is set).
+struct Direct {
+    dns: mail_auth::MessageAuthenticator,
+    mx: auth::StaticMx,
+    port: u16,
+    hostname: String,
+    timeout: Duration,
+    allow_private: bool,
+}
+
+impl Direct {
+    /// The hosts to try, most preferred first: the MX records, else the domain itself
+    /// (RFC 5321 §5.1). A null MX (RFC 7505) means the domain takes no mail.
+    async fn hosts(&self, domain: &str) -> std::result::Result<Vec<String>, OutboundError> {
+        match self.dns.mx_lookup(domain, Some(&self.mx)).await {
+            Ok(set) => {
+                let mut mx: Vec<_> = set.rrset.iter().collect();
+                mx.sort_by_key(|m| m.preference);
+                let hosts: Vec<String> = mx
+                    .iter()
+                    .flat_map(|m| m.exchanges.iter())
+                    .map(|h| h.trim_end_matches('.').to_owned())
+                    .collect();
+                if hosts.iter().all(String::is_empty) {
+                    return Err(OutboundError::permanent(format!(
+                        "{domain} accepts no mail (null MX)"
+                    )));
+                }
+                Ok(hosts)
+            }
+            Err(mail_auth::Error::Dns(mail_auth::DnsError::RecordNotFound(_))) => {
+                Ok(vec![domain.to_owned()])
+            }
+            Err(_) if self.mx.offline() => Ok(vec![domain.to_owned()]),
+            Err(e) => Err(OutboundError::temporary(format!(
+                "MX lookup for {domain}: {e}"
+            ))),
+        }
+    }
+
+    async fn addresses(&self, host: &str) -> Vec<std::net::IpAddr> {
+        if let Ok(ip) = host.parse() {
+            return vec![ip];
+        }
+        type NoV4 =
+            mail_auth::common::cache::NoCache<Box<str>, mail_auth::RecordSet<std::net::Ipv4Addr>>;
+        type NoV6 =
+            mail_auth::common::cache::NoCache<Box<str>, mail_auth::RecordSet<std::net::Ipv6Addr>>;
+        self.dns
+            .ip_lookup(
+                host,
+                mail_auth::IpLookupStrategy::Ipv4thenIpv6,
+                4,
+                None::<&NoV4>,
+                None::<&NoV6>,
+            )
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Sends to the first MX host that takes the message; a 5xx from any of them ends it.
+    async fn send(
+        &self,
+        domain: &str,
+        envelope: &lettre::address::Envelope,
+        bytes: &[u8],
+    ) -> std::result::Result<(), OutboundError> {
+        let mut last = OutboundError::temporary(format!("no MX host of {domain} answered"));
+        for host in self.hosts(domain).await? {
+            for ip in self.addresses(&host).await {
+                if !self.allow_private && crate::net::is_forbidden_ip(ip) {
+                    last = OutboundError::permanent(format!("MX {host} is a private address"));
+                    continue;
+                }
+                // Opportunistic STARTTLS, as MTAs do (RFC 7435): encrypt when offered, without
+                // insisting on a certificate the MX may not have.
+                let tls = lettre::transport::smtp::client::TlsParameters::builder(host.clone())
+                    .dangerous_accept_invalid_certs(true)
+                    .build()
+                    .map_err(|e| OutboundError::permanent(format!("TLS: {e}")))?;
+                let transport =
+                    AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(ip.to_string())
+                        .port(self.port)
+                        .hello_name(ClientId::Domain(self.hostname.clone()))
+                        .timeout(Some(self.timeout))
+                        .tls(Tls::Opportunistic(tls))
+                        .build();
+                match transport.send_raw(envelope, bytes).await {
+                    Ok(_) => return Ok(()),
+                    Err(e) if e.is_permanent() => return Err(outbound::classify(&e)),
+                    Err(e) => last = outbound::classify(&e),
+                }
+            }
+        }
+        Err(last)
+    }
 }
 
 impl std::fmt::Debug for EmailTransport {
@@ -147,6 +246,17 @@ impl EmailTransport {
             selector: config.email.dkim_selector.clone(),
             display_names,
             relay: relay(&config.email, &hostname)?,
+            direct: Direct {
+                dns: auth::authenticator(config.email.dns)?,
+                mx: auth::StaticMx::new(
+                    &config.email.dns_mx,
+                    config.email.dns == crate::config::DnsMode::Offline,
+                ),
+                port: config.email.direct_port,
+                hostname,
+                timeout: Duration::from_secs(config.email.relay_timeout_seconds),
+                allow_private: config.net.allow_private_addresses,
+            },
         })
     }
 
@@ -231,11 +341,6 @@ impl Transport for EmailTransport {
             .get("agent_address")
             .and_then(Value::as_str)
             .map_or_else(|| format!("{agent}@{}", self.mail_domain), str::to_owned);
-        let Some(relay) = &self.relay else {
-            return Err(OutboundError::permanent(
-                "email.relay_host is not set (direct MX delivery is not implemented)",
-            ));
-        };
         let message_id = format!("{}@{}", d.response.id, self.mail_domain);
         let thread_key = raw
             .get("thread_key")
@@ -301,10 +406,18 @@ impl Transport for EmailTransport {
             ],
         )
         .map_err(|e| OutboundError::permanent(e.to_string()))?;
-        relay
-            .send_raw(&envelope, &signed)
-            .await
-            .map_err(|e| outbound::classify(&e))?;
+        match &self.relay {
+            Some(relay) => {
+                relay
+                    .send_raw(&envelope, &signed)
+                    .await
+                    .map_err(|e| outbound::classify(&e))?;
+            }
+            None => {
+                let domain = to.address.rsplit_once('@').map_or("", |(_, d)| d);
+                self.direct.send(domain, &envelope, &signed).await?;
+            }
+        }
         tracing::info!(response = %d.response.id, to = %to.address, "reply sent");
         Ok(())
     }

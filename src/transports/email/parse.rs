@@ -319,6 +319,19 @@ fn depth(msg: &mail_parser::Message<'_>, part: u32, level: usize, cap: usize) ->
 /// [`ParseError::Malformed`] when nothing sensible is in it, [`ParseError::TooDeep`] past
 /// `max_depth` nested multiparts, [`ParseError::Loop`] past [`MAX_RECEIVED`] hops.
 pub fn parse(raw: &[u8], mail_from: &str, max_depth: usize) -> Result<ParsedMail, ParseError> {
+    parse_with(raw, mail_from, max_depth).map(|(p, _)| p)
+}
+
+/// As [`parse`], also returning mail-parser's parse, so authentication reads the very same
+/// headers (the From that DMARC checks is the From the message is routed by).
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_with<'x>(
+    raw: &'x [u8],
+    mail_from: &str,
+    max_depth: usize,
+) -> Result<(ParsedMail, mail_parser::Message<'x>), ParseError> {
     let headers = raw_headers(raw);
     if received_count(&headers) > MAX_RECEIVED {
         return Err(ParseError::Loop);
@@ -356,7 +369,7 @@ pub fn parse(raw: &[u8], mail_from: &str, max_depth: usize) -> Result<ParsedMail
             data: part.contents().to_vec(),
         });
     }
-    Ok(ParsedMail {
+    let parsed = ParsedMail {
         message_id: msg.message_id().and_then(clean_id),
         from_count: from.len(),
         from: from.into_iter().next(),
@@ -383,7 +396,8 @@ pub fn parse(raw: &[u8], mail_from: &str, max_depth: usize) -> Result<ParsedMail
         attachments,
         no_reply: no_reply_reason(&headers, mail_from),
         dsn: dsn(&msg),
-    })
+    };
+    Ok((parsed, msg))
 }
 
 /// Reads the `message/delivery-status` part of a report, if there is one.
