@@ -110,6 +110,7 @@ async fn start_switchboard(dir: &std::path::Path) -> Application {
     let mut config = switchboard::Config::from_env(None).unwrap_or_else(|e| panic!("config: {e}"));
     config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
     config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
+    config.email.enabled = false;
     config.database.url = Secret::new(format!("sqlite://{}", dir.join("bench.db").display()));
     // A second agent whose tasks wait for input, to hold streams open.
     config.agents.push(switchboard::config::AgentConfig {

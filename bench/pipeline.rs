@@ -81,6 +81,7 @@ async fn run(label: &str, url: &str, n: usize, threads: Threads) {
     let mut config = Config::from_env(None).unwrap_or_else(|e| panic!("configuration: {e}"));
     config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
     config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
+    config.email.enabled = false;
     config.database.url = Secret::new(url);
     config.queue.poll_interval_ms = 100;
     let opts = Options {

@@ -315,6 +315,23 @@ async fn discovery_documents() {
         wf["links"][2]["rel"],
         "http://webfinger.net/rel/profile-page"
     );
+    assert_eq!(wf["links"][3]["rel"], "mailto");
+    assert!(
+        wf["links"][3]["href"]
+            .as_str()
+            .unwrap()
+            .starts_with("mailto:echo@"),
+        "{wf}"
+    );
+    // The agent-card link leads to the A2A transport's card for the same agent.
+    let card = http
+        .get(wf["links"][1]["href"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(card.status(), 200);
+    let card: Value = card.json().await.unwrap();
+    assert!(card["supportedInterfaces"].is_array(), "{card}");
     let by_url = http
         .get(format!("{}/.well-known/webfinger", t.base))
         .query(&[("resource", &actor)])

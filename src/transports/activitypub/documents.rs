@@ -76,15 +76,19 @@ async fn webfinger(state: web::Data<HttpState>, q: web::Query<WfQuery>) -> HttpR
         return not_found();
     };
     let actor = inner.actor_url(&agent.name);
+    let mut links = vec![
+        json!({"rel": "self", "type": AP_JSON, "href": actor}),
+        json!({"rel": "https://mentionable.dev/ns/rel/agent-card", "type": "application/json",
+               "href": format!("{actor}/agent-card.json")}),
+        json!({"rel": "http://webfinger.net/rel/profile-page", "type": "text/html", "href": actor}),
+    ];
+    if let Some(mail) = &inner.mail_domain {
+        links.push(json!({"rel": "mailto", "href": format!("mailto:{}@{mail}", agent.name)}));
+    }
     jrd(json!({
         "subject": format!("acct:{}@{}", agent.name, inner.domain),
         "aliases": [actor],
-        "links": [
-            {"rel": "self", "type": AP_JSON, "href": actor},
-            {"rel": "https://mentionable.dev/ns/rel/agent-card", "type": "application/json",
-             "href": format!("{actor}/agent-card.json")},
-            {"rel": "http://webfinger.net/rel/profile-page", "type": "text/html", "href": actor},
-        ],
+        "links": links,
     }))
 }
 

@@ -60,6 +60,8 @@ struct Inner {
     base: String,
     /// `example.org[:port]`.
     domain: String,
+    /// The agents' mail domain when the email transport is on (WebFinger `mailto:` links).
+    mail_domain: Option<String>,
     allow_private: bool,
     db: Db,
     clock: SharedClock,
@@ -111,6 +113,7 @@ impl ActivityPub {
                 cfg: config.activitypub.clone(),
                 base,
                 domain,
+                mail_domain: config.email.enabled.then(|| config.mail_domain()).flatten(),
                 allow_private: config.net.allow_private_addresses,
                 writer: writer::spawn(parts.db.clone()),
                 db: parts.db,
