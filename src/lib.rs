@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod keys;
+pub mod markdown;
 pub mod message;
 pub mod metrics;
 pub mod net;

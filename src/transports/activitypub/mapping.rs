@@ -296,7 +296,8 @@ pub fn addressing(
 }
 
 /// The reply's HTML: mention markup for recipients the text does not already mention, then the
-/// text parts (plain and markdown escaped, HTML sanitised), then links.
+/// text parts (plain text escaped and linked, markdown rendered, both HTML kinds sanitised),
+/// then links.
 #[must_use]
 pub fn reply_html(recipients: &[Recipient], parts: &[Part]) -> String {
     let mut body = String::new();
@@ -308,6 +309,9 @@ pub fn reply_html(recipients: &[Recipient], parts: &[Part]) -> String {
                 texts.push('\n');
                 match t.mime {
                     TextMime::Html => body.push_str(&html::sanitize(&t.content)),
+                    TextMime::Markdown => {
+                        body.push_str(&html::sanitize(&crate::markdown::to_html(&t.content)));
+                    }
                     _ => body.push_str(&html::text_to_html(&t.content)),
                 }
             }
@@ -473,5 +477,22 @@ mod tests {
         let create = create_of(&note);
         assert_eq!(create["actor"], "https://sb.example/agents/h");
         assert_eq!(create["id"], "https://sb.example/agents/h/notes/1/activity");
+    }
+
+    #[test]
+    fn markdown_is_rendered_then_sanitised() {
+        let parts = vec![Part::Text(crate::message::TextPart {
+            mime: TextMime::Markdown,
+            content: "# Title\n\n**bold** and [a link](https://x.example/) <img src=x onerror=y>"
+                .into(),
+            extra: crate::message::Extra::new(),
+        })];
+        let html = reply_html(&[], &parts);
+        assert!(html.contains("<strong>bold</strong>"), "{html}");
+        assert!(html.contains("href=\"https://x.example/\""), "{html}");
+        assert!(html.contains("Title"), "{html}");
+        // Headings are not on Mastodon's allow-list; raw HTML never passes through.
+        assert!(!html.contains("<h1"), "{html}");
+        assert!(!html.contains("<img"), "{html}");
     }
 }

@@ -116,19 +116,6 @@ pub fn reply_references(parent: &str, refs: &[String], irt: &[String]) -> Vec<St
     out
 }
 
-/// Markdown rendered as HTML; raw HTML in the markdown is shown as text, never passed through.
-#[must_use]
-pub fn markdown_html(md: &str) -> String {
-    use pulldown_cmark::{Event, Parser, html};
-    let events = Parser::new(md).map(|e| match e {
-        Event::Html(h) | Event::InlineHtml(h) => Event::Text(h),
-        other => other,
-    });
-    let mut out = String::with_capacity(md.len() * 3 / 2);
-    html::push_html(&mut out, events);
-    out
-}
-
 /// Text, HTML and attachments of a reply from the response's parts (file bytes are looked up by
 /// the caller through `fetch`).
 pub fn render_parts(parts: &[Part]) -> (String, Option<String>) {
@@ -143,7 +130,7 @@ pub fn render_parts(parts: &[Part]) -> (String, Option<String>) {
                 }
                 _ => {
                     text.push(t.content.clone());
-                    html.push(markdown_html(&t.content));
+                    html.push(crate::markdown::to_html(&t.content));
                 }
             },
             Part::Link(l) => {
@@ -298,7 +285,7 @@ mod tests {
             parent_in_reply_to: &[],
             date: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000),
             text: "Hello *there*\n".into(),
-            html: Some(markdown_html("Hello *there*")),
+            html: Some(crate::markdown::to_html("Hello *there*")),
             files: vec![],
         }
     }
@@ -401,12 +388,5 @@ mod tests {
         assert_eq!(att[0].contents(), b"%PDF-1.4 test");
         assert!(!header_names(&raw).iter().any(|n| n == "bcc"));
         assert!(parsed.body_text(0).unwrap().contains("Hello"));
-    }
-
-    #[test]
-    fn markdown_html_escapes_raw_html() {
-        let h = markdown_html("a <script>alert(1)</script> **b**");
-        assert!(!h.contains("<script>"), "{h}");
-        assert!(h.contains("<strong>b</strong>"), "{h}");
     }
 }
