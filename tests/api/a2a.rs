@@ -523,8 +523,7 @@ impl switchboard::agents::AgentBackend for AskerAgent {
 /// The interop peers, or `None` (with a note) when interop tests are off. With
 /// `SWITCHBOARD_INTEROP=1` a missing peer is a failure.
 fn peers() -> Option<(String, std::path::PathBuf)> {
-    if std::env::var("SWITCHBOARD_INTEROP").as_deref() != Ok("1") {
-        eprintln!("SWITCHBOARD_INTEROP is not 1: A2A interop test skipped (scripts/test runs it)");
+    if !crate::helpers::interop("A2A") {
         return None;
     }
     let python = std::env::var("SWITCHBOARD_A2A_PYTHON")

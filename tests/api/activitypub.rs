@@ -1299,11 +1299,7 @@ impl Drop for Peer {
 }
 
 fn interop() -> bool {
-    if std::env::var("SWITCHBOARD_INTEROP").as_deref() != Ok("1") {
-        eprintln!("SWITCHBOARD_INTEROP is not 1: the Fedify interop test is skipped");
-        return false;
-    }
-    true
+    crate::helpers::interop("Fedify")
 }
 
 async fn start_peer() -> Peer {

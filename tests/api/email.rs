@@ -40,8 +40,7 @@ struct Peers {
 }
 
 fn peers() -> Option<Peers> {
-    if std::env::var("SWITCHBOARD_INTEROP").as_deref() != Ok("1") {
-        eprintln!("SWITCHBOARD_INTEROP is not 1: email interop test skipped");
+    if !crate::helpers::interop("email") {
         return None;
     }
     let get = |k: &str| {

@@ -293,3 +293,16 @@ impl switchboard::agents::AgentBackend for RecordingAgent {
         switchboard::agents::AgentBackend::respond(&switchboard::agents::EchoAgent, msg).await
     }
 }
+
+/// Whether the interop suites against real peers run: `SWITCHBOARD_INTEROP=1`, which
+/// `scripts/test` sets after installing the peers. A bare `cargo test` skips them with a note;
+/// with the switch on, a missing peer is a failure of the test that needs it.
+pub fn interop(what: &str) -> bool {
+    let on = std::env::var("SWITCHBOARD_INTEROP").as_deref() == Ok("1");
+    if !on {
+        eprintln!(
+            "SWITCHBOARD_INTEROP is not 1: {what} interop test skipped (scripts/test runs it)"
+        );
+    }
+    on
+}
