@@ -59,7 +59,14 @@ pub async fn fresh_db(engine: Engine) -> TestDb {
         }
         Engine::Postgres => {
             let base = postgres_url().expect("SWITCHBOARD_TEST_POSTGRES_URL");
-            let name = format!("sb_test_{}", uuid::Uuid::now_v7().simple());
+            // scripts/test gives each run its own prefix and drops only that run's databases.
+            let prefix = std::env::var("SWITCHBOARD_TEST_DB_PREFIX")
+                .ok()
+                .filter(|p| {
+                    !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                })
+                .unwrap_or_else(|| "sb_test_".into());
+            let name = format!("{prefix}{}", uuid::Uuid::now_v7().simple());
             let admin = sqlx::PgPool::connect(&base).await.unwrap();
             sqlx::query(&format!("CREATE DATABASE {name}"))
                 .execute(&admin)
