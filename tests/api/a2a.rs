@@ -734,6 +734,7 @@ mod jwt {
         let recorder = Arc::new(RecordingAgent::default());
         let rec = recorder.clone();
         let rsa_pem = rsa.public_key_pem();
+        let vault_jwks = jwks_url.clone();
         let t = spawn_app(engine, move |c, o| {
             c.agents.push(AgentConfig {
                 name: "secure".into(),
@@ -765,6 +766,28 @@ mod jwt {
                                 assurance: Some("oauth".into()),
                             },
                         ],
+                        leeway_seconds: 5,
+                    },
+                }),
+            });
+            // Trusts the same issuer for another audience.
+            c.agents.push(AgentConfig {
+                name: "vault".into(),
+                display_name: None,
+                summary: None,
+                backend: BackendConfig::Echo,
+                email: None,
+                a2a: Some(AgentA2aConfig {
+                    skills: vec![],
+                    auth: A2aAuthConfig::Jwt {
+                        issuers: vec![JwtIssuerConfig {
+                            issuer: ED_ISS.into(),
+                            audiences: vec!["https://vault.example/agents/vault".into()],
+                            jwks_url: Some(vault_jwks),
+                            keys: vec![],
+                            algorithms: vec!["EdDSA".into()],
+                            assurance: None,
+                        }],
                         leeway_seconds: 5,
                     },
                 }),
@@ -922,6 +945,15 @@ mod jwt {
             body["result"]["task"]["status"]["state"],
             "TASK_STATE_COMPLETED"
         );
+        // A token for `secure` does not open `vault` through the hub, though both trust its
+        // issuer: the addressed agent's own audiences decide.
+        let (status, _, body) = call(
+            Some(ed_token(&now_claims, "k1", &ed_key)),
+            "/a2a",
+            "@vault let me in",
+        )
+        .await;
+        assert_eq!(status, 401, "{body}");
 
         let seen = recorder.seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 2);

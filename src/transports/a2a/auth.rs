@@ -120,16 +120,17 @@ fn ts(secs: Option<i64>) -> Option<Timestamp> {
     secs.map(|s| Timestamp::from_unix_millis(s.saturating_mul(1000)))
 }
 
-/// A sender address for a token subject: the subject itself when it is a handle, else
-/// `@{subject}@{issuer host}` when the subject is a valid name, else a hash of it.
+/// A sender address for a token subject: the subject itself when it is an address on the
+/// issuer's own host (an issuer vouches only for its own names), else `@{subject}@{issuer host}`
+/// when the subject is a valid name, else a hash of it.
 fn sender_address(sub: &str, issuer: &str) -> String {
-    if Address::parse(sub).is_some() {
-        return sub.to_owned();
-    }
     let host = url::Url::parse(issuer)
         .ok()
         .and_then(|u| u.host_str().map(str::to_owned))
         .unwrap_or_else(|| "a2a.invalid".into());
+    if Address::parse(sub).is_some_and(|a| a.domain.eq_ignore_ascii_case(&host)) {
+        return sub.to_owned();
+    }
     let local = if is_handle_name(sub) {
         sub.to_owned()
     } else {
@@ -166,6 +167,7 @@ impl Verifier {
                 .get("iss")
                 .and_then(Value::as_str)
                 .ok_or_else(|| Refused("JWT without iss".into()))?;
+            let mut refused = None;
             for policy in policies {
                 let (issuers, leeway, method) = match policy {
                     A2aAuthConfig::Jwt {
@@ -179,11 +181,17 @@ impl Verifier {
                     } => (issuers, *leeway_seconds, AuthMethod::A2aOauth),
                     A2aAuthConfig::Public => continue,
                 };
+                // Several agents may trust one issuer with different audiences or keys: the
+                // token is good if any of them accepts it (the addressed agent's own policy is
+                // checked again before a message reaches it).
                 if let Some(cfg) = issuers.iter().find(|i| i.issuer == iss) {
-                    return self.verify_jwt(token, cfg, leeway, method).await;
+                    match self.verify_jwt(token, cfg, leeway, method).await {
+                        Ok(caller) => return Ok(caller),
+                        Err(e) => refused = Some(e),
+                    }
                 }
             }
-            return Err(Refused(format!("untrusted issuer {iss:?}")));
+            return Err(refused.unwrap_or_else(|| Refused(format!("untrusted issuer {iss:?}"))));
         }
         for policy in policies {
             if let A2aAuthConfig::Oauth {
@@ -481,9 +489,13 @@ mod tests {
             "@agent-7@idp.example"
         );
         assert_eq!(
-            sender_address("@bot@peer.example", "https://idp.example"),
-            "@bot@peer.example"
+            sender_address("@bot@idp.example", "https://idp.example"),
+            "@bot@idp.example"
         );
+        // An issuer cannot vouch for an address on someone else's domain.
+        let foreign = sender_address("ceo@bank.example", "https://idp.example");
+        assert!(foreign.starts_with("@sub-"), "{foreign}");
+        assert!(foreign.ends_with("@idp.example"), "{foreign}");
         assert!(sender_address("a b/c", "https://idp.example").starts_with("@sub-"));
     }
 }

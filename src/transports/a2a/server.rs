@@ -919,7 +919,17 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
                 },
             },
         };
-        state.admit(&call.caller, &agent)?;
+        if call.agent.is_some() {
+            state.admit(&call.caller, &agent)?;
+        } else {
+            // At the hub the token was checked against whichever agent's issuer matched first;
+            // the agent this message goes to must accept it under its own policy (audiences,
+            // keys, algorithms), not merely trust the same issuer.
+            let caller = state
+                .authenticate(call.authorization.as_deref(), Some(&agent))
+                .await?;
+            state.admit(&caller, &agent)?;
+        }
         let task_id = uuid::Uuid::now_v7().to_string();
         let context_id = msg
             .context_id
