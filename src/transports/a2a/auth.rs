@@ -206,15 +206,16 @@ impl Verifier {
     }
 
     async fn jwks(&self, url: &str, refresh: bool) -> Result<Arc<JwkSet>, Refused> {
+        // The cache stays locked across the fetch: requests arriving meanwhile wait for it and
+        // then find it recent, so a burst of tokens naming unknown kids costs one fetch, not one
+        // per request.
+        let mut cache = self.jwks.lock().await;
         let now = self.clock.now_ms();
-        {
-            let cache = self.jwks.lock().await;
-            if let Some(c) = cache.get(url) {
-                let fresh = now - c.fetched_at < JWKS_TTL_MS;
-                let recent = now - c.fetched_at < JWKS_MIN_REFETCH_MS;
-                if (fresh && !refresh) || recent {
-                    return Ok(c.set.clone());
-                }
+        if let Some(c) = cache.get(url) {
+            let fresh = now - c.fetched_at < JWKS_TTL_MS;
+            let recent = now - c.fetched_at < JWKS_MIN_REFETCH_MS;
+            if (fresh && !refresh) || recent {
+                return Ok(c.set.clone());
             }
         }
         let resp = self
@@ -234,7 +235,7 @@ impl Verifier {
         let set: JwkSet =
             serde_json::from_slice(&resp.body).map_err(|e| Refused(format!("JWKS {url}: {e}")))?;
         let set = Arc::new(set);
-        self.jwks.lock().await.insert(
+        cache.insert(
             url.to_owned(),
             CachedJwks {
                 fetched_at: now,
