@@ -951,6 +951,25 @@ async fn smtp_smuggling_and_bad_line_endings_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_data_body_is_answered_at_once() {
+    let (mut app, _helper, addr) = spawn_email(None, |_| {}).await;
+    let mut r = Raw::connect(addr).await;
+    transaction(&mut r, "bob@elsewhere.test", &["echo@agents.test"]).await;
+    // The dot right after 354 ends DATA (it follows the CRLF that ended "DATA").
+    r.send(b".\r\n").await;
+    let got = r.reply().await;
+    assert!(got.starts_with("250") || got.starts_with('5'), "{got}");
+    assert!(r.cmd("NOOP").await.starts_with("250"));
+    // A stuffed first line is unstuffed like any other line.
+    transaction(&mut r, "bob@elsewhere.test", &["echo@agents.test"]).await;
+    r.send(b"..x\r\n.\r\n").await;
+    let got = r.reply().await;
+    assert!(got.starts_with("250") || got.starts_with('5'), "{got}");
+    assert!(r.cmd("QUIT").await.starts_with("221"));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_long_lines_deep_nesting_and_garbage_are_handled() {
     let (mut app, _helper, addr) = spawn_email(None, |c| {
         c.email.max_message_bytes = 20_000;

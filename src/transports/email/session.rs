@@ -213,7 +213,7 @@ impl Session {
                                 out.extend_from_slice(
                                     b"354 Start mail input; end with <CRLF>.<CRLF>\r\n",
                                 );
-                                mode = Mode::Data(DataReceiver::new(), Vec::with_capacity(8192));
+                                mode = Mode::Data(data_receiver(), Vec::with_capacity(8192));
                             }
                             Action::StartTls => {
                                 Reply::new(220, [2, 0, 0], "Ready to start TLS").write(&mut out);
@@ -372,6 +372,17 @@ impl Session {
     }
 }
 
+/// A DATA receiver primed as if a CRLF had just been seen: the 354 reply ends a line, so a
+/// `.` right at the start of the body is the end-of-data dot (an empty message) or a stuffed
+/// dot, exactly as after any other CRLF.
+fn data_receiver() -> DataReceiver {
+    let mut rx = DataReceiver::new();
+    let mut scratch = Vec::with_capacity(2);
+    // Two bytes with no dot cannot end the message; they only set the CRLF state.
+    let _ = rx.ingest(&mut b"\r\n".iter(), &mut scratch);
+    rx
+}
+
 enum Action {
     Reply(Reply),
     Ehlo(Vec<u8>),
@@ -408,5 +419,32 @@ fn syntax_reply(e: &smtp_proto::Error) -> Reply {
         E::NeedsMoreData { .. } | E::InvalidResponse { .. } => {
             Reply::new(500, [5, 5, 2], "Syntax error")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::data_receiver;
+
+    fn feed(input: &[u8]) -> (bool, Vec<u8>) {
+        let mut rx = data_receiver();
+        let mut msg = Vec::new();
+        let done = rx.ingest(&mut input.iter(), &mut msg);
+        (done, msg)
+    }
+
+    #[test]
+    fn an_empty_body_ends_at_the_first_dot() {
+        assert_eq!(feed(b".\r\n"), (true, Vec::new()));
+    }
+
+    #[test]
+    fn a_stuffed_first_line_loses_one_dot() {
+        assert_eq!(feed(b"..x\r\nb\r\n.\r\n"), (true, b".x\r\nb\r\n".to_vec()));
+    }
+
+    #[test]
+    fn a_body_without_leading_dot_is_unchanged() {
+        assert_eq!(feed(b"a\r\n.\r\n"), (true, b"a\r\n".to_vec()));
     }
 }
