@@ -999,6 +999,19 @@ async fn a_huge_references_header_is_accepted_and_threads() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacceptable_from_address_is_refused_permanently() {
+    let (mut app, _helper, addr) = spawn_email(None, |_| {}).await;
+    let mut r = Raw::connect(addr).await;
+    transaction(&mut r, "bob@elsewhere.test", &["echo@agents.test"]).await;
+    r.send(b"From: taro..yamada@docomo.ne.jp\r\nTo: echo@agents.test\r\nMessage-ID: <dd@e.test>\r\n\r\nhi\r\n.\r\n").await;
+    let got = r.reply().await;
+    assert!(got.starts_with("550 5.6.0"), "{got}");
+    assert_eq!(stored_messages(&app).await, 0);
+    assert!(r.cmd("QUIT").await.starts_with("221"));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_long_lines_deep_nesting_and_garbage_are_handled() {
     let (mut app, _helper, addr) = spawn_email(None, |c| {
         c.email.max_message_bytes = 20_000;
