@@ -951,6 +951,67 @@ async fn smtp_smuggling_and_bad_line_endings_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_data_body_is_answered_at_once() {
+    let (mut app, _helper, addr) = spawn_email(None, |_| {}).await;
+    let mut r = Raw::connect(addr).await;
+    transaction(&mut r, "bob@elsewhere.test", &["echo@agents.test"]).await;
+    // The dot right after 354 ends DATA (it follows the CRLF that ended "DATA").
+    r.send(b".\r\n").await;
+    let got = r.reply().await;
+    assert!(got.starts_with("250") || got.starts_with('5'), "{got}");
+    assert!(r.cmd("NOOP").await.starts_with("250"));
+    // A stuffed first line is unstuffed like any other line.
+    transaction(&mut r, "bob@elsewhere.test", &["echo@agents.test"]).await;
+    r.send(b"..x\r\n.\r\n").await;
+    let got = r.reply().await;
+    assert!(got.starts_with("250") || got.starts_with('5'), "{got}");
+    assert!(r.cmd("QUIT").await.starts_with("221"));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_references_header_is_accepted_and_threads() {
+    let (mut app, helper, addr) = spawn_email(None, |_| {}).await;
+    let mut r = Raw::connect(addr).await;
+    transaction(&mut r, "bob@elsewhere.test", &["helper@agents.test"]).await;
+    r.send(b"From: bob@elsewhere.test\r\nTo: helper@agents.test\r\nMessage-ID: <t0@e.test>\r\n\r\nfirst\r\n.\r\n").await;
+    assert!(r.reply().await.starts_with("250"));
+    // 5,000 ids, folded ten to a line.
+    let ids: Vec<String> = std::iter::once("<t0@e.test>".to_owned())
+        .chain((1..5000).map(|i| format!("<r{i}@e.test>")))
+        .collect();
+    let refs = ids
+        .chunks(10)
+        .map(|c| c.join(" "))
+        .collect::<Vec<_>>()
+        .join("\r\n ");
+    transaction(&mut r, "bob@elsewhere.test", &["helper@agents.test"]).await;
+    r.send(
+        format!("From: bob@elsewhere.test\r\nTo: helper@agents.test\r\nMessage-ID: <t1@e.test>\r\nIn-Reply-To: <r4999@e.test>\r\nReferences: {refs}\r\n\r\nsecond\r\n.\r\n")
+            .as_bytes(),
+    )
+    .await;
+    let got = r.reply().await;
+    assert!(got.starts_with("250"), "{got}");
+    let two = wait_seen(&helper, 2).await;
+    assert_eq!(two[0].thread_id, two[1].thread_id, "threaded by the root");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacceptable_from_address_is_refused_permanently() {
+    let (mut app, _helper, addr) = spawn_email(None, |_| {}).await;
+    let mut r = Raw::connect(addr).await;
+    transaction(&mut r, "bob@elsewhere.test", &["echo@agents.test"]).await;
+    r.send(b"From: taro..yamada@docomo.ne.jp\r\nTo: echo@agents.test\r\nMessage-ID: <dd@e.test>\r\n\r\nhi\r\n.\r\n").await;
+    let got = r.reply().await;
+    assert!(got.starts_with("550 5.6.0"), "{got}");
+    assert_eq!(stored_messages(&app).await, 0);
+    assert!(r.cmd("QUIT").await.starts_with("221"));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_long_lines_deep_nesting_and_garbage_are_handled() {
     let (mut app, _helper, addr) = spawn_email(None, |c| {
         c.email.max_message_bytes = 20_000;

@@ -231,6 +231,13 @@ impl Inbound {
         }
         match self.store(env, raw, &mail, &auth, &accepting).await {
             Ok(id) => Reply::new(250, [2, 0, 0], format!("Message queued as {id}")),
+            // The message itself is unacceptable (say a From address that does not parse):
+            // a retry would fail the same way, so the refusal is permanent.
+            Err(e) if e.kind() == crate::error::ErrorKind::Invalid => {
+                tracing::info!(error = %e, from = %env.mail_from, "inbound mail refused");
+                metrics.inbound(NAME, "invalid");
+                Reply::new(550, [5, 6, 0], "Message content is not acceptable")
+            }
             Err(e) => {
                 tracing::error!(error = %e, "storing inbound mail failed");
                 Reply::new(451, [4, 3, 0], "Try again later")

@@ -232,25 +232,43 @@ fn clean_id(id: &str) -> Option<String> {
     (!id.is_empty() && id.len() <= 995 && !id.contains(char::is_whitespace)).then(|| id.to_owned())
 }
 
-/// Every `<id>` in a header value, in order.
+/// How many ids of a `References`/`In-Reply-To` list are kept besides the first: the first
+/// (the thread's root) and the last ones (the nearest parents) are what threading needs, and
+/// RFC 5322 §3.6.4 allows trimming the middle. Bounds the lookup's bind parameters.
+pub const MAX_TAIL_IDS: usize = 20;
+
+/// The `<id>`s in a header value, in order: the first and the last [`MAX_TAIL_IDS`].
 #[must_use]
 pub fn message_ids(value: &str) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut first = None;
+    let mut tail = std::collections::VecDeque::with_capacity(MAX_TAIL_IDS + 1);
+    let mut keep = |id: String| {
+        if first.is_none() {
+            first = Some(id);
+        } else {
+            if tail.len() == MAX_TAIL_IDS {
+                tail.pop_front();
+            }
+            tail.push_back(id);
+        }
+    };
     let mut rest = value;
+    let mut found = false;
     while let Some(start) = rest.find('<') {
         let Some(len) = rest[start..].find('>') else {
             break;
         };
         if let Some(id) = clean_id(&rest[start + 1..start + len]) {
-            out.push(id);
+            found = true;
+            keep(id);
         }
         rest = &rest[start + len + 1..];
     }
-    if out.is_empty() {
+    if !found {
         // Some clients omit the brackets around a single id.
-        out.extend(value.split_whitespace().filter_map(clean_id));
+        value.split_whitespace().filter_map(clean_id).for_each(keep);
     }
-    out
+    first.into_iter().chain(tail).collect()
 }
 
 /// The conversation GUID (bytes 6..22) of an Outlook `Thread-Index`, hex.
@@ -617,6 +635,18 @@ mod tests {
         assert_eq!(p.thread_index_guid.as_deref().map(str::len), Some(32));
         assert_eq!(p.text.as_deref(), Some("Hello"));
         assert_eq!(p.no_reply, None);
+    }
+
+    #[test]
+    fn long_reference_lists_keep_the_root_and_the_last_ids() {
+        let value: String = (0..5000).map(|i| format!(" <r{i}@x.org>")).collect();
+        let ids = message_ids(&value);
+        assert_eq!(ids.len(), 1 + MAX_TAIL_IDS);
+        assert_eq!(ids[0], "r0@x.org");
+        assert_eq!(ids[1], format!("r{}@x.org", 5000 - MAX_TAIL_IDS));
+        assert_eq!(ids[MAX_TAIL_IDS], "r4999@x.org");
+        assert_eq!(message_ids("<a@x> <b@x>"), vec!["a@x", "b@x"]);
+        assert_eq!(message_ids("a@x"), vec!["a@x"]);
     }
 
     #[test]

@@ -131,9 +131,11 @@ impl Session {
     {
         let hostname = self.ctx.hostname.clone();
         if greet {
-            stream
-                .write_all(format!("220 {hostname} ESMTP switchboard\r\n").as_bytes())
-                .await?;
+            self.send(
+                &mut stream,
+                format!("220 {hostname} ESMTP switchboard\r\n").as_bytes(),
+            )
+            .await?;
         }
         let idle = Duration::from_secs(self.ctx.limits.idle_timeout_seconds);
         let max_size = self.ctx.limits.max_message_bytes;
@@ -144,9 +146,11 @@ impl Session {
         loop {
             let now = Instant::now();
             if now >= self.deadline {
-                stream
-                    .write_all(b"421 4.4.2 Session time limit reached, closing\r\n")
-                    .await?;
+                self.send(
+                    &mut stream,
+                    b"421 4.4.2 Session time limit reached, closing\r\n",
+                )
+                .await?;
                 return Ok(Next::Done);
             }
             let wait = idle.min(self.deadline - now);
@@ -155,8 +159,7 @@ impl Session {
                 Ok(Ok(n)) => n,
                 Ok(Err(e)) => return Err(e),
                 Err(_) => {
-                    stream
-                        .write_all(b"421 4.4.2 Timeout, closing connection\r\n")
+                    self.send(&mut stream, b"421 4.4.2 Timeout, closing connection\r\n")
                         .await?;
                     return Ok(Next::Done);
                 }
@@ -213,19 +216,17 @@ impl Session {
                                 out.extend_from_slice(
                                     b"354 Start mail input; end with <CRLF>.<CRLF>\r\n",
                                 );
-                                mode = Mode::Data(DataReceiver::new(), Vec::with_capacity(8192));
+                                mode = Mode::Data(data_receiver(), Vec::with_capacity(8192));
                             }
                             Action::StartTls => {
                                 Reply::new(220, [2, 0, 0], "Ready to start TLS").write(&mut out);
-                                stream.write_all(&out).await?;
-                                stream.flush().await?;
+                                self.send(&mut stream, &out).await?;
                                 // Anything pipelined behind STARTTLS is dropped unread.
                                 return Ok(Next::StartTls(stream));
                             }
                             Action::Quit => {
                                 Reply::new(221, [2, 0, 0], "Bye").write(&mut out);
-                                stream.write_all(&out).await?;
-                                stream.flush().await?;
+                                self.send(&mut stream, &out).await?;
                                 return Ok(Next::Done);
                             }
                         }
@@ -233,11 +234,21 @@ impl Session {
                 }
             }
             if !out.is_empty() {
-                stream.write_all(&out).await?;
-                stream.flush().await?;
+                self.send(&mut stream, &out).await?;
                 out.clear();
             }
         }
+    }
+
+    /// Writes and flushes `bytes`, within the idle timeout and the session deadline: a client
+    /// that does not read its replies cannot hold the session (and its permit) forever. A
+    /// write that does not finish in time ends the session with an error.
+    async fn send<S>(&self, stream: &mut S, bytes: &[u8]) -> std::io::Result<()>
+    where
+        S: AsyncWrite + Unpin,
+    {
+        let idle = Duration::from_secs(self.ctx.limits.idle_timeout_seconds);
+        write_within(stream, bytes, idle, self.deadline).await
     }
 
     /// Past the command cap: says so and closes.
@@ -249,8 +260,7 @@ impl Session {
             return Ok(false);
         }
         Reply::new(421, [4, 7, 0], "Too many commands, closing connection").write(out);
-        stream.write_all(out).await?;
-        stream.flush().await?;
+        self.send(stream, out).await?;
         Ok(true)
     }
 
@@ -372,6 +382,43 @@ impl Session {
     }
 }
 
+/// Writes and flushes `bytes` within `idle` and before `deadline`, else a `TimedOut` error.
+async fn write_within<S>(
+    stream: &mut S,
+    bytes: &[u8],
+    idle: Duration,
+    deadline: Instant,
+) -> std::io::Result<()>
+where
+    S: AsyncWrite + Unpin,
+{
+    // A zero wait still lets a write that completes at once through (the future is polled
+    // before the timer), so the closing 421 past the deadline is still sent.
+    let wait = idle.min(deadline.saturating_duration_since(Instant::now()));
+    let write = async {
+        stream.write_all(bytes).await?;
+        stream.flush().await
+    };
+    match tokio::time::timeout(wait, write).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "writing a reply timed out",
+        )),
+    }
+}
+
+/// A DATA receiver primed as if a CRLF had just been seen: the 354 reply ends a line, so a
+/// `.` right at the start of the body is the end-of-data dot (an empty message) or a stuffed
+/// dot, exactly as after any other CRLF.
+fn data_receiver() -> DataReceiver {
+    let mut rx = DataReceiver::new();
+    let mut scratch = Vec::with_capacity(2);
+    // Two bytes with no dot cannot end the message; they only set the CRLF state.
+    let _ = rx.ingest(&mut b"\r\n".iter(), &mut scratch);
+    rx
+}
+
 enum Action {
     Reply(Reply),
     Ehlo(Vec<u8>),
@@ -408,5 +455,60 @@ fn syntax_reply(e: &smtp_proto::Error) -> Reply {
         E::NeedsMoreData { .. } | E::InvalidResponse { .. } => {
             Reply::new(500, [5, 5, 2], "Syntax error")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::{data_receiver, write_within};
+
+    #[tokio::test]
+    async fn a_client_that_does_not_read_cannot_block_a_write() {
+        // The peer never reads: the 8-byte pipe fills and the write must give up.
+        let (mut ours, _theirs) = tokio::io::duplex(8);
+        let far = Instant::now() + Duration::from_secs(3600);
+        let err = write_within(&mut ours, &[b'x'; 64], Duration::from_millis(50), far)
+            .await
+            .err();
+        assert_eq!(err.map(|e| e.kind()), Some(std::io::ErrorKind::TimedOut));
+        // The session deadline bounds it too.
+        let soon = Instant::now() + Duration::from_millis(50);
+        let err = write_within(&mut ours, &[b'x'; 64], Duration::from_secs(3600), soon)
+            .await
+            .err();
+        assert_eq!(err.map(|e| e.kind()), Some(std::io::ErrorKind::TimedOut));
+        // A write that fits goes through.
+        let (mut ours, _theirs) = tokio::io::duplex(64);
+        assert!(
+            write_within(&mut ours, b"250 OK\r\n", Duration::ZERO, far)
+                .await
+                .is_ok()
+        );
+    }
+
+    fn feed(input: &[u8]) -> (bool, Vec<u8>) {
+        let mut rx = data_receiver();
+        let mut msg = Vec::new();
+        let done = rx.ingest(&mut input.iter(), &mut msg);
+        (done, msg)
+    }
+
+    #[test]
+    fn an_empty_body_ends_at_the_first_dot() {
+        assert_eq!(feed(b".\r\n"), (true, Vec::new()));
+    }
+
+    #[test]
+    fn a_stuffed_first_line_loses_one_dot() {
+        assert_eq!(feed(b"..x\r\nb\r\n.\r\n"), (true, b".x\r\nb\r\n".to_vec()));
+    }
+
+    #[test]
+    fn a_body_without_leading_dot_is_unchanged() {
+        assert_eq!(feed(b"a\r\n.\r\n"), (true, b"a\r\n".to_vec()));
     }
 }
