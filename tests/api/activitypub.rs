@@ -1163,8 +1163,24 @@ async fn bad_input_is_refused(engine: Engine) {
         ),
         202
     );
-    remote.set("/users/gone", 410, &json!({"type": "Tombstone"}));
     let del = json!({"id": format!("{}/users/gone#delete", remote.base), "type": "Delete", "actor": remote.actor_url("gone"), "object": remote.actor_url("gone")});
+    // A forged self-Delete signed with a key id that answers 404 while the actor is alive:
+    // refused, the actor is kept, and the activity id is not burnt.
+    let r = post_signed(
+        &t.http,
+        &inbox,
+        &serde_json::to_vec(&del).unwrap(),
+        &format!("{}/users/nobody#main-key", remote.base),
+        0,
+    )
+    .await;
+    assert_eq!(status(r), 401, "forged delete with a missing key");
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) AS n FROM ap_followers", &[]).await,
+        1,
+        "the live actor's follow stays"
+    );
+    remote.set("/users/gone", 410, &json!({"type": "Tombstone"}));
     // The cached key would still verify; force the gone path by signing with a rotated key id.
     let r = post_signed(
         &t.http,

@@ -245,10 +245,18 @@ impl Inner {
             map.clear();
         }
         map.insert(actor.id.clone(), (Arc::clone(actor), now));
+        // Key ids are the actor's own claims: index only those it plausibly controls (its own
+        // document or host), so one actor cannot claim another's IRI as a cache key.
+        let host = mapping::host_of(&actor.id);
+        let owned = |kid: &str| {
+            strip_fragment(kid) == actor.id || (host.is_some() && mapping::host_of(kid) == host)
+        };
         for (kid, _) in &actor.keys {
-            map.insert(kid.clone(), (Arc::clone(actor), now));
+            if owned(kid) {
+                map.insert(kid.clone(), (Arc::clone(actor), now));
+            }
         }
-        if let Some(k) = also {
+        if let Some(k) = also.filter(|k| owned(k)) {
             map.insert(k.to_owned(), (Arc::clone(actor), now));
         }
     }
@@ -270,7 +278,9 @@ impl Inner {
     ) -> Result<Arc<RemoteActor>, FetchError> {
         let iri = strip_fragment(iri);
         if !force {
-            if let Some(a) = self.cached(iri) {
+            // The cache also holds entries under key ids: only the actor whose id is `iri`
+            // answers for `iri`.
+            if let Some(a) = self.cached(iri).filter(|a| a.id == iri) {
                 return Ok(a);
             }
             if let Ok(Some(row)) = store::actor(&self.db, iri).await {

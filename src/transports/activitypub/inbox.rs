@@ -305,13 +305,15 @@ async fn process(
         Err(VerifyError::Sig(e)) => return Err(Reject::unauth(e)),
         Err(VerifyError::Key(e)) => {
             // A deleted account signs its own Delete with a key that is gone: nothing to verify
-            // and nothing worth a retry.
+            // and nothing worth a retry. The keyId is the sender's choice, so only the actor
+            // document itself answering 404/410 proves the account is gone.
             let self_delete = kind == "Delete"
                 && activity.get("object").and_then(iri) == Some(actor_iri.as_str());
-            if self_delete {
-                if matches!(e, FetchError::Gone) {
-                    forget_actor(inner, &actor_iri).await?;
-                }
+            if self_delete
+                && matches!(e, FetchError::Gone)
+                && matches!(inner.actor(&actor_iri, true).await, Err(FetchError::Gone))
+            {
+                forget_actor(inner, &actor_iri).await?;
                 store::mark_seen(&inner.db, &id, inner.clock.now_ms()).await?;
                 return Ok(());
             }

@@ -37,9 +37,17 @@ pub fn base58_encode(data: &[u8]) -> String {
     out
 }
 
-/// Base58 decoding; `None` on a character outside the alphabet.
+/// Longest base58 input decoded: decoding is quadratic and inputs come from
+/// unauthenticated peers, while a 64-byte signature needs at most 88 characters.
+const BASE58_MAX_LEN: usize = 128;
+
+/// Base58 decoding; `None` on a character outside the alphabet or an input
+/// longer than [`BASE58_MAX_LEN`].
 #[must_use]
 pub fn base58_decode(s: &str) -> Option<Vec<u8>> {
+    if s.len() > BASE58_MAX_LEN {
+        return None;
+    }
     let zeros = s.bytes().take_while(|&b| b == b'1').count();
     let mut bytes: Vec<u8> = Vec::with_capacity(s.len());
     for c in s.bytes().skip(zeros) {
@@ -259,6 +267,19 @@ mod tests {
         assert_eq!(base58_decode("StV1DL6CwTryKyV").unwrap(), b"hello world");
         assert_eq!(base58_decode("112").unwrap(), vec![0, 0, 1]);
         assert!(base58_decode("0OIl").is_none());
+    }
+
+    #[test]
+    fn oversized_base58_is_rejected_without_decoding() {
+        let long = "z".repeat(10_000);
+        let start = std::time::Instant::now();
+        assert!(base58_decode(&long).is_none());
+        let doc = json!({"type": "Note", "proof": {
+            "type": "DataIntegrityProof", "cryptosuite": "eddsa-jcs-2022",
+            "proofPurpose": "assertionMethod", "verificationMethod": "https://a/u#ed",
+            "proofValue": format!("z{long}")}});
+        assert!(matches!(prepare(&doc), Err(ProofError::Malformed(_))));
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
     }
 
     #[test]
