@@ -42,7 +42,7 @@ pub fn base58_encode(data: &[u8]) -> String {
 const BASE58_MAX_LEN: usize = 128;
 
 /// Base58 decoding; `None` on a character outside the alphabet or an input
-/// longer than [`BASE58_MAX_LEN`].
+/// longer than 128 characters.
 #[must_use]
 pub fn base58_decode(s: &str) -> Option<Vec<u8>> {
     if s.len() > BASE58_MAX_LEN {
