@@ -1973,6 +1973,29 @@ async fn key_documents_and_hs2019_with_created() {
     let r = post_signed(&t.http, &format!("{echo}/inbox"), &body, &key_id, 0).await;
     assert_eq!(r.status(), 202, "fragment-less key document");
 
+    // What GoToSocial really serves at its key URL: a stub of the actor (`id` = actor URL)
+    // whose `publicKey.owner` names the actor.
+    let gts2 = remote.actor_url("gts2");
+    let key2 = format!("{gts2}/main-key");
+    let stub = json!({"id": gts2, "type": "Person", "preferredUsername": "gts2",
+        "publicKey": {"id": key2, "owner": gts2, "publicKeyPem": PUB_PEM}});
+    let mut full = stub.clone();
+    full["inbox"] = json!(format!("{gts2}/inbox"));
+    remote.set("/users/gts2", 200, &full);
+    remote.set("/users/gts2/main-key", 200, &stub);
+    let c2 = note_create(
+        remote,
+        "gts2",
+        "g2",
+        vec![echo.clone()],
+        vec![],
+        &[(&echo, &format!("@echo@{d}"))],
+        "<p>hi again</p>",
+    );
+    let body2 = serde_json::to_vec(&c2).unwrap();
+    let r = post_signed(&t.http, &format!("{echo}/inbox"), &body2, &key2, 0).await;
+    assert_eq!(r.status(), 202, "GoToSocial's stub-actor key document");
+
     // hs2019 over (request-target) (created) (expires) digest, as activitypub_federation signs.
     let c = note_create(
         remote,

@@ -160,6 +160,16 @@ impl Inner {
     /// GETs an ActivityPub object, signed by the instance actor. The answer must be
     /// ActivityStreams JSON whose `id` is the fetched IRI.
     pub(super) async fn fetch_object(&self, iri: &str) -> Result<Value, FetchError> {
+        let doc = self.fetch_document(iri).await?;
+        if str_of(&doc, "id") != Some(strip_fragment(iri)) {
+            return Err(FetchError::Permanent("id does not match the URL".into()));
+        }
+        Ok(doc)
+    }
+
+    /// GETs an ActivityPub document without requiring its `id` to be the URL (key documents:
+    /// GoToSocial answers its `…/main-key` URL with a stub of the actor).
+    async fn fetch_document(&self, iri: &str) -> Result<Value, FetchError> {
         let target = strip_fragment(iri);
         let url = url::Url::parse(target).map_err(|e| FetchError::Permanent(e.to_string()))?;
         let mut headers = self.sign_headers(None, "GET", &url, None, false).await?;
@@ -192,12 +202,8 @@ impl Inner {
         {
             return Err(FetchError::Permanent(format!("content type {mt}")));
         }
-        let doc: Value = serde_json::from_slice(&resp.body)
-            .map_err(|e| FetchError::Permanent(format!("not JSON: {e}")))?;
-        if str_of(&doc, "id") != Some(target) {
-            return Err(FetchError::Permanent("id does not match the URL".into()));
-        }
-        Ok(doc)
+        serde_json::from_slice(&resp.body)
+            .map_err(|e| FetchError::Permanent(format!("not JSON: {e}")))
     }
 
     /// GETs raw bytes (attachments) through the guarded client, unsigned.
@@ -326,10 +332,21 @@ impl Inner {
                 self.actor(doc_iri, force).await?
             } else {
                 // A key document (GoToSocial's `…/main-key`) or the actor itself.
-                let doc = self.fetch_object(doc_iri).await?;
-                match str_of(&doc, "owner").or_else(|| str_of(&doc, "controller")) {
-                    Some(owner) if owner != doc_iri => self.actor(owner, force).await?,
+                let doc = self.fetch_document(doc_iri).await?;
+                match key_document_owner(&doc, key_id) {
+                    Some(owner) if owner != doc_iri => {
+                        // The key document only points at its owner, which must live on the
+                        // same host; the owner's own document is then fetched by its id and
+                        // must publish this key (checked below).
+                        if mapping::host_of(owner) != mapping::host_of(doc_iri) {
+                            return Err(FetchError::Permanent("key owner on another host".into()));
+                        }
+                        self.actor(owner, force).await?
+                    }
                     _ => {
+                        if str_of(&doc, "id") != Some(doc_iri) {
+                            return Err(FetchError::Permanent("id does not match the URL".into()));
+                        }
                         let text = doc.to_string();
                         let a = Arc::new(
                             RemoteActor::parse(doc)
@@ -354,4 +371,21 @@ impl Inner {
         self.remember(&actor, Some(key_id));
         Ok(actor)
     }
+}
+
+/// The owner a fragment-less key document names: its `owner`/`controller`, the `owner` of its
+/// `publicKey` entry for `key_id`, or the `id` of the actor stub it is.
+fn key_document_owner<'a>(doc: &'a Value, key_id: &str) -> Option<&'a str> {
+    if let Some(owner) = str_of(doc, "owner").or_else(|| str_of(doc, "controller")) {
+        return Some(owner);
+    }
+    let keys = match doc.get("publicKey") {
+        Some(Value::Array(a)) => a.iter().collect::<Vec<_>>(),
+        Some(k) => vec![k],
+        None => vec![],
+    };
+    keys.into_iter()
+        .find(|k| str_of(k, "id") == Some(key_id))
+        .and_then(|k| str_of(k, "owner"))
+        .or_else(|| str_of(doc, "id"))
 }
