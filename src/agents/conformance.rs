@@ -118,16 +118,9 @@ impl AgentBackend for ConformanceAgent {
             metadata.insert("a2a".into(), Value::Object(hints));
         }
         Ok(Some(NormalizedResponse {
-            id: uuid::Uuid::now_v7().to_string(),
-            in_reply_to: msg.id.clone(),
-            thread_id: msg.thread_id.clone(),
-            agent: msg.recipient.clone(),
-            parts,
             state,
-            mentions: None,
-            visibility: None,
             metadata: (!metadata.is_empty()).then_some(metadata),
-            extra: Extra::new(),
+            ..NormalizedResponse::reply_to(msg, parts)
         }))
     }
 }

@@ -39,17 +39,6 @@ impl AgentBackend for EchoAgent {
                 extra: Extra::new(),
             }),
         };
-        Ok(Some(NormalizedResponse {
-            id: uuid::Uuid::now_v7().to_string(),
-            in_reply_to: msg.id.clone(),
-            thread_id: msg.thread_id.clone(),
-            agent: msg.recipient.clone(),
-            parts: vec![part],
-            state: None,
-            mentions: None,
-            visibility: None,
-            metadata: None,
-            extra: Extra::new(),
-        }))
+        Ok(Some(NormalizedResponse::reply_to(msg, vec![part])))
     }
 }

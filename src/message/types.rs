@@ -758,6 +758,24 @@ pub struct NormalizedResponse {
 }
 
 impl NormalizedResponse {
+    /// A fresh response to `msg` carrying `parts`: a new id, `msg`'s thread, its recipient as
+    /// the answering agent, and nothing else set.
+    #[must_use]
+    pub fn reply_to(msg: &NormalizedMessage, parts: Vec<Part>) -> Self {
+        Self {
+            id: uuid::Uuid::now_v7().to_string(),
+            in_reply_to: msg.id.clone(),
+            thread_id: msg.thread_id.clone(),
+            agent: msg.recipient.clone(),
+            parts,
+            state: None,
+            mentions: None,
+            visibility: None,
+            metadata: None,
+            extra: Extra::new(),
+        }
+    }
+
     /// The effective state (`completed` when absent).
     #[must_use]
     pub fn effective_state(&self) -> ResponseState {
