@@ -503,6 +503,18 @@ fn push_task_id(call: &Call) -> Result<String, RpcError> {
         .ok_or_else(|| RpcError::invalid_field("taskId", "is required"))
 }
 
+/// The task a get/list/delete push-config call names: `taskId` in 1.0; in 0.3 `id` (the task),
+/// or `taskId`.
+fn addressed_push_task(call: &Call) -> Result<String, RpcError> {
+    match call.version {
+        Version::V1 => push_task_id(call),
+        Version::V03 => param_str(&call.params, "id")?
+            .or(param_str(&call.params, "taskId")?)
+            .map(str::to_owned)
+            .ok_or_else(|| RpcError::invalid_field("id", "is required")),
+    }
+}
+
 async fn create_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
     let task_id = push_task_id(call)?;
     let row = visible_task(state, call, &task_id).await?;
@@ -523,13 +535,7 @@ fn push_config_id(call: &Call) -> Result<String, RpcError> {
 }
 
 async fn get_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
-    let task_id = match call.version {
-        Version::V1 => push_task_id(call)?,
-        Version::V03 => param_str(&call.params, "id")?
-            .or(param_str(&call.params, "taskId")?)
-            .map(str::to_owned)
-            .ok_or_else(|| RpcError::invalid_field("id", "is required"))?,
-    };
+    let task_id = addressed_push_task(call)?;
     let row = visible_task(state, call, &task_id).await?;
     let id = match call.version {
         Version::V1 => push_config_id(call)?,
@@ -552,13 +558,7 @@ async fn get_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
 }
 
 async fn list_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
-    let task_id = match call.version {
-        Version::V1 => push_task_id(call)?,
-        Version::V03 => param_str(&call.params, "id")?
-            .or(param_str(&call.params, "taskId")?)
-            .map(str::to_owned)
-            .ok_or_else(|| RpcError::invalid_field("id", "is required"))?,
-    };
+    let task_id = addressed_push_task(call)?;
     let row = visible_task(state, call, &task_id).await?;
     let configs: Vec<Value> = sql::push_configs(state.engine.db(), &row.id)
         .await
@@ -574,13 +574,7 @@ async fn list_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
 }
 
 async fn delete_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
-    let task_id = match call.version {
-        Version::V1 => push_task_id(call)?,
-        Version::V03 => param_str(&call.params, "id")?
-            .or(param_str(&call.params, "taskId")?)
-            .map(str::to_owned)
-            .ok_or_else(|| RpcError::invalid_field("id", "is required"))?,
-    };
+    let task_id = addressed_push_task(call)?;
     let row = visible_task(state, call, &task_id).await?;
     let id = push_config_id(call)?;
     sql::delete_push_config(state.engine.db(), &row.id, &id)
