@@ -7,8 +7,14 @@
 //! `cargo bench --bench a2a` with `SWITCHBOARD_A2A_PYTHON` and `SWITCHBOARD_A2A_NODE_MODULES`
 //! set (`source scripts/peers/a2a.sh`);
 //! `BENCH_SECONDS` (default 10) per step, `BENCH_CONCURRENCY` (default 16).
+//!
+//! The load generator is a process of its own (`bench/common/loadgen.rs`, pinned to core 0 by
+//! default), so the CPU time printed for each server is its own process's alone.
 
-use std::time::{Duration, Instant};
+#[path = "common/loadgen.rs"]
+mod loadgen;
+
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchboard::Application;
@@ -24,80 +30,45 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn body(method: &str, text: &str) -> String {
-    json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": {
-        "messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
-        "parts": [{"text": text}]}}})
-    .to_string()
-}
-
 struct Step {
     rps: f64,
-    p50: Duration,
-    p99: Duration,
+    p50: f64,
+    p99: f64,
+    cpu_us: f64,
     errors: usize,
 }
 
-/// Closed loop: `concurrency` clients send for `secs` seconds.
-async fn run(url: &str, method: &'static str, secs: u64, concurrency: usize) -> Step {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(concurrency)
-        .tcp_nodelay(true)
-        .build()
-        .unwrap_or_else(|e| panic!("client: {e}"));
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let (client, url) = (client.clone(), url.to_owned());
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut errors = 0;
-            while Instant::now() < deadline {
-                let t0 = Instant::now();
-                let r = client
-                    .post(&url)
-                    .header("A2A-Version", "1.0")
-                    .header("content-type", "application/json")
-                    .body(body(method, "hello benchmark"))
-                    .send()
-                    .await;
-                let ok = match r {
-                    Ok(resp) => match resp.text().await {
-                        Ok(t) => t.contains("TASK_STATE_COMPLETED"),
-                        Err(_) => false,
-                    },
-                    Err(_) => false,
-                };
-                if ok {
-                    lat.push(t0.elapsed());
-                } else {
-                    errors += 1;
-                }
-            }
-            (lat, errors)
-        }));
-    }
-    let mut all = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        if let Ok((l, e)) = t.await {
-            all.extend(l);
-            errors += e;
-        }
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    all.sort();
-    let pct = |p: f64| {
-        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
+/// Closed loop from the generator process: `concurrency` clients send for `secs` seconds;
+/// `pid` is the server process whose CPU time is read.
+fn run(url: &str, method: &'static str, secs: u64, concurrency: usize, pid: u32) -> Step {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": {
+        "messageId": "{uuid}", "role": "ROLE_USER", "parts": [{"text": "hello benchmark"}]}}})
+    .to_string();
+    let (r, cpu) = loadgen::run(
+        &loadgen::Job {
+            concurrency,
+            expect_status: 200,
+            expect_body: Some("TASK_STATE_COMPLETED".into()),
+            load: loadgen::Load::HttpFor {
+                template: loadgen::HttpRequest {
+                    url: url.to_owned(),
+                    headers: vec![
+                        ("A2A-Version".into(), "1.0".into()),
+                        ("content-type".into(), "application/json".into()),
+                    ],
+                    body,
+                },
+                seconds: secs,
+            },
+        },
+        pid,
+    );
     Step {
-        rps: all.len() as f64 / elapsed,
-        p50: pct(0.50),
-        p99: pct(0.99),
-        errors,
+        rps: r.rate(),
+        p50: r.p50_ms,
+        p99: r.p99_ms,
+        cpu_us: cpu as f64 / r.accepted.max(1) as f64,
+        errors: r.errors,
     }
 }
 
@@ -239,8 +210,16 @@ async fn stream_memory(url: &str, n: usize) -> f64 {
     (after.saturating_sub(before) as f64 * 1024.0) / n as f64
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
+    loadgen::child_main();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"))
+        .block_on(bench());
+}
+
+async fn bench() {
     let secs: u64 = std::env::var("BENCH_SECONDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -268,29 +247,31 @@ async fn main() {
         }
     };
     println!("A2A benchmark: {secs} s per step, {conc} concurrent clients, A B C alternating x3");
+    println!("{}", loadgen::describe());
+    let me = std::process::id();
+    let pid = |c: &tokio::process::Child| c.id().unwrap_or(0);
+    let mut contenders: Vec<(&str, String, u32)> = vec![("switchboard", sb.clone(), me)];
+    if let Some((c, url)) = &py {
+        contenders.push(("a2a-sdk 1.3.0 (Python)", url.clone(), pid(c)));
+    }
+    if let Some((c, url)) = &js {
+        contenders.push(("@a2a-js/sdk 1.3.0 (Node)", url.clone(), pid(c)));
+    }
     for method in ["SendMessage", "SendStreamingMessage"] {
         // Warm-up.
-        run(&sb, method, 2, conc).await;
-        for (_, url) in py.iter().chain(js.iter()) {
-            run(url, method, 2, conc).await;
+        for (_, url, p) in &contenders {
+            run(url, method, 2, conc, *p);
         }
-        let mut rows: Vec<(&str, Vec<Step>)> = vec![
-            ("switchboard", Vec::new()),
-            ("a2a-sdk 1.3.0 (Python)", Vec::new()),
-            ("@a2a-js/sdk 1.3.0 (Node)", Vec::new()),
-        ];
+        let mut rows: Vec<(&str, Vec<Step>)> =
+            contenders.iter().map(|(n, _, _)| (*n, Vec::new())).collect();
         for _ in 0..3 {
-            rows[0].1.push(run(&sb, method, secs, conc).await);
-            if let Some((_, url)) = &py {
-                rows[1].1.push(run(url, method, secs, conc).await);
-            }
-            if let Some((_, url)) = &js {
-                rows[2].1.push(run(url, method, secs, conc).await);
+            for (i, (_, url, p)) in contenders.iter().enumerate() {
+                rows[i].1.push(run(url, method, secs, conc, *p));
             }
         }
         println!("\n{method}");
-        println!("| server | req/s (median of 3) | spread | p50 ms | p99 ms | errors |");
-        println!("|---|---|---|---|---|---|");
+        println!("| server | req/s (median of 3) | spread | p50 ms | p99 ms | CPU µs/req | errors |");
+        println!("|---|---|---|---|---|---|---|");
         for (name, steps) in &rows {
             if steps.is_empty() {
                 continue;
@@ -300,11 +281,12 @@ async fn main() {
                 rps.iter().copied().fold(f64::MAX, f64::min),
                 rps.iter().copied().fold(0.0, f64::max),
             );
-            let p50 = median(steps.iter().map(|s| s.p50.as_secs_f64() * 1000.0).collect());
-            let p99 = median(steps.iter().map(|s| s.p99.as_secs_f64() * 1000.0).collect());
+            let p50 = median(steps.iter().map(|s| s.p50).collect());
+            let p99 = median(steps.iter().map(|s| s.p99).collect());
+            let cpu = median(steps.iter().map(|s| s.cpu_us).collect());
             let errors: usize = steps.iter().map(|s| s.errors).sum();
             println!(
-                "| {name} | {:.0} | {lo:.0}–{hi:.0} | {p50:.2} | {p99:.2} | {errors} |",
+                "| {name} | {:.0} | {lo:.0}–{hi:.0} | {p50:.2} | {p99:.2} | {cpu:.0} | {errors} |",
                 median(rps)
             );
         }

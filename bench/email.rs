@@ -8,14 +8,16 @@
 //! without it only switchboard is measured.
 //!
 //! Messages (~3 KB) are signed before the clock starts; each round uses fresh Message-IDs so no
-//! message is a duplicate. The load generator runs inside the switchboard process, so its CPU
-//! time counts against switchboard; the peer's CPU time is its own process only.
+//! message is a duplicate. The load generator is a process of its own (`bench/common/loadgen.rs`,
+//! pinned to core 0 by default), so each contender's CPU time is its own process's alone.
+
+#[path = "common/loadgen.rs"]
+mod loadgen;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
 
 use mail_auth::common::crypto::{RsaKey, Sha256};
 use mail_auth::common::headers::HeaderWriter;
@@ -23,21 +25,10 @@ use mail_auth::dkim::DkimSigner;
 use switchboard::app::Options;
 use switchboard::config::{DnsMode, Secret};
 use switchboard::{Application, Config};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as TokioBufReader};
-use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::PrivateKeyDer;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 
 const ROUNDS: usize = 3;
-
-/// CPU time (user + system) of a process from /proc, in microseconds.
-fn cpu_micros(pid: &str) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-    (field(11) + field(12)) * 10_000
-}
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -77,86 +68,29 @@ fn presign(tag: &str, count: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-async fn reply(r: &mut TokioBufReader<TcpStream>) -> String {
-    let mut all = String::new();
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).await.unwrap_or(0) == 0 {
-            return all;
-        }
-        all.push_str(&line);
-        if line.len() < 4 || line.as_bytes()[3] == b' ' {
-            return all;
-        }
-    }
-}
-
-/// Sends `msgs` over `conns` connections (one message at a time on each, no pipelining);
-/// returns how many got 250.
-async fn drive(addr: SocketAddr, msgs: &[Vec<u8>], conns: usize) -> usize {
-    let chunk = msgs.len().div_ceil(conns.max(1));
-    let tasks: Vec<_> = msgs
-        .chunks(chunk.max(1))
-        .map(|part| {
-            let part = part.to_vec();
-            tokio::spawn(async move {
-                let s = TcpStream::connect(addr)
-                    .await
-                    .unwrap_or_else(|e| panic!("connect: {e}"));
-                let _ = s.set_nodelay(true);
-                let mut r = TokioBufReader::new(s);
-                reply(&mut r).await;
-                r.get_mut()
-                    .write_all(b"EHLO bench.example.com\r\n")
-                    .await
-                    .ok();
-                reply(&mut r).await;
-                let mut ok = 0;
-                for m in part {
-                    for cmd in [
-                        &b"MAIL FROM:<alice@example.com>\r\n"[..],
-                        b"RCPT TO:<echo@agents.test>\r\n",
-                        b"DATA\r\n",
-                    ] {
-                        r.get_mut().write_all(cmd).await.ok();
-                        reply(&mut r).await;
-                    }
-                    r.get_mut().write_all(&m).await.ok();
-                    r.get_mut().write_all(b"\r\n.\r\n").await.ok();
-                    if reply(&mut r).await.starts_with("250") {
-                        ok += 1;
-                    }
-                }
-                r.get_mut().write_all(b"QUIT\r\n").await.ok();
-                ok
-            })
-        })
-        .collect();
-    let mut ok = 0;
-    for t in tasks {
-        ok += t.await.unwrap_or(0);
-    }
-    ok
-}
-
-struct Sample {
-    rate: f64,
-    cpu_per_msg: f64,
-    ok: usize,
-}
-
-async fn measure(addr: SocketAddr, pid: &str, msgs: &[Vec<u8>], conns: usize) -> Sample {
-    let cpu0 = cpu_micros(pid);
-    let t0 = Instant::now();
-    let ok = drive(addr, msgs, conns).await;
-    let secs = t0.elapsed().as_secs_f64();
-    let cpu = cpu_micros(pid).saturating_sub(cpu0);
+/// Sends `msgs` from the generator process over `conns` connections; the CPU time is that of
+/// process `pid`.
+fn measure(addr: SocketAddr, pid: u32, msgs: &[Vec<u8>], conns: usize) -> (loadgen::Report, f64) {
+    let (report, cpu) = loadgen::run(
+        &loadgen::Job {
+            concurrency: conns,
+            expect_status: 0,
+            expect_body: None,
+            load: loadgen::Load::Smtp {
+                addr: addr.to_string(),
+                from: "alice@example.com".into(),
+                to: "echo@agents.test".into(),
+                messages: msgs
+                    .iter()
+                    .map(|m| String::from_utf8_lossy(m).into_owned())
+                    .collect(),
+            },
+        },
+        pid,
+    );
     #[allow(clippy::cast_precision_loss)]
-    Sample {
-        rate: ok as f64 / secs,
-        cpu_per_msg: cpu as f64 / ok.max(1) as f64,
-        ok,
-    }
+    let per = cpu as f64 / report.accepted.max(1) as f64;
+    (report, per)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -181,8 +115,16 @@ fn free_port() -> u16 {
         .unwrap_or_else(|e| panic!("port: {e}"))
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    loadgen::child_main();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"))
+        .block_on(bench());
+}
+
+async fn bench() {
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -257,37 +199,36 @@ async fn main() {
         eprintln!("no aiosmtpd/dkimpy venv (scripts/peers/email.sh): measuring switchboard only");
     }
 
-    let me = std::process::id().to_string();
-    let _ = drive(sb_addr, &warm_sb, conns).await;
+    let me = std::process::id();
+    let _ = measure(sb_addr, me, &warm_sb, conns);
     if let Some((child, addr)) = &peer {
-        let _ = drive(*addr, &warm_peer, conns).await;
-        let _ = child.id();
+        let _ = measure(*addr, child.id(), &warm_peer, conns);
     }
+    println!("email: {}", loadgen::describe());
     println!(
         "email: {n} (switchboard) / {peer_n} (peer) messages of ~3 KB per round, {conns} connections, DKIM RSA-2048, commit before 250"
     );
     println!("round | switchboard msg/s | CPU µs/msg | aiosmtpd+dkimpy msg/s | CPU µs/msg");
     let (mut sb_rates, mut sb_cpu, mut p_rates, mut p_cpu) = (vec![], vec![], vec![], vec![]);
     for r in 0..ROUNDS {
-        let s = measure(sb_addr, &me, &sb_runs[r], conns).await;
-        assert_eq!(s.ok, n, "switchboard refused some messages");
-        sb_rates.push(s.rate);
-        sb_cpu.push(s.cpu_per_msg);
+        let (s, s_cpu) = measure(sb_addr, me, &sb_runs[r], conns);
+        assert_eq!(s.accepted, n, "switchboard refused some messages");
+        sb_rates.push(s.rate());
+        sb_cpu.push(s_cpu);
         let (pr, pc) = match &peer {
             Some((child, addr)) => {
-                let p = measure(*addr, &child.id().to_string(), &peer_runs[r], conns).await;
-                assert_eq!(p.ok, peer_n, "the peer refused some messages");
-                p_rates.push(p.rate);
-                p_cpu.push(p.cpu_per_msg);
-                (format!("{:.0}", p.rate), format!("{:.0}", p.cpu_per_msg))
+                let (p, p_c) = measure(*addr, child.id(), &peer_runs[r], conns);
+                assert_eq!(p.accepted, peer_n, "the peer refused some messages");
+                p_rates.push(p.rate());
+                p_cpu.push(p_c);
+                (format!("{:.0}", p.rate()), format!("{p_c:.0}"))
             }
             None => ("-".into(), "-".into()),
         };
         println!(
-            "{} | {:.0} | {:.0} | {pr} | {pc}",
+            "{} | {:.0} | {s_cpu:.0} | {pr} | {pc}",
             r + 1,
-            s.rate,
-            s.cpu_per_msg
+            s.rate(),
         );
     }
     let (sr, sc) = (median(sb_rates), median(sb_cpu));

@@ -123,6 +123,10 @@ pub struct Keys {
     db: Db,
     clock: SharedClock,
     cache: Arc<Mutex<Cache>>,
+    /// Held while a key missing from the cache is loaded or generated, so that many callers
+    /// asking at once (the first burst of deliveries) wait for one key instead of each
+    /// generating its own.
+    loading: Arc<tokio::sync::Mutex<()>>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -140,6 +144,7 @@ impl Keys {
             db,
             clock,
             cache: Arc::default(),
+            loading: Arc::default(),
         }
     }
 
@@ -148,6 +153,10 @@ impl Keys {
     /// # Errors
     /// Database errors; [`Error::Invalid`] if `name` holds a key of another algorithm.
     pub async fn rsa(&self, name: &str) -> Result<Arc<RsaKey>> {
+        if let Some(key) = self.lock().rsa.get(name) {
+            return Ok(key.clone());
+        }
+        let _loading = self.loading.lock().await;
         if let Some(key) = self.lock().rsa.get(name) {
             return Ok(key.clone());
         }
@@ -173,6 +182,10 @@ impl Keys {
     /// # Errors
     /// Database errors; [`Error::Invalid`] if `name` holds a key of another algorithm.
     pub async fn ed25519(&self, name: &str) -> Result<Arc<Ed25519Key>> {
+        if let Some(key) = self.lock().ed25519.get(name) {
+            return Ok(key.clone());
+        }
+        let _loading = self.loading.lock().await;
         if let Some(key) = self.lock().ed25519.get(name) {
             return Ok(key.clone());
         }

@@ -12,6 +12,16 @@ async fn keys_are_generated_once_and_shared(engine: Engine) {
     let mut t = spawn_app(engine, |_, _| {}).await;
     let keys = t.app().pipeline().keys().clone();
 
+    // A burst of first uses (the first deliveries after a start) waits for one key instead of
+    // each caller generating its own.
+    let burst =
+        futures_util::future::join_all((0..8).map(|_| keys.rsa("test:burst"))).await;
+    let first = burst[0].as_ref().unwrap();
+    assert!(
+        burst.iter().all(|k| Arc::ptr_eq(k.as_ref().unwrap(), first)),
+        "one key generated and shared by the whole burst"
+    );
+
     let rsa = keys.rsa("test:rsa").await.unwrap();
     let again = keys.rsa("test:rsa").await.unwrap();
     assert!(Arc::ptr_eq(&rsa, &again), "cached after first use");
