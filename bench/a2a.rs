@@ -262,15 +262,19 @@ async fn bench() {
         for (_, url, p) in &contenders {
             run(url, method, 2, conc, *p);
         }
-        let mut rows: Vec<(&str, Vec<Step>)> =
-            contenders.iter().map(|(n, _, _)| (*n, Vec::new())).collect();
+        let mut rows: Vec<(&str, Vec<Step>)> = contenders
+            .iter()
+            .map(|(n, _, _)| (*n, Vec::new()))
+            .collect();
         for _ in 0..3 {
             for (i, (_, url, p)) in contenders.iter().enumerate() {
                 rows[i].1.push(run(url, method, secs, conc, *p));
             }
         }
         println!("\n{method}");
-        println!("| server | req/s (median of 3) | spread | p50 ms | p99 ms | CPU µs/req | errors |");
+        println!(
+            "| server | req/s (median of 3) | spread | p50 ms | p99 ms | CPU µs/req | errors |"
+        );
         println!("|---|---|---|---|---|---|---|");
         for (name, steps) in &rows {
             if steps.is_empty() {

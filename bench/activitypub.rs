@@ -242,7 +242,10 @@ async fn bench() {
         .header("accept", "application/activity+json")
         .send()
         .await;
-    let _ = fire(presign(&kp, &remote.base, &inbox, &actor, &addr, 200, "warm"), me);
+    let _ = fire(
+        presign(&kp, &remote.base, &inbox, &actor, &addr, 200, "warm"),
+        me,
+    );
 
     // 2. Fedify, warmed up the same way.
     let fedify = start_fedify();
@@ -250,7 +253,15 @@ async fn bench() {
         let finbox = format!("{fbase}/inbox");
         let factor = format!("{fbase}/users/alice");
         let _ = fire(
-            presign(&kp, &remote.base, &finbox, &factor, "@alice@fedify", 200, "fwarm"),
+            presign(
+                &kp,
+                &remote.base,
+                &finbox,
+                &factor,
+                "@alice@fedify",
+                200,
+                "fwarm",
+            ),
             peer.0.id(),
         );
         (peer.0.id(), finbox, factor)
@@ -260,21 +271,45 @@ async fn bench() {
             "Fedify peer not installed (source scripts/peers/activitypub.sh): its column is skipped"
         );
     }
-    println!("{n} pre-signed activities per round, {CONCURRENCY} connections, {ROUNDS} rounds each");
+    println!(
+        "{n} pre-signed activities per round, {CONCURRENCY} connections, {ROUNDS} rounds each"
+    );
     println!("| round | contender | activities/s | p50 ms | p99 ms | CPU µs/activity |");
     println!("|---|---|---|---|---|---|");
     let (mut sb, mut fd) = (Vec::new(), Vec::new());
     // `BENCH_OUTBOUND_ONLY=1` skips the inbox rounds (for profiling the outbound path).
-    let rounds = if std::env::var_os("BENCH_OUTBOUND_ONLY").is_some() { 0 } else { ROUNDS };
+    let rounds = if std::env::var_os("BENCH_OUTBOUND_ONLY").is_some() {
+        0
+    } else {
+        ROUNDS
+    };
     // Every round's requests are signed before the first is sent.
     let mut sb_reqs: Vec<_> = (0..rounds)
-        .map(|round| presign(&kp, &remote.base, &inbox, &actor, &addr, n, &format!("sb{round}")))
+        .map(|round| {
+            presign(
+                &kp,
+                &remote.base,
+                &inbox,
+                &actor,
+                &addr,
+                n,
+                &format!("sb{round}"),
+            )
+        })
         .collect();
     let mut fd_reqs: Vec<_> = f
         .iter()
         .flat_map(|(_, finbox, factor)| {
             (0..rounds).map(|round| {
-                presign(&kp, &remote.base, finbox, factor, "@alice@fedify", n, &format!("fed{round}"))
+                presign(
+                    &kp,
+                    &remote.base,
+                    finbox,
+                    factor,
+                    "@alice@fedify",
+                    n,
+                    &format!("fed{round}"),
+                )
             })
         })
         .collect();
@@ -282,32 +317,44 @@ async fn bench() {
     for round in 0..rounds {
         let (r, cpu) = fire(std::mem::take(&mut sb_reqs[round]), me);
         assert_eq!(r.accepted, n, "switchboard refused {} activities", r.errors);
-        println!("| {} | switchboard | {:.0} | {:.1} | {:.1} | {cpu:.0} |", round + 1, r.rate(), r.p50_ms, r.p99_ms);
+        println!(
+            "| {} | switchboard | {:.0} | {:.1} | {:.1} | {cpu:.0} |",
+            round + 1,
+            r.rate(),
+            r.p50_ms,
+            r.p99_ms
+        );
         sb.push((r, cpu));
         if let Some((pid, _, _)) = &f {
             let (r, cpu) = fire(std::mem::take(&mut fd_reqs[round]), *pid);
-            println!("| {} | Fedify 2.3.6 | {:.0} | {:.1} | {:.1} | {cpu:.0} |", round + 1, r.rate(), r.p50_ms, r.p99_ms);
+            println!(
+                "| {} | Fedify 2.3.6 | {:.0} | {:.1} | {:.1} | {cpu:.0} |",
+                round + 1,
+                r.rate(),
+                r.p50_ms,
+                r.p99_ms
+            );
             fd.push((r, cpu));
         }
     }
     let (rate, p50, p99, cpu) = medians(&sb);
     if !sb.is_empty() {
-    println!(
-        "switchboard inbox (SQLite), median: {rate:.0} activities/s, p50 {p50:.1} ms, p99 {p99:.1} ms, {cpu:.0} µs CPU/activity (server process only) = {:.0} activities per CPU-second",
-        1e6 / cpu.max(1.0)
-    );
-    if !fd.is_empty() {
-        let (frate, fp50, fp99, fcpu) = medians(&fd);
         println!(
-            "Fedify 2.3.6 inbox (memory KV), median: {frate:.0} activities/s, p50 {fp50:.1} ms, p99 {fp99:.1} ms, {fcpu:.0} µs CPU/activity (Node process) = {:.0} activities per CPU-second",
-            1e6 / fcpu.max(1.0)
+            "switchboard inbox (SQLite), median: {rate:.0} activities/s, p50 {p50:.1} ms, p99 {p99:.1} ms, {cpu:.0} µs CPU/activity (server process only) = {:.0} activities per CPU-second",
+            1e6 / cpu.max(1.0)
         );
-        println!(
-            "ratio switchboard / Fedify: rate {:.1}×, CPU per activity {:.1}× less",
-            rate / frate.max(1e-9),
-            fcpu / cpu.max(1e-9)
-        );
-    }
+        if !fd.is_empty() {
+            let (frate, fp50, fp99, fcpu) = medians(&fd);
+            println!(
+                "Fedify 2.3.6 inbox (memory KV), median: {frate:.0} activities/s, p50 {fp50:.1} ms, p99 {fp99:.1} ms, {fcpu:.0} µs CPU/activity (Node process) = {:.0} activities per CPU-second",
+                1e6 / fcpu.max(1.0)
+            );
+            println!(
+                "ratio switchboard / Fedify: rate {:.1}×, CPU per activity {:.1}× less",
+                rate / frate.max(1e-9),
+                fcpu / cpu.max(1e-9)
+            );
+        }
     }
     drop(fedify);
     let db = Db::connect(&DatabaseConfig {
@@ -352,9 +399,12 @@ async fn bench() {
     tx.commit().await.unwrap_or_else(|e| panic!("{e}"));
     // The inbox rounds left their dispatch jobs behind (workers were off): drop them, so that
     // only the deliveries below are measured, not the echo agent's replies to those notes.
-    db.execute("DELETE FROM jobs WHERE kind = 'dispatch'", &[] as &[Arg<'_>])
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    db.execute(
+        "DELETE FROM jobs WHERE kind = 'dispatch'",
+        &[] as &[Arg<'_>],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     let before = remote.posts().await;
     loadgen::pin_server(me);
     let cpu0 = loadgen::cpu_micros(me);

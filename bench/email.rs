@@ -225,11 +225,7 @@ async fn bench() {
             }
             None => ("-".into(), "-".into()),
         };
-        println!(
-            "{} | {:.0} | {s_cpu:.0} | {pr} | {pc}",
-            r + 1,
-            s.rate(),
-        );
+        println!("{} | {:.0} | {s_cpu:.0} | {pr} | {pc}", r + 1, s.rate(),);
     }
     let (sr, sc) = (median(sb_rates), median(sb_cpu));
     print!("median | {sr:.0} | {sc:.0}");

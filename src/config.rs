@@ -414,6 +414,11 @@ pub struct EmailConfig {
     pub max_recipients: usize,
     /// Most concurrent SMTP sessions; further clients get 421.
     pub max_sessions: usize,
+    /// Memory all sessions together may hold for message bodies being received, in bytes. A
+    /// message that would go over it is read to its end without being kept and answered
+    /// `452 4.3.1` (the client retries later), so many large messages at once cannot exhaust
+    /// memory. At least `max_message_bytes`.
+    pub max_data_memory_bytes: usize,
     /// Most commands in one session (floods get 421).
     pub max_commands: usize,
     /// A session is closed when the client stays silent this long.
@@ -463,6 +468,7 @@ impl Default for EmailConfig {
             max_message_bytes: 25 * 1024 * 1024,
             max_recipients: 50,
             max_sessions: 256,
+            max_data_memory_bytes: 256 * 1024 * 1024,
             max_commands: 1_000,
             idle_timeout_seconds: 60,
             session_timeout_seconds: 600,
@@ -968,6 +974,11 @@ impl Config {
         if e.max_message_bytes == 0 || e.max_recipients == 0 || e.max_sessions == 0 {
             problems.push(
                 "email.max_message_bytes, max_recipients and max_sessions must be > 0".into(),
+            );
+        }
+        if e.max_data_memory_bytes < e.max_message_bytes {
+            problems.push(
+                "email.max_data_memory_bytes: must be at least email.max_message_bytes".into(),
             );
         }
         if e.dkim_selector.is_empty()

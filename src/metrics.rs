@@ -28,6 +28,7 @@ pub struct Metrics {
     queue_depth: Family<Labels, Gauge>,
     agent_latency: Family<Labels, Histogram, fn() -> Histogram>,
     end_to_end: Histogram,
+    smtp_data_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -51,6 +52,7 @@ impl Metrics {
         let agent_latency =
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
         let end_to_end = latency_histogram();
+        let smtp_data_bytes = Gauge::default();
         registry.register(
             "http_requests",
             "HTTP requests by method, route and status",
@@ -91,6 +93,11 @@ impl Metrics {
             "From receipt of a message to delivery of its response",
             end_to_end.clone(),
         );
+        registry.register(
+            "smtp_data_bytes",
+            "Memory held for message bodies being received over SMTP (bytes)",
+            smtp_data_bytes.clone(),
+        );
         Self {
             registry,
             http_requests,
@@ -101,7 +108,14 @@ impl Metrics {
             queue_depth,
             agent_latency,
             end_to_end,
+            smtp_data_bytes,
         }
+    }
+
+    /// The gauge of memory held for SMTP message bodies in flight.
+    #[must_use]
+    pub fn smtp_data_bytes(&self) -> &Gauge {
+        &self.smtp_data_bytes
     }
 
     /// Counts an HTTP request.

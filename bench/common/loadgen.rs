@@ -388,12 +388,7 @@ async fn drive(job: Job) -> Report {
 
 type Next = Arc<dyn Fn() -> Option<HttpRequest> + Send + Sync>;
 
-async fn http(
-    concurrency: usize,
-    status: u16,
-    body: Option<String>,
-    next: Next,
-) -> Vec<Outcome> {
+async fn http(concurrency: usize, status: u16, body: Option<String>, next: Next) -> Vec<Outcome> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .tcp_nodelay(true)

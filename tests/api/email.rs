@@ -1085,6 +1085,104 @@ async fn oversized_long_lines_deep_nesting_and_garbage_are_handled() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_in_flight_share_one_memory_budget() {
+    let (mut app, _helper, addr) = spawn_email(None, |c| {
+        c.email.max_message_bytes = 48 * 1024;
+        c.email.max_data_memory_bytes = 64 * 1024;
+    })
+    .await;
+    let held = app.app().pipeline().metrics().smtp_data_bytes().clone();
+    let message = |id: &str| {
+        let mut m = format!(
+            "From: bob@elsewhere.test\r\nTo: echo@agents.test\r\nMessage-ID: <{id}@e.test>\r\n\r\n"
+        );
+        while m.len() < 30 * 1024 {
+            m.push_str("an ordinary line of text that fills the body of this message\r\n");
+        }
+        m
+    };
+
+    // A is halfway through a body and holds the whole budget.
+    let mut a = Raw::connect(addr).await;
+    transaction(&mut a, "bob@elsewhere.test", &["echo@agents.test"]).await;
+    let first = message("a");
+    let (head, tail) = first.split_at(first.len() / 2);
+    a.send(head.as_bytes()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while held.get() < 64 * 1024 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A's body is never held"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // B is deferred (temporary, so its MTA retries), read to its end, and the session goes on.
+    let mut b = Raw::connect(addr).await;
+    transaction(&mut b, "bob@elsewhere.test", &["echo@agents.test"]).await;
+    b.send(format!("{}.\r\n", message("b")).as_bytes()).await;
+    let got = b.reply().await;
+    assert!(got.starts_with("452 4.3.1"), "{got}");
+    assert!(b.cmd("NOOP").await.starts_with("250"));
+
+    // A finishes and gives its share back; B's retry lands.
+    a.send(format!("{tail}.\r\n").as_bytes()).await;
+    let got = a.reply().await;
+    assert!(got.starts_with("250"), "{got}");
+    assert_eq!(held.get(), 0, "the budget is whole again");
+    transaction(&mut b, "bob@elsewhere.test", &["echo@agents.test"]).await;
+    b.send(format!("{}.\r\n", message("b")).as_bytes()).await;
+    let got = b.reply().await;
+    assert!(got.starts_with("250"), "{got}");
+    assert_eq!(stored_messages(&app).await, 2);
+
+    // A session that drops mid-body gives its share back too.
+    transaction(&mut a, "bob@elsewhere.test", &["echo@agents.test"]).await;
+    a.send(head.as_bytes()).await;
+    while held.get() == 0 {
+        assert!(tokio::time::Instant::now() < deadline + Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(a);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while held.get() != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a dropped session keeps its share"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_a_message_finish_and_closes_idle_sessions() {
+    let (mut app, _helper, addr) = spawn_email(None, |_| {}).await;
+    let mut idle = Raw::connect(addr).await;
+    assert!(idle.cmd("EHLO client.test").await.starts_with("250"));
+    let mut a = Raw::connect(addr).await;
+    transaction(&mut a, "bob@elsewhere.test", &["echo@agents.test"]).await;
+    a.send(b"From: bob@elsewhere.test\r\nTo: echo@agents.test\r\nMessage-ID: <drain@e.test>\r\n\r\nfirst half")
+        .await;
+    let stopping = tokio::spawn(async move {
+        app.stop().await;
+        app
+    });
+    // A session between messages is told at once and closed.
+    let got = idle.reply().await;
+    assert!(got.starts_with("421 4.3.2"), "{got}");
+    assert_eq!(idle.reply().await, "", "closed");
+    // The message being received is finished and committed, then the session is closed.
+    a.send(b", second half\r\n.\r\n").await;
+    let got = a.reply().await;
+    assert!(got.starts_with("250"), "{got}");
+    let got = a.reply().await;
+    assert!(got.starts_with("421 4.3.2"), "{got}");
+    let app = stopping.await.unwrap();
+    assert_eq!(stored_messages(&app).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loop_rules_keep_automatic_mail_from_agents() {
     let (mut app, helper, addr) = spawn_email(None, |_| {}).await;
     let mut r = Raw::connect(addr).await;

@@ -14,11 +14,12 @@ async fn keys_are_generated_once_and_shared(engine: Engine) {
 
     // A burst of first uses (the first deliveries after a start) waits for one key instead of
     // each caller generating its own.
-    let burst =
-        futures_util::future::join_all((0..8).map(|_| keys.rsa("test:burst"))).await;
+    let burst = futures_util::future::join_all((0..8).map(|_| keys.rsa("test:burst"))).await;
     let first = burst[0].as_ref().unwrap();
     assert!(
-        burst.iter().all(|k| Arc::ptr_eq(k.as_ref().unwrap(), first)),
+        burst
+            .iter()
+            .all(|k| Arc::ptr_eq(k.as_ref().unwrap(), first)),
         "one key generated and shared by the whole burst"
     );
 

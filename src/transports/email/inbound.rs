@@ -85,6 +85,10 @@ pub struct Inbound {
     pub(super) default_policy: UnauthenticatedMail,
     pub(super) tls: Option<tokio_rustls::TlsAcceptor>,
     pub(super) max_blob_bytes: usize,
+    pub(super) data_budget: super::session::DataBudget,
+    /// Turns true when the server stops: sessions finish the message they are receiving, then
+    /// close with 421.
+    pub(super) shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for Inbound {

@@ -475,6 +475,10 @@ pub async fn listen(
             Some((a.name.to_lowercase(), p))
         })
         .collect::<HashMap<String, UnauthenticatedMail>>();
+    let data_budget = session::DataBudget::new(
+        cfg.max_data_memory_bytes,
+        pipeline.metrics().smtp_data_bytes(),
+    );
     let ctx = Arc::new(inbound::Inbound {
         pipeline,
         verifier,
@@ -485,6 +489,8 @@ pub async fn listen(
         default_policy: cfg.unauthenticated,
         tls: tls_acceptor(cfg)?,
         max_blob_bytes: config.media.max_bytes,
+        data_budget,
+        shutdown: shutdown.clone(),
     });
     let listener = TcpListener::bind(cfg.bind)
         .await
@@ -494,7 +500,11 @@ pub async fn listen(
         .map_err(|e| Error::Startup(e.to_string()))?;
     let sessions = Arc::new(Semaphore::new(cfg.max_sessions));
     let task = tokio::spawn(async move {
+        // Running sessions: at shutdown the loop waits for them (the application bounds the
+        // wait by its grace period; dropping the set aborts what is left).
+        let mut running = tokio::task::JoinSet::new();
         loop {
+            while running.try_join_next().is_some() {}
             let (stream, peer) = tokio::select! {
                 _ = shutdown.changed() => break,
                 accepted = listener.accept() => match accepted {
@@ -518,11 +528,19 @@ pub async fn listen(
                 continue;
             };
             let ctx = Arc::clone(&ctx);
-            tokio::spawn(async move {
+            running.spawn(async move {
                 session::serve(stream, peer, ctx).await;
                 drop(permit);
             });
         }
+        drop(listener);
+        if !running.is_empty() {
+            tracing::info!(
+                sessions = running.len(),
+                "SMTP listener closed; letting sessions finish their messages"
+            );
+        }
+        while running.join_next().await.is_some() {}
     });
     tracing::info!(%addr, "SMTP listener is up");
     Ok(Listener { addr, task })

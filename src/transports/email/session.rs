@@ -2,7 +2,9 @@
 //! commands parsed by `smtp-proto`. Every read is under the idle timeout and the session under
 //! its wall-clock limit; commands per session and recipients per message are capped; DATA ends
 //! only on `<CRLF>.<CRLF>` (a bare LF never ends it), and a message over the size limit is read
-//! to its end without being kept and answered 552.
+//! to its end without being kept and answered 552. Bodies being received draw on one memory
+//! budget shared by every session ([`DataBudget`]); a message that would go over it is read to
+//! its end without being kept and answered `452 4.3.1`, so the client retries later.
 //!
 //! After `220` to STARTTLS, whatever the client sent behind the command in the same packet is
 //! discarded unread, then the TLS handshake starts and the session begins anew (no HELO, no
@@ -12,12 +14,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use smtp_proto::request::receiver::{DataReceiver, DummyDataReceiver, RequestReceiver};
 use smtp_proto::{
     EXT_8BIT_MIME, EXT_ENHANCED_STATUS_CODES, EXT_PIPELINING, EXT_SIZE, EXT_SMTP_UTF8,
     EXT_START_TLS, EhloResponse, Request,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::inbound::{Inbound, Rcpt, SessionEnvelope};
@@ -50,6 +54,77 @@ impl Reply {
     }
 }
 
+/// Memory for message bodies being received, shared by every session, counted in KiB.
+#[derive(Debug, Clone)]
+pub struct DataBudget {
+    kib: Arc<Semaphore>,
+    gauge: Gauge,
+}
+
+/// Memory is taken from the budget in steps of this many KiB, not per read.
+const BUDGET_STEP_KIB: usize = 64;
+
+impl DataBudget {
+    /// A budget of `bytes`, whose use is shown by `gauge`.
+    #[must_use]
+    pub fn new(bytes: usize, gauge: &Gauge) -> Self {
+        let kib = (bytes / 1024).clamp(1, Semaphore::MAX_PERMITS);
+        Self {
+            kib: Arc::new(Semaphore::new(kib)),
+            gauge: gauge.clone(),
+        }
+    }
+}
+
+/// The part of the budget one message body holds; given back when dropped.
+struct Held {
+    budget: DataBudget,
+    permit: Option<OwnedSemaphorePermit>,
+    kib: usize,
+}
+
+impl Held {
+    fn new(budget: &DataBudget) -> Self {
+        Self {
+            budget: budget.clone(),
+            permit: None,
+            kib: 0,
+        }
+    }
+
+    /// Grows the share to cover `len` bytes; false when the budget has no room.
+    fn cover(&mut self, len: usize) -> bool {
+        let need = len.div_ceil(1024);
+        if need <= self.kib {
+            return true;
+        }
+        let want = need.next_multiple_of(BUDGET_STEP_KIB) - self.kib;
+        let Some(more) = u32::try_from(want)
+            .ok()
+            .and_then(|n| Arc::clone(&self.budget.kib).try_acquire_many_owned(n).ok())
+        else {
+            return false;
+        };
+        match &mut self.permit {
+            Some(p) => p.merge(more),
+            None => self.permit = Some(more),
+        }
+        self.kib += want;
+        self.budget
+            .gauge
+            .inc_by(i64::try_from(want * 1024).unwrap_or(i64::MAX));
+        true
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget
+            .gauge
+            .dec_by(i64::try_from(self.kib * 1024).unwrap_or(i64::MAX));
+    }
+}
+
 /// What a run of the loop ended with.
 enum Next<S> {
     Done,
@@ -70,8 +145,9 @@ struct Session {
 
 enum Mode {
     Command,
-    Data(DataReceiver, Vec<u8>),
-    Skip(DummyDataReceiver),
+    Data(DataReceiver, Vec<u8>, Held),
+    /// Reading a message that is not kept, to its end; then this reply.
+    Skip(DummyDataReceiver, Reply),
 }
 
 /// Serves one connection to its end.
@@ -143,7 +219,18 @@ impl Session {
         let mut mode = Mode::Command;
         let mut buf = vec![0u8; 8192];
         let mut out = Vec::with_capacity(512);
+        let mut shutdown = self.ctx.shutdown.clone();
         loop {
+            if *shutdown.borrow() && matches!(mode, Mode::Command) {
+                // Between messages: nothing is lost by closing; the client sends the rest
+                // to another instance or later.
+                self.send(
+                    &mut stream,
+                    b"421 4.3.2 Service shutting down, try again later\r\n",
+                )
+                .await?;
+                return Ok(Next::Done);
+            }
             let now = Instant::now();
             if now >= self.deadline {
                 self.send(
@@ -154,7 +241,19 @@ impl Session {
                 return Ok(Next::Done);
             }
             let wait = idle.min(self.deadline - now);
-            let n = match tokio::time::timeout(wait, stream.read(&mut buf)).await {
+            let between_messages = matches!(mode, Mode::Command) && !*shutdown.borrow();
+            let read = tokio::select! {
+                r = tokio::time::timeout(wait, stream.read(&mut buf)) => r,
+                // A message being received is finished first.
+                changed = shutdown.changed(), if between_messages => {
+                    if changed.is_err() {
+                        // The server is gone without a word: nothing more can be stored.
+                        return Ok(Next::Done);
+                    }
+                    continue;
+                }
+            };
+            let n = match read {
                 Ok(Ok(0)) => return Ok(Next::Done),
                 Ok(Ok(n)) => n,
                 Ok(Err(e)) => return Err(e),
@@ -167,26 +266,56 @@ impl Session {
             let mut iter = buf[..n].iter();
             loop {
                 match &mut mode {
-                    Mode::Data(rx, msg) => {
-                        if rx.ingest(&mut iter, msg) {
+                    Mode::Data(rx, msg, held) => {
+                        let done = rx.ingest(&mut iter, msg);
+                        if msg.len() > max_size {
+                            let reply = Reply::new(552, [5, 3, 4], "Message too big for system");
+                            if done {
+                                mode = Mode::Command;
+                                reply.write(&mut out);
+                                self.reset();
+                            } else {
+                                mode = Mode::Skip(DummyDataReceiver::new_data(rx), reply);
+                            }
+                            continue;
+                        }
+                        if !held.cover(msg.len()) {
+                            tracing::warn!(peer = %self.peer, "SMTP body memory budget exhausted; message deferred");
+                            let reply = Reply::new(
+                                452,
+                                [4, 3, 1],
+                                "Insufficient system storage, try again later",
+                            );
+                            if done {
+                                mode = Mode::Command;
+                                reply.write(&mut out);
+                                self.reset();
+                            } else {
+                                mode = Mode::Skip(DummyDataReceiver::new_data(rx), reply);
+                            }
+                            continue;
+                        }
+                        if done {
                             let raw = std::mem::take(msg);
-                            mode = Mode::Command;
+                            // The budget stays held while the message is checked and stored.
+                            let Mode::Data(_, _, held) =
+                                std::mem::replace(&mut mode, Mode::Command)
+                            else {
+                                continue;
+                            };
                             let reply = self.finish_message(&raw).await;
+                            drop(raw);
+                            drop(held);
                             reply.write(&mut out);
                             self.reset();
                             continue;
                         }
-                        if msg.len() > max_size {
-                            mode = Mode::Skip(DummyDataReceiver::new_data(rx));
-                            continue;
-                        }
                         break;
                     }
-                    Mode::Skip(rx) => {
+                    Mode::Skip(rx, reply) => {
                         if rx.ingest(&mut iter) {
+                            reply.write(&mut out);
                             mode = Mode::Command;
-                            Reply::new(552, [5, 3, 4], "Message too big for system")
-                                .write(&mut out);
                             self.reset();
                             continue;
                         }
@@ -216,7 +345,11 @@ impl Session {
                                 out.extend_from_slice(
                                     b"354 Start mail input; end with <CRLF>.<CRLF>\r\n",
                                 );
-                                mode = Mode::Data(data_receiver(), Vec::with_capacity(8192));
+                                mode = Mode::Data(
+                                    data_receiver(),
+                                    Vec::with_capacity(8192),
+                                    Held::new(&self.ctx.data_budget),
+                                );
                             }
                             Action::StartTls => {
                                 Reply::new(220, [2, 0, 0], "Ready to start TLS").write(&mut out);
