@@ -692,6 +692,14 @@ pub struct IntrospectionConfig {
     /// Required `aud`, when set.
     #[serde(default)]
     pub audience: Option<String>,
+    /// How long an active answer is reused (never past the token's `exp`); 0 asks every time.
+    /// A revoked token keeps working at most this long.
+    #[serde(default = "default_introspection_cache_seconds")]
+    pub cache_seconds: u64,
+}
+
+fn default_introspection_cache_seconds() -> u64 {
+    60
 }
 
 /// One skill on an agent card.

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod a2a;
+mod a2a_oauth;
 mod activitypub;
 mod api;
 mod cli;

@@ -26,6 +26,8 @@ use crate::net::{HttpClient, HttpRequest};
 const JWKS_TTL_MS: i64 = 300_000;
 /// An unknown `kid` refetches the JWKS at most this often.
 const JWKS_MIN_REFETCH_MS: i64 = 1_000;
+/// Most introspection answers kept; past it, expired ones are dropped, then all.
+const INTROSPECTION_CACHE_MAX: usize = 10_000;
 
 /// A verified (or anonymous) caller.
 #[derive(Debug, Clone)]
@@ -106,6 +108,9 @@ pub struct Verifier {
     /// Our own host: the `verified_by` of minted evidence.
     domain: String,
     jwks: Arc<Mutex<HashMap<String, CachedJwks>>>,
+    /// Active introspection answers by SHA-256 of (endpoint, token), with when they stop
+    /// being used (unix ms). Inactive answers are never kept.
+    introspected: Arc<std::sync::Mutex<HashMap<[u8; 32], (i64, Caller)>>>,
 }
 
 fn unverified_claims(token: &str) -> Option<Map<String, Value>> {
@@ -148,6 +153,7 @@ impl Verifier {
             clock,
             domain: domain.to_owned(),
             jwks: Arc::new(Mutex::new(HashMap::new())),
+            introspected: Arc::default(),
         }
     }
 
@@ -345,7 +351,55 @@ impl Verifier {
         ))
     }
 
+    /// Checks an opaque token at the introspection endpoint; an active answer is reused for
+    /// `cache_seconds` (never past the token's `exp`), so a busy client costs one call a
+    /// minute, not one per request.
     async fn introspect(&self, token: &str, cfg: &IntrospectionConfig) -> Result<Caller, Refused> {
+        let key: [u8; 32] = Sha256::new()
+            .chain_update(cfg.url.as_bytes())
+            .chain_update([0])
+            .chain_update(token.as_bytes())
+            .finalize()
+            .into();
+        let now = self.clock.now_ms();
+        {
+            let cache = self
+                .introspected
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some((until, caller)) = cache.get(&key)
+                && *until > now
+            {
+                return Ok(caller.clone());
+            }
+        }
+        let (caller, exp) = self.introspect_now(token, cfg).await?;
+        let ttl = i64::try_from(cfg.cache_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let until = exp.map_or(now.saturating_add(ttl), |exp| {
+            now.saturating_add(ttl).min(exp.saturating_mul(1000))
+        });
+        if ttl > 0 && until > now {
+            let mut cache = self
+                .introspected
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if cache.len() >= INTROSPECTION_CACHE_MAX {
+                cache.retain(|_, (u, _)| *u > now);
+                if cache.len() >= INTROSPECTION_CACHE_MAX {
+                    cache.clear();
+                }
+            }
+            cache.insert(key, (until, caller.clone()));
+        }
+        Ok(caller)
+    }
+
+    /// One introspection call: the caller and the token's `exp` (unix seconds), if given.
+    async fn introspect_now(
+        &self,
+        token: &str,
+        cfg: &IntrospectionConfig,
+    ) -> Result<(Caller, Option<i64>), Refused> {
         let basic = base64::engine::general_purpose::STANDARD.encode(format!(
             "{}:{}",
             cfg.client_id,
@@ -409,7 +463,8 @@ impl Verifier {
             .and_then(Value::as_str)
             .ok_or_else(|| Refused("introspection names no subject".into()))?
             .to_owned();
-        Ok(self.caller(
+        let exp = claims.get("exp").and_then(Value::as_i64);
+        let caller = self.caller(
             &sub,
             &cfg.url,
             AuthMethod::A2aOauth,
@@ -418,7 +473,8 @@ impl Verifier {
             None,
             &claims,
             token,
-        ))
+        );
+        Ok((caller, exp))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -1,0 +1,193 @@
+//! A2A agents that accept opaque OAuth 2 access tokens checked by RFC 7662 introspection: the
+//! client authenticates to the endpoint, active answers mint `a2a-oauth` evidence and are reused
+//! for a while, and inactive, foreign-audience, expired or unverifiable tokens get 401.
+
+use std::sync::{Arc, Mutex};
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde_json::{Value, json};
+use switchboard::config::{
+    A2aAuthConfig, AgentA2aConfig, AgentConfig, BackendConfig, IntrospectionConfig, Secret,
+};
+
+use crate::helpers::{Engine, RecordingAgent, on_both_engines, serve_route, spawn_app};
+
+const AUD: &str = "switchboard-test";
+
+/// The authorization server: answers for known tokens, counts calls, checks the client.
+#[derive(Default)]
+struct Idp {
+    calls: Mutex<Vec<String>>,
+    down: Mutex<bool>,
+}
+
+async fn introspect(
+    idp: web::Data<Arc<Idp>>,
+    req: HttpRequest,
+    form: web::Form<Vec<(String, String)>>,
+) -> HttpResponse {
+    use base64::Engine as _;
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("switchboard:s3cret")
+    );
+    if req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        != Some(basic.as_str())
+    {
+        return HttpResponse::Unauthorized().finish();
+    }
+    if *idp.down.lock().unwrap() {
+        return HttpResponse::ServiceUnavailable().finish();
+    }
+    let token = form
+        .iter()
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    idp.calls.lock().unwrap().push(token.clone());
+    let now = {
+        use switchboard::clock::Clock as _;
+        switchboard::clock::SystemClock.now_ms() / 1000
+    };
+    let answer = match token.as_str() {
+        "opaque-good" => {
+            json!({"active": true, "sub": "client-7", "aud": AUD, "exp": now + 600, "scope": "a2a"})
+        }
+        "opaque-other-audience" => {
+            json!({"active": true, "sub": "client-8", "aud": "someone-else", "exp": now + 600})
+        }
+        "opaque-expired" => json!({"active": true, "sub": "client-9", "aud": AUD, "exp": now - 5}),
+        _ => json!({"active": false}),
+    };
+    HttpResponse::Ok().json(answer)
+}
+
+async fn introspected_tokens_are_checked_and_cached(engine: Engine) {
+    let idp = Arc::new(Idp::default());
+    let url = serve_route!(idp.clone(), post, "/introspect", introspect);
+    let recorder = Arc::new(RecordingAgent::default());
+    let rec = recorder.clone();
+    let t = spawn_app(engine, move |c, o| {
+        c.agents.push(AgentConfig {
+            name: "opaque".into(),
+            display_name: None,
+            summary: None,
+            backend: BackendConfig::Echo,
+            email: None,
+            a2a: Some(AgentA2aConfig {
+                skills: vec![],
+                auth: A2aAuthConfig::Oauth {
+                    issuers: vec![],
+                    introspection: Some(IntrospectionConfig {
+                        url,
+                        client_id: "switchboard".into(),
+                        client_secret: Secret::new("s3cret"),
+                        audience: Some(AUD.into()),
+                        cache_seconds: 60,
+                    }),
+                    token_url: None,
+                    metadata_url: None,
+                    leeway_seconds: 5,
+                },
+            }),
+        });
+        o.agents.push(("opaque".into(), rec));
+    })
+    .await;
+    let call = |token: Option<&'static str>| {
+        let t = &t;
+        async move {
+            let mut r = t
+                .http
+                .post(format!("{}/agents/opaque/a2a", t.base))
+                .header("A2A-Version", "1.0")
+                .json(
+                    &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                    "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+                                "parts": [{"text": "hello"}]},
+                    "configuration": {"returnImmediately": true}}}),
+                );
+            if let Some(tok) = token {
+                r = r.bearer_auth(tok);
+            }
+            let resp = r.send().await.unwrap();
+            let status = resp.status().as_u16();
+            let www = resp
+                .headers()
+                .get("www-authenticate")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (
+                status,
+                www,
+                resp.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+
+    // An active token for our audience: accepted, and its answer reused.
+    let (status, _, body) = call(Some("opaque-good")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["result"]["task"]["id"].is_string(), "{body}");
+    let (status, _, body) = call(Some("opaque-good")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        idp.calls.lock().unwrap().as_slice(),
+        ["opaque-good"],
+        "one introspection for two requests"
+    );
+
+    // Refusals: 401 with a Bearer challenge, whatever the reason.
+    for token in [
+        None,
+        Some("opaque-revoked"),
+        Some("opaque-other-audience"),
+        Some("opaque-expired"),
+    ] {
+        let (status, www, body) = call(token).await;
+        assert_eq!(status, 401, "{token:?}: {body}");
+        let www = www.unwrap_or_default();
+        assert!(www.starts_with("Bearer"), "{token:?}: {www}");
+    }
+    // Inactive answers are not cached: asking again asks the server again.
+    let before = idp.calls.lock().unwrap().len();
+    let (status, _, _) = call(Some("opaque-revoked")).await;
+    assert_eq!(status, 401);
+    assert_eq!(idp.calls.lock().unwrap().len(), before + 1);
+    // The endpoint failing refuses new tokens but the cached one still works.
+    *idp.down.lock().unwrap() = true;
+    let (status, _, _) = call(Some("opaque-new")).await;
+    assert_eq!(status, 401);
+    let (status, _, body) = call(Some("opaque-good")).await;
+    assert_eq!(status, 200, "{body}");
+
+    // What the agent saw: verified a2a-oauth evidence naming the subject and the endpoint.
+    let seen = wait_seen(&recorder, 3).await;
+    let s = &seen[0].sender;
+    assert_eq!(s.auth_method.as_str(), "a2a-oauth");
+    assert!(s.verified);
+    let ev = &s.identities.as_ref().unwrap()[0];
+    assert_eq!(ev.subject.as_str(), "client-7");
+    assert!(ev.issuer.ends_with("/introspect"), "{}", ev.issuer);
+    assert_eq!(ev.method.as_str(), "a2a-oauth");
+    assert_eq!(ev.assurance.as_str(), "oauth");
+}
+
+async fn wait_seen(
+    agent: &RecordingAgent,
+    n: usize,
+) -> Vec<switchboard::message::NormalizedMessage> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let seen = agent.seen.lock().unwrap().clone();
+        if seen.len() >= n || tokio::time::Instant::now() > deadline {
+            assert_eq!(seen.len(), n, "messages the agent saw");
+            return seen;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+on_both_engines!(introspected_tokens_are_checked_and_cached);
