@@ -94,6 +94,9 @@ impl Caller {
 #[error("{0}")]
 pub struct Refused(pub String);
 
+/// Active introspection answers: key hash → (used until, unix ms; the caller).
+type IntrospectionCache = HashMap<[u8; 32], (i64, Caller)>;
+
 #[derive(Debug, Clone)]
 struct CachedJwks {
     fetched_at: i64,
@@ -110,7 +113,7 @@ pub struct Verifier {
     jwks: Arc<Mutex<HashMap<String, CachedJwks>>>,
     /// Active introspection answers by SHA-256 of (endpoint, token), with when they stop
     /// being used (unix ms). Inactive answers are never kept.
-    introspected: Arc<std::sync::Mutex<HashMap<[u8; 32], (i64, Caller)>>>,
+    introspected: Arc<std::sync::Mutex<IntrospectionCache>>,
 }
 
 fn unverified_claims(token: &str) -> Option<Map<String, Value>> {
