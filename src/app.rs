@@ -259,6 +259,9 @@ impl Application {
                 })
         })
         .workers(config.server.workers.max(1))
+        // Stream events and small answers go out at once, not after the peer's delayed ACK
+        // (up to 40 ms per SSE event with Nagle's algorithm on).
+        .tcp_nodelay(true)
         .disable_signals()
         .shutdown_timeout(grace)
         .listen(listener)

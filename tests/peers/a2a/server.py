@@ -55,7 +55,8 @@ def main(port: int) -> None:
     handler = DefaultRequestHandler(agent_executor=Echo(), task_store=InMemoryTaskStore(), agent_card=card)
     routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
     app = Starlette(routes=routes)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    # uvicorn's fast configuration (one worker, uvloop, httptools), as an operator would run it.
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", loop="uvloop", http="httptools")
 
 
 if __name__ == "__main__":
