@@ -116,6 +116,131 @@ impl Catcher {
     }
 }
 
+/// A private Postfix instance (its own configuration, queue and log in a temporary directory)
+/// listening on a loopback port and relaying `agents.test` to switchboard through a transport
+/// map, as an operator would put Postfix in front. Stopped on drop.
+struct Postfix {
+    postfix: String,
+    dir: tempfile::TempDir,
+    addr: SocketAddr,
+}
+
+impl Postfix {
+    fn start(switchboard: SocketAddr) -> Self {
+        let postfix = std::env::var("SWITCHBOARD_EMAIL_POSTFIX").unwrap_or_else(|_| {
+            panic!("SWITCHBOARD_EMAIL_POSTFIX is not set: source scripts/peers/email.sh")
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // Postfix's daemons run as the postfix user and must reach the queue.
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        for sub in ["etc", "spool", "data"] {
+            std::fs::create_dir(d.join(sub)).unwrap();
+        }
+        let (ok, out) = run(Command::new("chown").arg("postfix").arg(d.join("data")));
+        assert!(ok, "chown: {out}");
+        let port = free_port();
+        let d = d.display();
+        std::fs::write(
+            dir.path().join("etc/main.cf"),
+            format!(
+                "compatibility_level = 3.6\n\
+                 queue_directory = {d}/spool\ndata_directory = {d}/data\n\
+                 mail_owner = postfix\nsetgid_group = postdrop\n\
+                 myhostname = mx.relay.test\nmydomain = relay.test\nmyorigin = relay.test\n\
+                 inet_interfaces = 127.0.0.1\ninet_protocols = ipv4\nmydestination =\n\
+                 relay_domains = agents.test\n\
+                 transport_maps = texthash:{d}/etc/transport\n\
+                 mynetworks = 127.0.0.0/8\n\
+                 smtpd_relay_restrictions = permit_mynetworks, reject_unauth_destination\n\
+                 smtp_dns_support_level = disabled\nalias_maps =\nalias_database =\n\
+                 maillog_file = {d}/postfix.log\nmaillog_file_prefixes = {d}\n",
+            ),
+        )
+        .unwrap();
+        // The transport map: brackets, so no MX lookup.
+        std::fs::write(
+            dir.path().join("etc/transport"),
+            format!("agents.test smtp:[127.0.0.1]:{}\n", switchboard.port()),
+        )
+        .unwrap();
+        let mut master = format!("127.0.0.1:{port} inet n - n - - smtpd\n");
+        for (name, kind, private, limit) in [
+            ("pickup", "unix", "n", "1"),
+            ("cleanup", "unix", "n", "0"),
+            ("qmgr", "unix", "n", "1"),
+            ("rewrite", "unix", "-", "-"),
+            ("bounce", "unix", "-", "0"),
+            ("defer", "unix", "-", "0"),
+            ("trace", "unix", "-", "0"),
+            ("verify", "unix", "-", "1"),
+            ("flush", "unix", "n", "0"),
+            ("proxymap", "unix", "-", "-"),
+            ("smtp", "unix", "-", "-"),
+            ("relay", "unix", "-", "-"),
+            ("showq", "unix", "n", "-"),
+            ("error", "unix", "-", "-"),
+            ("retry", "unix", "-", "-"),
+            ("discard", "unix", "-", "-"),
+            ("anvil", "unix", "-", "1"),
+            ("scache", "unix", "-", "1"),
+            ("postlog", "unix-dgram", "n", "1"),
+        ] {
+            let program = match name {
+                "rewrite" => "trivial-rewrite",
+                "defer" | "trace" => "bounce",
+                "relay" => "smtp",
+                "retry" => "error",
+                "postlog" => "postlogd",
+                other => other,
+            };
+            master.push_str(&format!(
+                "{name} {kind} {private} - n - {limit} {program}\n"
+            ));
+        }
+        std::fs::write(dir.path().join("etc/master.cf"), master).unwrap();
+        let (ok, out) = run(Command::new(&postfix)
+            .arg("-c")
+            .arg(dir.path().join("etc"))
+            .arg("start"));
+        assert!(
+            ok,
+            "postfix start: {out} {}",
+            std::fs::read_to_string(dir.path().join("postfix.log")).unwrap_or_default()
+        );
+        Self {
+            postfix,
+            dir,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        }
+    }
+
+    /// Waits until a line of Postfix's log holds every one of `words`; returns it.
+    async fn logged(&self, words: &[&str]) -> String {
+        let log = self.dir.path().join("postfix.log");
+        wait_for(30, &format!("Postfix to log {words:?}"), || {
+            let log = log.clone();
+            async move {
+                let text = std::fs::read_to_string(&log).ok()?;
+                text.lines()
+                    .find(|l| words.iter().all(|w| l.contains(w)))
+                    .map(str::to_owned)
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Postfix {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.postfix)
+            .arg("-c")
+            .arg(self.dir.path().join("etc"))
+            .arg("stop")
+            .output();
+    }
+}
+
 /// Unfolded header `name` of a raw message.
 fn header(raw: &[u8], name: &str) -> Option<String> {
     let text = String::from_utf8_lossy(raw);
@@ -268,6 +393,64 @@ fn text_of(m: &NormalizedMessage) -> String {
         .as_str()
         .unwrap_or("")
         .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postfix_relays_into_switchboard_through_a_transport_map() {
+    let Some(p) = peers() else { return };
+    let (mut app, helper, addr) = spawn_email(None, |_| {}).await;
+    let postfix = Postfix::start(addr);
+
+    // Mail signed by dkimpy goes to Postfix, which relays it to switchboard.
+    let msg = "From: Alice Example <alice@example.com>\nTo: Helper <helper@agents.test>\nSubject: Through the relay\nDate: Sun, 22 Nov 2026 06:00:00 +0000\nMessage-ID: <relay-1@example.com>\n\nDoes this reach you through Postfix?\n";
+    let signed = dkimpy_sign(
+        &p,
+        "sender-dkim.key",
+        "sel1",
+        "example.com",
+        msg,
+        "rsa-sha256",
+    );
+    let (ok, out) = swaks(
+        &p,
+        postfix.addr,
+        "alice@example.com",
+        &["helper@agents.test"],
+        &signed,
+    );
+    assert!(ok && out.contains("250 2.0.0 Ok: queued"), "{out}");
+    let line = postfix
+        .logged(&[
+            &format!("relay=127.0.0.1[127.0.0.1]:{}", addr.port()),
+            "status=sent",
+        ])
+        .await;
+    assert!(line.contains("250 2.0.0 Message queued"), "{line}");
+    let seen = wait_seen(&helper, 1).await;
+    let m = &seen[0];
+    // Postfix's Received header does not break DKIM: DMARC passes aligned.
+    assert_eq!(m.sender.address, "alice@example.com");
+    assert!(m.sender.verified, "{:?}", m.sender);
+    assert_eq!(m.sender.auth_method.as_str(), "email-dmarc");
+    assert_eq!(m.raw["envelope"]["helo"], "mx.relay.test");
+    assert!(text_of(m).contains("through Postfix"), "{}", text_of(m));
+
+    // An address that is not an agent: Postfix accepts it for the relay domain, switchboard
+    // refuses it at RCPT, and the bounce is Postfix's to send, not ours.
+    let (ok, out) = swaks(
+        &p,
+        postfix.addr,
+        "alice@example.com",
+        &["nobody@agents.test"],
+        &signed,
+    );
+    assert!(ok, "{out}");
+    let line = postfix
+        .logged(&["nobody@agents.test", "status=bounced"])
+        .await;
+    assert!(line.contains("550 5.1.1"), "{line}");
+    assert_eq!(seen.len(), 1);
+    app.stop().await;
 }
 
 on_both_engines!(swaks_mail_signed_by_dkimpy_gets_a_dkim_signed_threaded_reply);
