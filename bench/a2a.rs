@@ -211,12 +211,7 @@ async fn stream_memory(url: &str, n: usize) -> f64 {
 }
 
 fn main() {
-    loadgen::child_main();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"))
-        .block_on(bench());
+    loadgen::main(bench);
 }
 
 async fn bench() {

@@ -201,12 +201,7 @@ fn start_fedify() -> Option<(Peer, String)> {
 }
 
 fn main() {
-    loadgen::child_main();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"))
-        .block_on(bench());
+    loadgen::main(bench);
 }
 
 async fn bench() {

@@ -118,12 +118,7 @@ fn free_port() -> u16 {
 }
 
 fn main() {
-    loadgen::child_main();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"))
-        .block_on(bench());
+    loadgen::main(bench);
 }
 
 async fn bench() {

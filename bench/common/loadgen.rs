@@ -296,9 +296,19 @@ fn remote_main(path: &str) -> ! {
     std::process::exit(0);
 }
 
-/// Call first thing in a benchmark's `main`: when started as a generator (or a remote), does
-/// that job and exits.
-pub fn child_main() {
+/// A benchmark's `main`: does a generator's (or a remote's) job when started as one, else runs
+/// `bench` on a multi-threaded runtime.
+pub fn main<F: std::future::Future<Output = ()>>(bench: impl FnOnce() -> F) {
+    child_main();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"))
+        .block_on(bench());
+}
+
+/// When started as a generator (or a remote), does that job and exits.
+fn child_main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--remote") {
         remote_main(args.get(i + 1).map_or("", String::as_str));
@@ -423,7 +433,12 @@ async fn http(concurrency: usize, status: u16, body: Option<String>, next: Next)
             })
         })
         .collect();
-    let mut out = Vec::new();
+    join(tasks).await
+}
+
+/// The outcomes of every connection's task (a panicked one counts as nothing done).
+async fn join(tasks: Vec<tokio::task::JoinHandle<Outcome>>) -> Vec<Outcome> {
+    let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
         out.push(t.await.unwrap_or_default());
     }
@@ -494,9 +509,5 @@ async fn smtp(
             })
         })
         .collect();
-    let mut out = Vec::new();
-    for t in tasks {
-        out.push(t.await.unwrap_or_default());
-    }
-    out
+    join(tasks).await
 }

@@ -268,24 +268,20 @@ impl Session {
                 match &mut mode {
                     Mode::Data(rx, msg, held) => {
                         let done = rx.ingest(&mut iter, msg);
-                        if msg.len() > max_size {
-                            let reply = Reply::new(552, [5, 3, 4], "Message too big for system");
-                            if done {
-                                mode = Mode::Command;
-                                reply.write(&mut out);
-                                self.reset();
-                            } else {
-                                mode = Mode::Skip(DummyDataReceiver::new_data(rx), reply);
-                            }
-                            continue;
-                        }
-                        if !held.cover(msg.len()) {
+                        let refusal = if msg.len() > max_size {
+                            Some(Reply::new(552, [5, 3, 4], "Message too big for system"))
+                        } else if !held.cover(msg.len()) {
                             tracing::warn!(peer = %self.peer, "SMTP body memory budget exhausted; message deferred");
-                            let reply = Reply::new(
+                            Some(Reply::new(
                                 452,
                                 [4, 3, 1],
                                 "Insufficient system storage, try again later",
-                            );
+                            ))
+                        } else {
+                            None
+                        };
+                        if let Some(reply) = refusal {
+                            // Not kept: the rest of the body is read and dropped, then refused.
                             if done {
                                 mode = Mode::Command;
                                 reply.write(&mut out);
