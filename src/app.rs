@@ -182,6 +182,11 @@ impl Application {
                 pipeline.deliver_handler(),
                 shutdown_rx.clone(),
             ));
+            workers.extend(queue.spawn_workers(
+                kinds::TURN_END,
+                pipeline.turn_end_handler(),
+                shutdown_rx.clone(),
+            ));
             if activitypub.enabled() {
                 workers.extend(queue.spawn_workers(
                     activitypub::JOB_KIND,

@@ -1,4 +1,4 @@
-//! The `dispatch` and `deliver` job handlers.
+//! The `dispatch`, `deliver` and `turn_end` job handlers.
 //!
 //! Each handles a claimed batch concurrently, then commits every outcome in one transaction:
 //! the job's new state together with its effects (the stored response and its delivery job; the
@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use futures_util::future::join_all;
 
-use super::{Core, DeliverJob, DispatchJob};
+use super::{Core, DeliverJob, DispatchJob, TurnEndJob};
 use crate::error::{Error, OutboundError, Result};
 use crate::message::{
     HistoricalMessage, NormalizedMessage, NormalizedResponse, Role, Sender, Timestamp,
@@ -197,15 +197,41 @@ impl JobHandler for DispatchHandler {
         let owned = jobs::finish_done_many(&mut tx, &done, owner, now).await?;
         let mut outcomes = vec!["done"; owned.len()];
         let mut answers = Vec::new();
-        for (job, result) in batch.iter().zip(results) {
+        // Turns that end here without a response, for transports that need to know.
+        let mut ended: Vec<TurnEndJob> = Vec::new();
+        let ends_turns = |id: &str| {
+            rows.as_ref()
+                .ok()
+                .and_then(|r| r.get(id))
+                .and_then(|row| core.transports.get(&row.transport))
+                .is_some_and(|t| t.ends_turns())
+        };
+        for ((job, result), payload) in batch.iter().zip(results).zip(&jobs) {
+            let message_id = payload.as_ref().ok().map(|p| p.message_id.as_str());
             match result {
-                Ok(answer) if owned.contains(&job.id) => answers.extend(answer),
+                Ok(Some(answer)) if owned.contains(&job.id) => answers.push(answer),
+                Ok(None) if owned.contains(&job.id) => {
+                    if let Some(id) = message_id.filter(|id| ends_turns(id)) {
+                        ended.push(TurnEndJob {
+                            message_id: id.to_owned(),
+                            failure: None,
+                        });
+                    }
+                }
                 Ok(_) => tracing::warn!(job = %job.id, "lease lost; another worker owns this job"),
                 Err(e) => {
                     tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "dispatch failed");
                     let finish = core.queue.finish_for_error(job, &e);
                     if jobs::finish(&mut tx, &job.id, owner, &finish, now).await? {
                         outcomes.push(finish_label(&finish));
+                        if let (Finish::Dead { error }, Some(id)) = (&finish, message_id)
+                            && ends_turns(id)
+                        {
+                            ended.push(TurnEndJob {
+                                message_id: id.to_owned(),
+                                failure: Some(error.clone()),
+                            });
+                        }
                     }
                 }
             }
@@ -257,12 +283,40 @@ impl JobHandler for DispatchHandler {
         if !new_jobs.is_empty() {
             tx.notify(kinds::DELIVER).await?;
         }
+        let turn_end_ids: Vec<String> = ended
+            .iter()
+            .map(|e| format!("{}:{}", kinds::TURN_END, e.message_id))
+            .collect();
+        let turn_end_payloads = ended
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(Error::Corrupt)?;
+        let turn_end_attempts = core.queue.max_attempts(kinds::TURN_END);
+        let turn_end_jobs: Vec<NewJob<'_>> = turn_end_ids
+            .iter()
+            .zip(&turn_end_payloads)
+            .map(|(id, payload)| NewJob {
+                id,
+                kind: kinds::TURN_END,
+                payload,
+                max_attempts: turn_end_attempts,
+                run_at: now,
+            })
+            .collect();
+        jobs::enqueue_many(&mut tx, &turn_end_jobs, now).await?;
+        if !turn_end_jobs.is_empty() {
+            tx.notify(kinds::TURN_END).await?;
+        }
         tx.commit().await?;
         for o in outcomes {
             core.metrics.job(kinds::DISPATCH, o);
         }
         if !new_jobs.is_empty() {
             core.queue.wake(kinds::DELIVER);
+        }
+        if !turn_end_jobs.is_empty() {
+            core.queue.wake(kinds::TURN_END);
         }
         Ok(())
     }
@@ -429,6 +483,66 @@ impl JobHandler for DeliverHandler {
             if let (Some(at), "delivered") = (received_at, outcome) {
                 core.metrics.end_to_end(now - at.unix_millis());
             }
+        }
+        Ok(())
+    }
+}
+
+/// Handles `turn_end` jobs: tells the message's transport that its turn ended without a
+/// response.
+pub(super) struct TurnEndHandler(pub(super) Arc<Core>);
+
+impl TurnEndHandler {
+    async fn run(
+        &self,
+        job: &std::result::Result<TurnEndJob, OutboundError>,
+        rows: &std::result::Result<HashMap<String, StoredMessage>, OutboundError>,
+    ) -> std::result::Result<(), OutboundError> {
+        let job = job.as_ref().map_err(Clone::clone)?;
+        let row = lookup(rows.as_ref().map_err(Clone::clone)?, &job.message_id)?;
+        let original: NormalizedMessage = parse(row)?;
+        let transport = self.0.transports.get(&row.transport).ok_or_else(|| {
+            OutboundError::permanent(format!("no transport named {:?}", row.transport))
+        })?;
+        transport
+            .unanswered(&original, job.failure.as_deref())
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl JobHandler for TurnEndHandler {
+    async fn handle(&self, owner: &str, batch: &[JobRow]) -> Result<()> {
+        let core = &self.0;
+        let jobs: Vec<_> = batch.iter().map(payload::<TurnEndJob>).collect();
+        let wanted: Vec<&str> = jobs
+            .iter()
+            .filter_map(|j| j.as_ref().ok().map(|j| j.message_id.as_str()))
+            .collect();
+        let rows = load_many(core, &wanted).await;
+        let results = join_all(jobs.iter().map(|job| self.run(job, &rows))).await;
+        let now = core.clock.now_ms();
+        let mut tx = core.db.begin().await?;
+        let done: Vec<&str> = batch
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(j, _)| j.id.as_str())
+            .collect();
+        let owned = jobs::finish_done_many(&mut tx, &done, owner, now).await?;
+        let mut outcomes = vec!["done"; owned.len()];
+        for (job, result) in batch.iter().zip(&results) {
+            if let Err(e) = result {
+                tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "ending a turn failed");
+                let finish = core.queue.finish_for_error(job, e);
+                if jobs::finish(&mut tx, &job.id, owner, &finish, now).await? {
+                    outcomes.push(finish_label(&finish));
+                }
+            }
+        }
+        tx.commit().await?;
+        for o in outcomes {
+            core.metrics.job(kinds::TURN_END, o);
         }
         Ok(())
     }

@@ -1,6 +1,9 @@
 //! The pipeline: ingest (dedupe, store, enqueue dispatch in one transaction), dispatch (history,
 //! agent call, store the response and enqueue its delivery in one transaction) and delivery
-//! (through the originating transport, outcome recorded).
+//! (through the originating transport, outcome recorded). A turn that ends without a response
+//! (the agent had nothing to say, or its dispatch failed for good) is told to transports that
+//! care ([`crate::transports::Transport::ends_turns`]) by a `turn_end` job enqueued in the same
+//! transaction.
 //!
 //! It talks to transports only through [`crate::transports::Transport`].
 
@@ -39,6 +42,16 @@ pub(crate) struct DispatchJob {
 pub(crate) struct DeliverJob {
     /// The stored response to deliver.
     pub(crate) response_id: String,
+}
+
+/// Payload of a `turn_end` job.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct TurnEndJob {
+    /// The stored message whose turn ended without a response.
+    pub(crate) message_id: String,
+    /// Why, when the dispatch failed for good (for the log only).
+    #[serde(default)]
+    pub(crate) failure: Option<String>,
 }
 
 /// What the pipeline's stages share.
@@ -149,6 +162,12 @@ impl Pipeline {
     #[must_use]
     pub fn deliver_handler(&self) -> Arc<dyn JobHandler> {
         Arc::new(dispatch::DeliverHandler(Arc::clone(&self.core)))
+    }
+
+    /// The handler of `turn_end` jobs.
+    #[must_use]
+    pub fn turn_end_handler(&self) -> Arc<dyn JobHandler> {
+        Arc::new(dispatch::TurnEndHandler(Arc::clone(&self.core)))
     }
 
     /// The database.

@@ -26,6 +26,8 @@ pub mod kinds {
     pub const DISPATCH: &str = "dispatch";
     /// Deliver a response through its transport.
     pub const DELIVER: &str = "deliver";
+    /// Tell a message's transport that its turn ended without a response.
+    pub const TURN_END: &str = "turn_end";
 }
 
 /// Processes a batch of claimed jobs and finishes each (in one transaction, with its effects).

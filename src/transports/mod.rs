@@ -40,6 +40,28 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// Temporary failures are retried with backoff; permanent ones end the delivery.
     async fn deliver(&self, delivery: &Delivery) -> Result<(), OutboundError>;
+
+    /// Whether [`Transport::unanswered`] does anything: only then does the pipeline schedule
+    /// it (a `turn_end` job) for messages whose turn ends without a response.
+    fn ends_turns(&self) -> bool {
+        false
+    }
+
+    /// The agent ended `original`'s turn without a response: it had nothing to say
+    /// (`failure` is `None`), or its dispatch failed for good (`failure` says why, for the
+    /// log; callers are told no internal detail). Most transports send nothing then; an A2A
+    /// task still has to reach a terminal state.
+    ///
+    /// # Errors
+    /// Temporary failures are retried with backoff.
+    async fn unanswered(
+        &self,
+        original: &NormalizedMessage,
+        failure: Option<&str>,
+    ) -> Result<(), OutboundError> {
+        let _ = (original, failure);
+        Ok(())
+    }
 }
 
 /// The transports of this instance, by name.

@@ -6,6 +6,7 @@
 
 mod a2a;
 mod a2a_oauth;
+mod a2a_turns;
 mod activitypub;
 mod api;
 mod cli;

@@ -33,6 +33,7 @@ use self::tasks::{Change, TaskEngine};
 use self::wire::TaskState;
 use super::{Delivery, Transport};
 use crate::error::OutboundError;
+use crate::message::NormalizedMessage;
 
 /// Builds the state of the A2A routes: default agent, cards and their validators.
 ///
@@ -215,5 +216,55 @@ impl Transport for A2aTransport {
                 "A2A task {task_id} is not stored"
             ))),
         }
+    }
+
+    fn ends_turns(&self) -> bool {
+        true
+    }
+
+    /// A task whose agent had nothing to say completes without artifacts; one whose dispatch
+    /// failed for good fails, with a status message that says so and nothing more. Only the
+    /// turn that `original` started is ended: a task that has moved on is left alone.
+    async fn unanswered(
+        &self,
+        original: &NormalizedMessage,
+        failure: Option<&str>,
+    ) -> Result<(), OutboundError> {
+        let Some(task_id) = original.raw.get("taskId").and_then(Value::as_str) else {
+            return Err(OutboundError::permanent("the message names no A2A task"));
+        };
+        if let Some(why) = failure {
+            tracing::warn!(
+                task = task_id,
+                error = why,
+                "the agent could not answer; the task fails"
+            );
+        }
+        self.engine
+            .update(task_id, |row, task, now| {
+                let state = TaskState::parse(&row.state);
+                if row.turn_message_id != original.id
+                    || state.is_some_and(|s| s.is_terminal() || s.is_interrupted())
+                {
+                    return Ok(Change::Keep);
+                }
+                let (state, message) = match failure {
+                    None => (TaskState::Completed, None),
+                    Some(_) => (
+                        TaskState::Failed,
+                        Some(json!({
+                            "messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_AGENT",
+                            "taskId": row.id, "contextId": row.context_id,
+                            "parts": [{"text": "The agent could not answer this message."}],
+                        })),
+                    ),
+                };
+                Ok(Change::Write(vec![TaskEngine::set_status(
+                    row, task, state, message, now,
+                )]))
+            })
+            .await
+            .map_err(|e| OutboundError::temporary(e.message))?;
+        Ok(())
     }
 }
