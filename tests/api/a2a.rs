@@ -1130,23 +1130,32 @@ mod push {
         let task = &r["result"]["task"];
         assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{r}");
         let task_id = task["id"].as_str().unwrap().to_owned();
-        let first = wait_for(10, "the push notification", || async {
-            inbox.lock().unwrap().posts.first().cloned()
+        // Every status of the task from `working` on reaches the receiver, though the inline
+        // config was stored after the task began working.
+        let posts = wait_for(10, "both push notifications", || async {
+            let r = inbox.lock().unwrap();
+            (r.posts.len() >= 2).then(|| r.posts.clone())
         })
         .await;
         assert!(
-            inbox.lock().unwrap().calls >= 2,
+            inbox.lock().unwrap().calls >= 3,
             "the failed attempt was retried"
         );
-        let (auth, token, ctype, jwt, body) = first;
+        let mut states: Vec<&str> = posts
+            .iter()
+            .map(|p| p.4["statusUpdate"]["status"]["state"].as_str().unwrap())
+            .collect();
+        states.sort_unstable();
+        assert_eq!(
+            states,
+            ["TASK_STATE_INPUT_REQUIRED", "TASK_STATE_WORKING"],
+            "{posts:?}"
+        );
+        let (auth, token, ctype, jwt, body) = posts[0].clone();
         assert_eq!(auth, "Bearer push-secret");
         assert_eq!(token, "tok-1");
         assert_eq!(ctype, "application/a2a+json");
         assert_eq!(body["statusUpdate"]["taskId"], task_id.as_str());
-        assert_eq!(
-            body["statusUpdate"]["status"]["state"],
-            "TASK_STATE_INPUT_REQUIRED"
-        );
 
         // The JWT verifies against the published JWKS.
         let jwks: JwkSet = t

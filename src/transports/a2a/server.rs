@@ -1025,6 +1025,17 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
     if let Some(p) = &config.push {
         let cfg = parse_push_config(p, call.version, &row.id)?;
         store_push_config(state, &row, &cfg).await?;
+        // The turn's `working` status was stored before the config: push it too. (Nothing
+        // later exists yet: the message reaches the agent only below.)
+        let working_seq = row.last_seq.max(1);
+        state
+            .engine
+            .push_stored(
+                &row.id,
+                cfg["id"].as_str().unwrap_or_default(),
+                &[working_seq],
+            )
+            .await?;
     }
     let external_id = format!("{}:{turn}", row.id);
     // The first stream event is the task as it was created (or resumed).

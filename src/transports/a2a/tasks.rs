@@ -175,10 +175,45 @@ impl TaskEngine {
         if configs.is_empty() {
             return Ok(false);
         }
+        let seqs: Vec<i64> = events.iter().map(|(seq, _)| *seq).collect();
+        self.enqueue_push_jobs(tx, task_id, &configs, &seqs, now)
+            .await?;
+        Ok(true)
+    }
+
+    /// Pushes events already stored to one config: those of the turn a message carrying that
+    /// config (inline in SendMessage) started before the config itself was stored.
+    pub(super) async fn push_stored(
+        &self,
+        task_id: &str,
+        config_id: &str,
+        seqs: &[i64],
+    ) -> Result<(), RpcError> {
+        let result: crate::error::Result<()> = async {
+            let mut tx = self.db.begin().await?;
+            self.enqueue_push_jobs(&mut tx, task_id, &[config_id.to_owned()], seqs, self.now())
+                .await?;
+            tx.commit().await
+        }
+        .await;
+        result.map_err(|e| internal(&e))?;
+        self.queue.wake(push::KIND);
+        Ok(())
+    }
+
+    /// One push job per config and event sequence number.
+    async fn enqueue_push_jobs(
+        &self,
+        tx: &mut crate::store::Tx,
+        task_id: &str,
+        configs: &[String],
+        seqs: &[i64],
+        now: i64,
+    ) -> crate::error::Result<()> {
         let mut ids = Vec::new();
         let mut payloads = Vec::new();
-        for c in &configs {
-            for (seq, _) in events {
+        for c in configs {
+            for seq in seqs {
                 ids.push(format!("{}:{task_id}:{c}:{seq}", push::KIND));
                 payloads.push(
                     serde_json::to_string(&push::PushJob {
@@ -204,7 +239,7 @@ impl TaskEngine {
             .collect();
         jobs::enqueue_many(tx, &jobs, now).await?;
         tx.notify(push::KIND).await?;
-        Ok(true)
+        Ok(())
     }
 
     /// Sets the task's status, returning the `statusUpdate` event to store.
