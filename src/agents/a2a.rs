@@ -17,12 +17,14 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
 
-use super::AgentBackend;
+use super::webhook::SseReader;
+use super::{AgentBackend, Progress};
 use crate::config::Secret;
 use crate::error::OutboundError;
 use crate::message::{
-    ArtifactPart, BytesRef, Extra, FilePart, InlineBytes, LinkPart, NormalizedMessage,
-    NormalizedResponse, Part, ResponseState, TextMime, TextPart, UrlBytes,
+    ArtifactPart, BytesRef, DeltaEvent, Extra, FilePart, InlineBytes, LinkPart, NormalizedMessage,
+    NormalizedResponse, Part, PartEvent, ResponseEvent, ResponseState, TextMime, TextPart,
+    UrlBytes,
 };
 use crate::net::{HttpClient, HttpRequest};
 
@@ -149,17 +151,49 @@ impl A2aAgent {
         method: &str,
         params: Value,
         stream: bool,
+        progress: Option<Progress<'_>>,
     ) -> Result<Vec<Value>, OutboundError> {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        // The remote's artifact chunks are reported as they arrive: text as deltas, other
+        // parts whole.
+        let mut reader = SseReader::default();
+        let mut observe = |_: &reqwest::header::HeaderMap, chunk: &[u8]| {
+            let Some(report) = progress.filter(|_| stream) else {
+                return;
+            };
+            for data in reader.feed(chunk) {
+                let Ok(env) = serde_json::from_str::<Value>(&data) else {
+                    continue;
+                };
+                let parts = env
+                    .pointer("/result/artifactUpdate/artifact/parts")
+                    .and_then(Value::as_array);
+                for p in parts.into_iter().flatten() {
+                    match p.get("text").and_then(Value::as_str) {
+                        Some(text) => report(ResponseEvent::Delta(DeltaEvent {
+                            text: text.to_owned(),
+                        })),
+                        None => {
+                            if let Some(part) = from_remote_part(p) {
+                                report(ResponseEvent::Part(PartEvent { part }));
+                            }
+                        }
+                    }
+                }
+            }
+        };
         let resp = self
             .http
-            .send(HttpRequest {
-                method: reqwest::Method::POST,
-                url: &card.url,
-                headers: self.headers(stream)?,
-                body: Some(Bytes::from(body.to_string())),
-                timeout: Some(self.timeout),
-            })
+            .send_observed(
+                HttpRequest {
+                    method: reqwest::Method::POST,
+                    url: &card.url,
+                    headers: self.headers(stream)?,
+                    body: Some(Bytes::from(body.to_string())),
+                    timeout: Some(self.timeout),
+                },
+                &mut observe,
+            )
             .await?;
         self.http.classify_status(&resp)?;
         let envelopes: Vec<Value> = if resp.media_type() == "text/event-stream" {
@@ -339,6 +373,24 @@ impl AgentBackend for A2aAgent {
         &self,
         msg: &NormalizedMessage,
     ) -> Result<Option<NormalizedResponse>, OutboundError> {
+        self.answer(msg, None).await
+    }
+
+    async fn respond_streaming(
+        &self,
+        msg: &NormalizedMessage,
+        progress: Progress<'_>,
+    ) -> Result<Option<NormalizedResponse>, OutboundError> {
+        self.answer(msg, Some(progress)).await
+    }
+}
+
+impl A2aAgent {
+    async fn answer(
+        &self,
+        msg: &NormalizedMessage,
+        progress: Option<Progress<'_>>,
+    ) -> Result<Option<NormalizedResponse>, OutboundError> {
         let card = self.card().await?;
         debug_assert!(!card.legacy);
         let parts: Vec<Value> = msg.parts.iter().filter_map(to_remote_part).collect();
@@ -367,7 +419,13 @@ impl AgentBackend for A2aAgent {
             "SendMessage"
         };
         let results = self
-            .call(&card, method, json!({ "message": message }), stream)
+            .call(
+                &card,
+                method,
+                json!({ "message": message }),
+                stream,
+                progress,
+            )
             .await?;
         let mut outcome = Outcome::default();
         for r in &results {
@@ -381,7 +439,7 @@ impl AgentBackend for A2aAgent {
             };
             tokio::time::sleep(Duration::from_millis(250)).await;
             for r in self
-                .call(&card, "GetTask", json!({"id": id}), false)
+                .call(&card, "GetTask", json!({"id": id}), false, None)
                 .await?
             {
                 outcome.fold(&r);

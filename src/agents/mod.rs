@@ -18,8 +18,12 @@ pub use webhook::WebhookAgent;
 use crate::clock::SharedClock;
 use crate::config::{AgentConfig, BackendConfig};
 use crate::error::OutboundError;
-use crate::message::{Address, NormalizedMessage, NormalizedResponse};
+use crate::message::{Address, NormalizedMessage, NormalizedResponse, ResponseEvent};
 use crate::net::HttpClient;
+
+/// Where a backend reports its response while producing it (a `delta` of text, a finished
+/// `part`). Best effort: what is stored and delivered is the final response.
+pub type Progress<'a> = &'a (dyn Fn(ResponseEvent) + Send + Sync);
 
 /// Something that answers an agent's messages.
 #[async_trait::async_trait]
@@ -32,6 +36,20 @@ pub trait AgentBackend: Send + Sync + std::fmt::Debug {
         &self,
         msg: &NormalizedMessage,
     ) -> Result<Option<NormalizedResponse>, OutboundError>;
+
+    /// Answers `msg` like [`AgentBackend::respond`], reporting the response to `progress` as
+    /// it is produced, for backends that stream. The default reports nothing.
+    ///
+    /// # Errors
+    /// As [`AgentBackend::respond`].
+    async fn respond_streaming(
+        &self,
+        msg: &NormalizedMessage,
+        progress: Progress<'_>,
+    ) -> Result<Option<NormalizedResponse>, OutboundError> {
+        let _ = progress;
+        self.respond(msg).await
+    }
 }
 
 /// A hosted agent.

@@ -1,12 +1,13 @@
 //! The webhook agent (spec §9): POSTs the NormalizedMessage, HMAC-signed, and reads a JSON
-//! NormalizedResponse, an SSE stream of ResponseEvents, or 204 for no reply.
+//! NormalizedResponse, an SSE stream of ResponseEvents (reported as they arrive when the caller
+//! wants progress), or 204 for no reply.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{AgentBackend, complete_response};
+use super::{AgentBackend, Progress, complete_response};
 use crate::clock::SharedClock;
 use crate::config::Secret;
 use crate::error::OutboundError;
@@ -51,17 +52,58 @@ impl AgentBackend for WebhookAgent {
         &self,
         msg: &NormalizedMessage,
     ) -> Result<Option<NormalizedResponse>, OutboundError> {
+        self.call(msg, None).await
+    }
+
+    async fn respond_streaming(
+        &self,
+        msg: &NormalizedMessage,
+        progress: Progress<'_>,
+    ) -> Result<Option<NormalizedResponse>, OutboundError> {
+        self.call(msg, Some(progress)).await
+    }
+}
+
+impl WebhookAgent {
+    async fn call(
+        &self,
+        msg: &NormalizedMessage,
+        progress: Option<Progress<'_>>,
+    ) -> Result<Option<NormalizedResponse>, OutboundError> {
         let body = serde_json::to_vec(msg).map_err(|e| OutboundError::permanent(e.to_string()))?;
         let headers = signed_headers(&self.secret, self.clock.now_ms(), &body);
+        let mut reader = SseReader::default();
+        // Events of a 200 event stream are reported as their lines arrive; malformed ones are
+        // skipped here and refused when the whole stream is read below.
+        let mut observe = |headers: &reqwest::header::HeaderMap, chunk: &[u8]| {
+            let Some(report) = progress else { return };
+            let streaming = headers
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+            if !streaming {
+                return;
+            }
+            for data in reader.feed(chunk) {
+                if let Ok(ev @ (ResponseEvent::Delta(_) | ResponseEvent::Part(_))) =
+                    serde_json::from_str::<ResponseEvent>(&data)
+                {
+                    report(ev);
+                }
+            }
+        };
         let resp = self
             .http
-            .send(HttpRequest {
-                method: reqwest::Method::POST,
-                url: &self.url,
-                headers,
-                body: Some(Bytes::from(body)),
-                timeout: Some(self.timeout),
-            })
+            .send_observed(
+                HttpRequest {
+                    method: reqwest::Method::POST,
+                    url: &self.url,
+                    headers,
+                    body: Some(Bytes::from(body)),
+                    timeout: Some(self.timeout),
+                },
+                &mut observe,
+            )
             .await?;
         self.http.classify_status(&resp)?;
         if resp.status == reqwest::StatusCode::NO_CONTENT {
@@ -86,6 +128,52 @@ impl AgentBackend for WebhookAgent {
             ))),
         }
     }
+}
+
+/// Splits an event-stream body, as it grows, into the `data` of each complete event (an event
+/// ends at a blank line; `data:` lines of one event are joined with newlines).
+#[derive(Debug, Default)]
+pub(crate) struct SseReader {
+    buf: Vec<u8>,
+}
+
+impl SseReader {
+    /// Adds `chunk`; returns the data of every event it completed, in order.
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<String> {
+        self.buf.extend_from_slice(chunk);
+        let mut out = Vec::new();
+        while let Some((end, next)) = blank_line(&self.buf) {
+            let block: Vec<u8> = self.buf.drain(..next).collect();
+            let text = String::from_utf8_lossy(&block[..end]);
+            let mut data = String::new();
+            for line in text.lines().map(|l| l.trim_end_matches('\r')) {
+                if let Some(rest) = line.strip_prefix("data:") {
+                    if !data.is_empty() {
+                        data.push('\n');
+                    }
+                    data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+                }
+            }
+            if !data.is_empty() {
+                out.push(data);
+            }
+        }
+        out
+    }
+}
+
+/// Where the first blank line is: (end of the event's text, start of what follows).
+fn blank_line(buf: &[u8]) -> Option<(usize, usize)> {
+    buf.iter().enumerate().find_map(|(i, b)| {
+        if *b != b'\n' {
+            return None;
+        }
+        match (buf.get(i + 1), buf.get(i + 2)) {
+            (Some(b'\n'), _) => Some((i, i + 2)),
+            (Some(b'\r'), Some(b'\n')) => Some((i, i + 3)),
+            _ => None,
+        }
+    })
 }
 
 /// Folds an SSE stream of ResponseEvents into the final response.
@@ -168,5 +256,38 @@ pub fn parse_event_stream(
         None => Err(OutboundError::temporary(
             "event stream ended without content",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SseReader;
+
+    #[test]
+    fn events_split_across_chunks_come_out_whole_and_in_order() {
+        let stream = b": a comment\r\ndata: {\"type\":\"delta\",\"text\":\"Hel\"}\r\n\r\ndata: {\"type\":\"delta\",\ndata: \"text\":\"lo\"}\n\nevent: x\ndata: {\"type\":\"done\"}\n\n";
+        // Every way of cutting the stream in two gives the same events.
+        for cut in 0..stream.len() {
+            let mut r = SseReader::default();
+            let mut got = r.feed(&stream[..cut]);
+            got.extend(r.feed(&stream[cut..]));
+            assert_eq!(
+                got,
+                [
+                    "{\"type\":\"delta\",\"text\":\"Hel\"}",
+                    "{\"type\":\"delta\",\n\"text\":\"lo\"}",
+                    "{\"type\":\"done\"}",
+                ],
+                "cut at {cut}"
+            );
+        }
+        // Byte by byte, and an unfinished event stays buffered.
+        let mut r = SseReader::default();
+        let mut got = Vec::new();
+        for b in b"data: one\n\ndata: two" {
+            got.extend(r.feed(&[*b]));
+        }
+        assert_eq!(got, ["one"]);
+        assert_eq!(r.feed(b"\n\n"), ["two"]);
     }
 }

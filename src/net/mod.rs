@@ -116,6 +116,19 @@ impl HttpClient {
     /// A refused target (permanent), timeouts and connection errors (temporary), a body over the
     /// cap (permanent).
     pub async fn send(&self, req: HttpRequest<'_>) -> Result<HttpResponse, OutboundError> {
+        self.send_observed(req, &mut |_, _| {}).await
+    }
+
+    /// [`HttpClient::send`], showing `observe` the headers and each piece of the body as it
+    /// arrives (for reading a stream while it is written).
+    ///
+    /// # Errors
+    /// As [`HttpClient::send`].
+    pub async fn send_observed(
+        &self,
+        req: HttpRequest<'_>,
+        observe: &mut (dyn FnMut(&HeaderMap, &[u8]) + Send),
+    ) -> Result<HttpResponse, OutboundError> {
         let url = url::Url::parse(req.url)
             .map_err(|e| OutboundError::permanent(format!("bad URL: {e}")))?;
         check_url(&url, self.cfg.allow_private_addresses).map_err(OutboundError::permanent)?;
@@ -143,6 +156,7 @@ impl HttpClient {
                 )));
             }
             body.extend_from_slice(&chunk);
+            observe(&headers, &chunk);
         }
         Ok(HttpResponse {
             status,

@@ -14,7 +14,8 @@ use futures_util::future::join_all;
 use super::{Core, DeliverJob, DispatchJob, TurnEndJob};
 use crate::error::{Error, OutboundError, Result};
 use crate::message::{
-    HistoricalMessage, NormalizedMessage, NormalizedResponse, Role, Sender, Timestamp,
+    HistoricalMessage, NormalizedMessage, NormalizedResponse, ResponseEvent, Role, Sender,
+    Timestamp,
 };
 use crate::queue::{JobHandler, kinds};
 use crate::store::jobs::{self, Finish, JobRow, NewJob};
@@ -155,7 +156,34 @@ impl DispatchHandler {
             msg.history_cache_breakpoint_after = trimmed.cache_breakpoint_after;
         }
         let started = Instant::now();
-        let answer = agent.backend.respond(&msg).await;
+        let transport = self
+            .0
+            .transports
+            .get(&row.transport)
+            .filter(|t| t.wants_progress());
+        let answer = match transport {
+            // A streaming answer: its events go to the transport in order, all of them before
+            // the final response is stored.
+            Some(transport) => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ResponseEvent>();
+                let original = msg.clone();
+                let forward = tokio::spawn(async move {
+                    while let Some(ev) = rx.recv().await {
+                        if let Err(e) = transport.progress(&original, &ev).await {
+                            tracing::debug!(message = %original.id, error = %e, "progress not passed on");
+                        }
+                    }
+                });
+                let report = move |ev: ResponseEvent| {
+                    let _ = tx.send(ev);
+                };
+                let answer = agent.backend.respond_streaming(&msg, &report).await;
+                drop(report);
+                let _ = forward.await;
+                answer
+            }
+            None => agent.backend.respond(&msg).await,
+        };
         self.0
             .metrics
             .agent_call(&agent.name, started.elapsed(), answer.is_ok());

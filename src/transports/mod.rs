@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::OutboundError;
-use crate::message::{NormalizedMessage, NormalizedResponse};
+use crate::message::{NormalizedMessage, NormalizedResponse, ResponseEvent};
 
 /// One response to deliver, with the message it answers (for reply context: ids, addressing,
 /// threading headers).
@@ -40,6 +40,27 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// Temporary failures are retried with backoff; permanent ones end the delivery.
     async fn deliver(&self, delivery: &Delivery) -> Result<(), OutboundError>;
+
+    /// Whether [`Transport::progress`] does anything: only then are a streaming backend's
+    /// events forwarded while it answers.
+    fn wants_progress(&self) -> bool {
+        false
+    }
+
+    /// The agent reported part of its answer to `original` while producing it (best effort:
+    /// the final response is delivered by [`Transport::deliver`] as always). Called in order,
+    /// and every call returns before the final response is stored.
+    ///
+    /// # Errors
+    /// Logged and otherwise ignored.
+    async fn progress(
+        &self,
+        original: &NormalizedMessage,
+        event: &ResponseEvent,
+    ) -> Result<(), OutboundError> {
+        let _ = (original, event);
+        Ok(())
+    }
 
     /// Whether [`Transport::unanswered`] does anything: only then does the pipeline schedule
     /// it (a `turn_end` job) for messages whose turn ends without a response.

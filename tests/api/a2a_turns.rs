@@ -1,18 +1,37 @@
-//! An A2A task always reaches a terminal state: when the agent has nothing to say (a webhook
-//! answering 204) the task completes without artifacts, and when its dispatch fails for good (a
-//! webhook answering 400) the task fails with a status message that tells nothing internal.
-//! Blocking sends, GetTask and streams all see it.
+//! How an agent's turn shows on an A2A task. It always reaches a terminal state: when the agent
+//! has nothing to say (a webhook answering 204) the task completes without artifacts, and when
+//! its dispatch fails for good (a webhook answering 400) the task fails with a status message that
+//! tells nothing internal. An agent that streams its answer (a webhook answering with an event
+//! stream of deltas) shows it as artifact chunks while it writes.
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 use switchboard::config::{AgentConfig, BackendConfig, Secret};
 
 use crate::helpers::{Engine, TestApp, on_both_engines, serve_route, spawn_app};
 
-/// The agent behind the webhook: 204 to `silent`, 400 to `broken`.
+/// The agent behind the webhook: 204 to `silent`, 400 to `broken`, an event stream of three
+/// deltas and `done` to `streamer`.
 async fn hook(req: HttpRequest, _body: web::Bytes) -> HttpResponse {
     match req.match_info().get("mode") {
         Some("silent") => HttpResponse::NoContent().finish(),
+        Some("streamer") => {
+            let events = [
+                r#"{"type":"delta","text":"Hel"}"#,
+                r#"{"type":"delta","text":"lo, "}"#,
+                r#"{"type":"delta","text":"world"}"#,
+                r#"{"type":"done","response":{"parts":[]}}"#,
+            ];
+            // One event per chunk, a little apart, as a model writes.
+            let stream = futures_util::stream::iter(events).then(|e| async move {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                Ok::<_, actix_web::Error>(web::Bytes::from(format!("data: {e}\n\n")))
+            });
+            HttpResponse::Ok()
+                .content_type("text/event-stream")
+                .streaming(stream)
+        }
         _ => HttpResponse::BadRequest().body("no such thing"),
     }
 }
@@ -35,7 +54,7 @@ async fn unanswered_tasks_still_end(engine: Engine) {
     let url = serve_route!((), post, "/{mode}", hook);
     let base = url.trim_end_matches("/{mode}").to_owned();
     let t = spawn_app(engine, move |c, _| {
-        for name in ["silent", "broken"] {
+        for name in ["silent", "broken", "streamer"] {
             c.agents.push(AgentConfig {
                 name: name.into(),
                 display_name: None,
@@ -118,3 +137,92 @@ async fn unanswered_tasks_still_end(engine: Engine) {
 }
 
 on_both_engines!(unanswered_tasks_still_end);
+
+async fn streamed_answers_arrive_as_artifact_chunks(engine: Engine) {
+    let url = serve_route!((), post, "/{mode}", hook);
+    let base = url.trim_end_matches("/{mode}").to_owned();
+    let t = spawn_app(engine, move |c, _| {
+        c.agents.push(AgentConfig {
+            name: "streamer".into(),
+            display_name: None,
+            summary: None,
+            backend: BackendConfig::Webhook {
+                url: format!("{base}/streamer"),
+                secret: Secret::new("s"),
+                timeout_ms: 5_000,
+            },
+            a2a: None,
+            email: None,
+        });
+    })
+    .await;
+
+    let body = send(&t, "streamer", "SendStreamingMessage")
+        .await
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<Value> = body
+        .split("\n\n")
+        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str::<Value>(d).unwrap()["result"].clone())
+        .collect();
+    let chunks: Vec<&Value> = events
+        .iter()
+        .filter_map(|e| e.get("artifactUpdate"))
+        .collect();
+    assert_eq!(
+        chunks.len(),
+        4,
+        "three deltas and the final artifact: {body}"
+    );
+    let id = &chunks[0]["artifact"]["artifactId"];
+    let text = |c: &Value| {
+        c["artifact"]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let shape = |c: &Value| {
+        (
+            c["append"].as_bool().unwrap(),
+            c["lastChunk"].as_bool().unwrap(),
+        )
+    };
+    assert_eq!(
+        chunks.iter().map(|c| text(c)).collect::<Vec<_>>(),
+        ["Hel", "lo, ", "world", "Hello, world"]
+    );
+    assert_eq!(
+        chunks.iter().map(|c| shape(c)).collect::<Vec<_>>(),
+        [(false, false), (true, false), (true, false), (false, true)],
+        "chunks append; the final artifact replaces them and is the last"
+    );
+    assert!(
+        chunks.iter().all(|c| &c["artifact"]["artifactId"] == id),
+        "{body}"
+    );
+    assert_eq!(
+        events.last().unwrap()["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{body}"
+    );
+
+    // A blocking send gets the finished task: one artifact with the whole text.
+    let r: Value = send(&t, "streamer", "SendMessage")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let task = &r["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
+    let artifacts = task["artifacts"].as_array().unwrap();
+    assert_eq!(artifacts.len(), 1, "{r}");
+    assert_eq!(artifacts[0]["parts"][0]["text"], "Hello, world", "{r}");
+    assert!(
+        task.get("_streaming").is_none(),
+        "bookkeeping is not shown: {r}"
+    );
+}
+
+on_both_engines!(streamed_answers_arrive_as_artifact_chunks);

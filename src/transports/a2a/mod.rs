@@ -33,7 +33,7 @@ use self::tasks::{Change, TaskEngine};
 use self::wire::TaskState;
 use super::{Delivery, Transport};
 use crate::error::OutboundError;
-use crate::message::NormalizedMessage;
+use crate::message::{NormalizedMessage, ResponseEvent};
 
 /// Builds the state of the A2A routes: default agent, cards and their validators.
 ///
@@ -108,6 +108,14 @@ pub fn build_state(
 /// The transport name A2A messages are ingested under.
 pub const NAME: &str = "a2a";
 
+/// Where a task document remembers the artifact a turn is streaming (never rendered).
+const STREAMING_KEY: &str = "_streaming";
+
+/// The artifact a turn's streamed chunks build: one per inbound message.
+fn stream_artifact_id(original: &NormalizedMessage) -> String {
+    format!("{}-stream", original.id)
+}
+
 /// Applies agents' responses to their tasks.
 #[derive(Debug, Clone)]
 pub struct A2aTransport {
@@ -145,6 +153,10 @@ impl Transport for A2aTransport {
                     return Ok(Change::Keep);
                 }
                 row.last_response_id = Some(resp.id.clone());
+                let streamed = task
+                    .as_object_mut()
+                    .and_then(|t| t.remove(STREAMING_KEY))
+                    .is_some_and(|id| id == stream_artifact_id(&d.original).as_str());
                 let mut metadata = resp.metadata.clone().unwrap_or_default();
                 let hints = match metadata.remove("a2a") {
                     Some(Value::Object(h)) => h,
@@ -167,8 +179,15 @@ impl Transport for A2aTransport {
                     task["_directMessage"] = m.clone();
                     events.push(json!({ "message": m }));
                 } else if state == TaskState::Completed && !hint("status_message") {
+                    // A streamed answer ends in the artifact its chunks built: same id, the
+                    // final parts replacing them (`append: false`, `lastChunk: true`).
+                    let artifact_id = if streamed {
+                        stream_artifact_id(&d.original)
+                    } else {
+                        resp.id.clone()
+                    };
                     let mut artifact =
-                        json!({ "artifactId": resp.id, "name": "response", "parts": parts });
+                        json!({ "artifactId": artifact_id, "name": "response", "parts": parts });
                     if !metadata.is_empty() {
                         artifact["metadata"] = Value::Object(metadata.clone());
                     }
@@ -216,6 +235,49 @@ impl Transport for A2aTransport {
                 "A2A task {task_id} is not stored"
             ))),
         }
+    }
+
+    fn wants_progress(&self) -> bool {
+        true
+    }
+
+    /// Text deltas and finished parts become artifact-update chunks of one artifact per turn,
+    /// in order: the first with `append: false`, the rest `append: true`, none the last chunk
+    /// (the delivered response ends it).
+    async fn progress(
+        &self,
+        original: &NormalizedMessage,
+        event: &ResponseEvent,
+    ) -> Result<(), OutboundError> {
+        let part = match event {
+            ResponseEvent::Delta(d) => json!({ "text": d.text }),
+            ResponseEvent::Part(p) => to_a2a_part(&p.part),
+            _ => return Ok(()),
+        };
+        let Some(task_id) = original.raw.get("taskId").and_then(Value::as_str) else {
+            return Err(OutboundError::permanent("the message names no A2A task"));
+        };
+        let artifact_id = stream_artifact_id(original);
+        self.engine
+            .update(task_id, |row, task, _now| {
+                let state = TaskState::parse(&row.state);
+                if row.turn_message_id != original.id
+                    || state.is_some_and(|s| s.is_terminal() || s.is_interrupted())
+                {
+                    return Ok(Change::Keep);
+                }
+                let append =
+                    task.get(STREAMING_KEY).and_then(Value::as_str) == Some(artifact_id.as_str());
+                task[STREAMING_KEY] = json!(artifact_id);
+                Ok(Change::Write(vec![json!({ "artifactUpdate": {
+                    "taskId": row.id, "contextId": row.context_id,
+                    "artifact": { "artifactId": artifact_id, "name": "response", "parts": [part] },
+                    "append": append, "lastChunk": false,
+                }})]))
+            })
+            .await
+            .map_err(|e| OutboundError::temporary(e.message))?;
+        Ok(())
     }
 
     fn ends_turns(&self) -> bool {

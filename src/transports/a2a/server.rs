@@ -606,7 +606,8 @@ fn param_usize(params: &Map<String, Value>, key: &str) -> Result<Option<usize>, 
 fn render_task(row: &TaskRow, history_length: Option<usize>, artifacts: bool) -> Value {
     let mut task: Value = serde_json::from_str(&row.body).unwrap_or_else(|_| json!({}));
     if let Some(obj) = task.as_object_mut() {
-        obj.remove("_directMessage");
+        // Keys starting with `_` are switchboard's own bookkeeping.
+        obj.retain(|k, _| !k.starts_with('_'));
         match history_length {
             Some(0) => {
                 obj.remove("history");
