@@ -1608,11 +1608,18 @@ async fn rfc9421_and_object_proofs_authenticate(engine: Engine) {
     );
 
     // A forwarded activity: HTTP-signed by bob, carrying alice's FEP-8b32 proof.
+    let at = |offset_s: i64| {
+        use switchboard::clock::Clock as _;
+        let ms = switchboard::clock::SystemClock.now_ms() + offset_s * 1000;
+        switchboard::message::Timestamp::from_unix_millis(ms)
+            .as_datetime()
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
     let mut fwd = make("r4");
     switchboard::transports::activitypub::proof::attach(
         &mut fwd,
         &format!("{alice}#ed25519"),
-        "2026-11-22T06:00:00Z",
+        &at(-60),
         |m| ed.sign(m).as_ref().to_vec(),
     );
     let r = post_signed(
@@ -1643,7 +1650,7 @@ async fn rfc9421_and_object_proofs_authenticate(engine: Engine) {
     switchboard::transports::activitypub::proof::attach(
         &mut bad,
         &format!("{alice}#ed25519"),
-        "2026-11-22T06:00:00Z",
+        &at(-60),
         |m| ed.sign(m).as_ref().to_vec(),
     );
     bad["object"]["content"] = json!("<p>changed</p>");
@@ -1656,6 +1663,63 @@ async fn rfc9421_and_object_proofs_authenticate(engine: Engine) {
     )
     .await;
     assert_eq!(r.status(), 401, "tampered proof");
+
+    // Proofs that are not current are refused, though their signatures verify: made more than
+    // a week ago, dated in the future, past their `expires`, or not dated at all.
+    for (i, what) in [
+        "a stale proof",
+        "a proof from the future",
+        "an expired proof",
+        "an undated proof",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let created = match i {
+            0 => at(-8 * 86_400),
+            1 => at(2 * 3_600),
+            _ => at(-60),
+        };
+        let mut doc = make(&format!("r6-{i}"));
+        // The proof is signed as it stands, so only its dates are wrong.
+        let mut probe = doc.clone();
+        switchboard::transports::activitypub::proof::attach(
+            &mut probe,
+            &format!("{alice}#ed25519"),
+            &created,
+            |_| vec![0; 64],
+        );
+        let mut config = probe["proof"].clone();
+        let c = config.as_object_mut().unwrap();
+        c.remove("proofValue");
+        match i {
+            2 => {
+                c.insert("expires".into(), json!(at(-7_200)));
+            }
+            3 => {
+                c.remove("created");
+            }
+            _ => {}
+        }
+        doc["proof"] =
+            switchboard::transports::activitypub::proof::sign_config(&doc, config, |m| {
+                ed.sign(m).as_ref().to_vec()
+            });
+        let r = post_signed(
+            &t.http,
+            &inbox,
+            &serde_json::to_vec(&doc).unwrap(),
+            &remote.key_id("bob"),
+            0,
+        )
+        .await;
+        assert_eq!(r.status(), 401, "{what}");
+    }
+    assert_eq!(
+        s.echo.seen.lock().unwrap().len(),
+        3,
+        "none of them dispatched"
+    );
 }
 
 on_both_engines!(deliveries_retry_stop_and_break);

@@ -234,6 +234,10 @@ pub(super) enum VerifyError {
     Key(FetchError),
 }
 
+/// How old an object integrity proof may be: a week, well inside the fortnight seen activity
+/// ids are remembered.
+const PROOF_MAX_AGE_MS: i64 = super::writer::SEEN_RETENTION_MS / 2;
+
 /// Verifies a FEP-8b32 proof on `doc`; returns the controller actor and the key id.
 async fn verify_proof(
     inner: &Inner,
@@ -242,6 +246,9 @@ async fn verify_proof(
     let Some(p) = super::proof::prepare(doc).map_err(|e| e.to_string())? else {
         return Ok(None);
     };
+    // Younger than the memory of seen ids, so no proof outlives its replay protection.
+    super::proof::check_current(doc, inner.clock.now_ms(), PROOF_MAX_AGE_MS)
+        .map_err(|e| e.to_string())?;
     let mut force = false;
     loop {
         let actor = inner

@@ -136,6 +136,51 @@ pub enum ProofError {
     /// The signature does not verify.
     #[error("proof does not verify")]
     Invalid,
+    /// Made too long ago, dated in the future, or past its `expires`.
+    #[error("proof is not current: {0}")]
+    Stale(&'static str),
+}
+
+/// Clock skew allowed on a proof's `created` and `expires`, as on HTTP signatures.
+const PROOF_SKEW_MS: i64 = 3_600_000;
+
+/// A proof authenticates what it signs only for a while: it must say when it was made
+/// (`created`, an XSD dateTime), not be dated in the future (beyond the skew), be younger
+/// than `max_age_ms`, and not be past its `expires`, if it has one. Without this, a captured
+/// activity could be replayed, proof and all, once its id is forgotten; `max_age_ms` is kept
+/// shorter than the memory of seen activity ids.
+///
+/// # Errors
+/// [`ProofError::Malformed`] without a readable `created`; [`ProofError::Stale`] otherwise.
+pub fn check_current(doc: &Value, now_ms: i64, max_age_ms: i64) -> Result<(), ProofError> {
+    let Some(proof) = doc.get("proof") else {
+        return Ok(());
+    };
+    let proof = match proof {
+        Value::Array(a) => a.first().ok_or(ProofError::Malformed("empty proof"))?,
+        p => p,
+    };
+    let when = |key: &str| {
+        proof
+            .get(key)
+            .and_then(Value::as_str)
+            .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
+            .map(|d| d.timestamp_millis())
+    };
+    let created = when("created").ok_or(ProofError::Malformed("no readable created"))?;
+    if created > now_ms + PROOF_SKEW_MS {
+        return Err(ProofError::Stale("created in the future"));
+    }
+    if now_ms - created > max_age_ms {
+        return Err(ProofError::Stale("too old"));
+    }
+    if proof.get("expires").is_some() {
+        let expires = when("expires").ok_or(ProofError::Malformed("unreadable expires"))?;
+        if now_ms > expires + PROOF_SKEW_MS {
+            return Err(ProofError::Stale("expired"));
+        }
+    }
+    Ok(())
 }
 
 /// The fields of a proof the verifier needs.
@@ -243,6 +288,15 @@ pub fn attach(
     if let (Some(ctx), Some(m)) = (doc.get("@context"), config.as_object_mut()) {
         m.insert("@context".into(), ctx.clone());
     }
+    let proof = sign_config(doc, config, sign);
+    if let Some(m) = doc.as_object_mut() {
+        m.insert("proof".into(), proof);
+    }
+}
+
+/// The proof of `doc` under the proof configuration `config` (every member but `proofValue`):
+/// `config` with the `proofValue` `sign` makes over the hash data.
+pub fn sign_config(doc: &Value, mut config: Value, sign: impl FnOnce(&[u8]) -> Vec<u8>) -> Value {
     let sig = sign(&hash_data(&config, doc));
     if let Some(m) = config.as_object_mut() {
         m.insert(
@@ -250,9 +304,7 @@ pub fn attach(
             format!("z{}", base58_encode(&sig)).into(),
         );
     }
-    if let Some(m) = doc.as_object_mut() {
-        m.insert("proof".into(), config);
-    }
+    config
 }
 
 #[cfg(test)]

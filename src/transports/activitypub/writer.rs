@@ -25,7 +25,7 @@ pub(super) struct Pending {
 
 const MAX_BATCH: usize = 256;
 /// Seen activity ids are kept this long: longer than any sender retries (Mastodon: about a week).
-const SEEN_RETENTION_MS: i64 = 14 * 86_400_000;
+pub(super) const SEEN_RETENTION_MS: i64 = 14 * 86_400_000;
 const CLEANUP_EVERY_MS: i64 = 3_600_000;
 
 /// Starts the writer; the sender hands it rows.
