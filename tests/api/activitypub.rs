@@ -2096,3 +2096,127 @@ async fn key_documents_and_hs2019_with_created() {
     })
     .await;
 }
+
+/// A `Create` that names its note only by IRI: the note is fetched from the actor's host and
+/// must be the actor's; a gone note is acknowledged and dropped, a foreign host refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_naming_its_note_by_iri_fetches_it() {
+    let s = setup(Engine::Sqlite, |_| {}).await;
+    let (t, remote) = (&s.t, &s.remote);
+    let alice = remote.add_actor("alice");
+    remote.add_actor("mallory");
+    let echo = format!("{}/agents/echo", t.base);
+    let inbox = format!("{echo}/inbox");
+    let d = t.domain();
+    let send = |n: &'static str, author: &'static str| {
+        let (remote, http, inbox, echo, d) = (remote, &t.http, &inbox, &echo, &d);
+        async move {
+            let mut c = note_create(
+                remote,
+                author,
+                n,
+                vec![echo.clone()],
+                vec![],
+                &[(echo.as_str(), &format!("@echo@{d}"))],
+                "<p>fetched text</p>",
+            );
+            // Publish the note and send only its IRI.
+            let note = c["object"].take();
+            let path = format!("/notes/{n}");
+            remote.set(&path, 200, &note);
+            c["object"] = json!(format!("{}{path}", remote.base));
+            let body = serde_json::to_vec(&c).unwrap();
+            post_signed(http, inbox, &body, &remote.key_id(author), 0)
+                .await
+                .status()
+                .as_u16()
+        }
+    };
+
+    assert_eq!(send("by-iri", "alice").await, 202);
+    let seen = wait_for(10, "the fetched note at the agent", || async {
+        let v = s.echo.seen.lock().unwrap().clone();
+        (!v.is_empty()).then_some(v)
+    })
+    .await;
+    assert_eq!(seen.len(), 1);
+    let host = url::Url::parse(&alice).unwrap();
+    let host = format!("{}:{}", host.host_str().unwrap(), host.port().unwrap());
+    assert_eq!(seen[0].sender.address, format!("@alice@{host}"));
+    let text = serde_json::to_value(&seen[0].parts).unwrap()[0]["content"].clone();
+    assert!(text.as_str().unwrap().contains("fetched text"), "{text}");
+    assert_eq!(remote.gets_of("/notes/by-iri"), 1);
+
+    // A note that is gone: acknowledged, nothing dispatched.
+    let mut c = note_create(
+        remote,
+        "alice",
+        "gone",
+        vec![echo.clone()],
+        vec![],
+        &[(echo.as_str(), &format!("@echo@{d}"))],
+        "<p>x</p>",
+    );
+    remote.set("/notes/gone", 410, &json!({}));
+    c["object"] = json!(format!("{}/notes/gone", remote.base));
+    let r = post_signed(
+        &t.http,
+        &inbox,
+        &serde_json::to_vec(&c).unwrap(),
+        &remote.key_id("alice"),
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+
+    // A note attributed to someone else than the actor: refused.
+    let mut c = note_create(
+        remote,
+        "mallory",
+        "not-mallorys",
+        vec![echo.clone()],
+        vec![],
+        &[(echo.as_str(), &format!("@echo@{d}"))],
+        "<p>x</p>",
+    );
+    let mut note = c["object"].take();
+    note["attributedTo"] = json!(alice);
+    remote.set("/notes/not-mallorys", 200, &note);
+    c["object"] = json!(format!("{}/notes/not-mallorys", remote.base));
+    let r = post_signed(
+        &t.http,
+        &inbox,
+        &serde_json::to_vec(&c).unwrap(),
+        &remote.key_id("mallory"),
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 403);
+
+    // An IRI on another host is never fetched.
+    let mut c = note_create(
+        remote,
+        "alice",
+        "elsewhere",
+        vec![echo.clone()],
+        vec![],
+        &[(echo.as_str(), &format!("@echo@{d}"))],
+        "<p>x</p>",
+    );
+    c["object"] = json!("https://elsewhere.example/notes/1");
+    let r = post_signed(
+        &t.http,
+        &inbox,
+        &serde_json::to_vec(&c).unwrap(),
+        &remote.key_id("alice"),
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 403);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(
+        s.echo.seen.lock().unwrap().len(),
+        1,
+        "only the first was dispatched"
+    );
+}

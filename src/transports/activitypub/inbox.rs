@@ -396,8 +396,30 @@ async fn on_create(
     activity_id: &str,
     auth: &Auth,
 ) -> Result<bool, Reject> {
-    let Some(note) = embedded(activity) else {
-        return Ok(false);
+    let fetched;
+    let note = match activity.get("object") {
+        Some(o) if o.is_object() => o,
+        // Only the IRI: the note is fetched (signed, through the guarded client) from the
+        // actor's own host, and must be the document at that IRI.
+        Some(Value::String(iri)) => {
+            if mapping::host_of(iri) != mapping::host_of(&auth.actor.id) {
+                return Err(Reject(403, "the object is not on the actor's host".into()));
+            }
+            fetched = match inner.fetch_object(iri).await {
+                Ok(doc) => doc,
+                Err(FetchError::Gone) => return Ok(false),
+                Err(FetchError::Temporary(e)) => {
+                    return Err(Reject(503, format!("the object could not be fetched: {e}")));
+                }
+                Err(FetchError::Permanent(e)) => {
+                    return Err(Reject::invalid(format!(
+                        "the object could not be fetched: {e}"
+                    )));
+                }
+            };
+            &fetched
+        }
+        _ => return Ok(false),
     };
     if !matches!(
         str_of(note, "type"),
