@@ -376,6 +376,10 @@ impl AgentBackend for A2aAgent {
         self.answer(msg, None).await
     }
 
+    fn streams(&self) -> bool {
+        self.streaming
+    }
+
     async fn respond_streaming(
         &self,
         msg: &NormalizedMessage,

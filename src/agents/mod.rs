@@ -37,6 +37,12 @@ pub trait AgentBackend: Send + Sync + std::fmt::Debug {
         msg: &NormalizedMessage,
     ) -> Result<Option<NormalizedResponse>, OutboundError>;
 
+    /// Whether [`AgentBackend::respond_streaming`] may report anything (only then is progress
+    /// collected).
+    fn streams(&self) -> bool {
+        false
+    }
+
     /// Answers `msg` like [`AgentBackend::respond`], reporting the response to `progress` as
     /// it is produced, for backends that stream. The default reports nothing.
     ///

@@ -55,6 +55,10 @@ impl AgentBackend for WebhookAgent {
         self.call(msg, None).await
     }
 
+    fn streams(&self) -> bool {
+        true
+    }
+
     async fn respond_streaming(
         &self,
         msg: &NormalizedMessage,

@@ -160,7 +160,7 @@ impl DispatchHandler {
             .0
             .transports
             .get(&row.transport)
-            .filter(|t| t.wants_progress());
+            .filter(|t| agent.backend.streams() && t.wants_progress());
         let answer = match transport {
             // A streaming answer: its events go to the transport in order, all of them before
             // the final response is stored.
