@@ -214,7 +214,6 @@ impl JobHandler for DispatchHandler {
         .await;
 
         let now = core.clock.now_ms();
-        let deliver_attempts = core.queue.max_attempts(kinds::DELIVER);
         let mut tx = core.db.begin().await?;
         let done: Vec<&str> = batch
             .iter()
@@ -251,7 +250,7 @@ impl JobHandler for DispatchHandler {
                     tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "dispatch failed");
                     let finish = core.queue.finish_for_error(job, &e);
                     if jobs::finish(&mut tx, &job.id, owner, &finish, now).await? {
-                        outcomes.push(finish_label(&finish));
+                        outcomes.push(finish.label());
                         if let (Finish::Dead { error }, Some(id)) = (&finish, message_id)
                             && ends_turns(id)
                         {
@@ -297,65 +296,57 @@ impl JobHandler for DispatchHandler {
             })
             .collect::<std::result::Result<Vec<(String, String)>, serde_json::Error>>()
             .map_err(Error::Corrupt)?;
-        let new_jobs: Vec<NewJob<'_>> = job_ids
+        let turn_ends = ended
             .iter()
-            .map(|(id, payload)| NewJob {
-                id,
-                kind: kinds::DELIVER,
-                payload,
-                max_attempts: deliver_attempts,
-                run_at: now,
+            .map(|e| {
+                Ok((
+                    format!("{}:{}", kinds::TURN_END, e.message_id),
+                    serde_json::to_string(e)?,
+                ))
             })
-            .collect();
-        jobs::enqueue_many(&mut tx, &new_jobs, now).await?;
-        if !new_jobs.is_empty() {
-            tx.notify(kinds::DELIVER).await?;
-        }
-        let turn_end_ids: Vec<String> = ended
-            .iter()
-            .map(|e| format!("{}:{}", kinds::TURN_END, e.message_id))
-            .collect();
-        let turn_end_payloads = ended
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<std::result::Result<Vec<_>, _>>()
+            .collect::<std::result::Result<Vec<(String, String)>, serde_json::Error>>()
             .map_err(Error::Corrupt)?;
-        let turn_end_attempts = core.queue.max_attempts(kinds::TURN_END);
-        let turn_end_jobs: Vec<NewJob<'_>> = turn_end_ids
-            .iter()
-            .zip(&turn_end_payloads)
-            .map(|(id, payload)| NewJob {
-                id,
-                kind: kinds::TURN_END,
-                payload,
-                max_attempts: turn_end_attempts,
-                run_at: now,
-            })
-            .collect();
-        jobs::enqueue_many(&mut tx, &turn_end_jobs, now).await?;
-        if !turn_end_jobs.is_empty() {
-            tx.notify(kinds::TURN_END).await?;
-        }
+        let deliver = enqueue(core, &mut tx, kinds::DELIVER, &job_ids, now).await?;
+        let turn_end = enqueue(core, &mut tx, kinds::TURN_END, &turn_ends, now).await?;
         tx.commit().await?;
         for o in outcomes {
             core.metrics.job(kinds::DISPATCH, o);
         }
-        if !new_jobs.is_empty() {
+        if deliver {
             core.queue.wake(kinds::DELIVER);
         }
-        if !turn_end_jobs.is_empty() {
+        if turn_end {
             core.queue.wake(kinds::TURN_END);
         }
         Ok(())
     }
 }
 
-fn finish_label(f: &Finish) -> &'static str {
-    match f {
-        Finish::Done => "done",
-        Finish::Retry { .. } => "retry",
-        Finish::Dead { .. } => "dead",
+/// Enqueues `(id, payload)` jobs of `kind` in `tx`, telling other instances; returns whether
+/// there were any, so that the caller wakes its own workers once `tx` is committed.
+async fn enqueue(
+    core: &Core,
+    tx: &mut crate::store::Tx,
+    kind: &'static str,
+    items: &[(String, String)],
+    now: i64,
+) -> Result<bool> {
+    let max_attempts = core.queue.max_attempts(kind);
+    let new_jobs: Vec<NewJob<'_>> = items
+        .iter()
+        .map(|(id, payload)| NewJob {
+            id,
+            kind,
+            payload,
+            max_attempts,
+            run_at: now,
+        })
+        .collect();
+    jobs::enqueue_many(tx, &new_jobs, now).await?;
+    if !new_jobs.is_empty() {
+        tx.notify(kind).await?;
     }
+    Ok(!new_jobs.is_empty())
 }
 
 /// Handles `deliver` jobs.
@@ -551,23 +542,10 @@ impl JobHandler for TurnEndHandler {
         let results = join_all(jobs.iter().map(|job| self.run(job, &rows))).await;
         let now = core.clock.now_ms();
         let mut tx = core.db.begin().await?;
-        let done: Vec<&str> = batch
-            .iter()
-            .zip(&results)
-            .filter(|(_, r)| r.is_ok())
-            .map(|(j, _)| j.id.as_str())
-            .collect();
-        let owned = jobs::finish_done_many(&mut tx, &done, owner, now).await?;
-        let mut outcomes = vec!["done"; owned.len()];
-        for (job, result) in batch.iter().zip(&results) {
-            if let Err(e) = result {
-                tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "ending a turn failed");
-                let finish = core.queue.finish_for_error(job, e);
-                if jobs::finish(&mut tx, &job.id, owner, &finish, now).await? {
-                    outcomes.push(finish_label(&finish));
-                }
-            }
-        }
+        let outcomes = core
+            .queue
+            .finish_batch(&mut tx, owner, batch, &results, now)
+            .await?;
         tx.commit().await?;
         for o in outcomes {
             core.metrics.job(kinds::TURN_END, o);

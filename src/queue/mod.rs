@@ -119,6 +119,41 @@ impl Queue {
         }
     }
 
+    /// Finishes a handled batch in `tx` when the jobs have no other effects to commit: each job
+    /// whose result is `Ok` is done, each other one retried or dead per its error (see
+    /// [`Queue::finish_for_error`]). Returns the outcome (`done`, `retry`, `dead`) of every job
+    /// this worker still held, for the metrics.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn finish_batch<T>(
+        &self,
+        tx: &mut crate::store::Tx,
+        owner: &str,
+        batch: &[JobRow],
+        results: &[std::result::Result<T, OutboundError>],
+        now: i64,
+    ) -> Result<Vec<&'static str>> {
+        let done: Vec<&str> = batch
+            .iter()
+            .zip(results)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(j, _)| j.id.as_str())
+            .collect();
+        let owned = jobs::finish_done_many(tx, &done, owner, now).await?;
+        let mut outcomes = vec!["done"; owned.len()];
+        for (job, result) in batch.iter().zip(results) {
+            if let Err(e) = result {
+                tracing::warn!(job = %job.id, kind = %job.kind, attempt = job.attempts, error = %e, "job failed");
+                let finish = self.finish_for_error(job, e);
+                if jobs::finish(tx, &job.id, owner, &finish, now).await? {
+                    outcomes.push(finish.label());
+                }
+            }
+        }
+        Ok(outcomes)
+    }
+
     /// Starts `workers` claim loops for `kind`. They stop claiming when `shutdown` turns true and
     /// return once their current batch is finished.
     pub fn spawn_workers(

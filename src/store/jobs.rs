@@ -87,6 +87,18 @@ pub enum Finish {
     },
 }
 
+impl Finish {
+    /// The outcome's name in metrics: `done`, `retry` or `dead`.
+    #[must_use]
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Done => "done",
+            Self::Retry { .. } => "retry",
+            Self::Dead { .. } => "dead",
+        }
+    }
+}
+
 /// Inserts jobs in one statement, skipping ids that exist; returns how many were inserted.
 /// Call [`Tx::notify`] once per transaction so other instances wake.
 ///

@@ -18,7 +18,7 @@ use crate::net::{HttpClient, HttpRequest};
 use crate::queue::{JobHandler, Queue};
 use crate::store::Db;
 use crate::store::a2a as sql;
-use crate::store::jobs::{self, Finish, JobRow};
+use crate::store::jobs::JobRow;
 
 /// The job kind of push deliveries.
 pub const KIND: &str = "a2a_push";
@@ -179,20 +179,9 @@ impl JobHandler for PushHandler {
         let results = futures_util::future::join_all(batch.iter().map(|j| self.deliver(j))).await;
         let now = self.clock.now_ms();
         let mut tx = self.db.begin().await?;
-        let done: Vec<&str> = batch
-            .iter()
-            .zip(&results)
-            .filter(|(_, r)| r.is_ok())
-            .map(|(j, _)| j.id.as_str())
-            .collect();
-        jobs::finish_done_many(&mut tx, &done, owner, now).await?;
-        for (job, r) in batch.iter().zip(&results) {
-            if let Err(e) = r {
-                tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "A2A push failed");
-                let finish: Finish = self.queue.finish_for_error(job, e);
-                jobs::finish(&mut tx, &job.id, owner, &finish, now).await?;
-            }
-        }
+        self.queue
+            .finish_batch(&mut tx, owner, batch, &results, now)
+            .await?;
         tx.commit().await
     }
 }
