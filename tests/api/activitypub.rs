@@ -2146,6 +2146,12 @@ async fn a_create_naming_its_note_by_iri_fetches_it() {
     let text = serde_json::to_value(&seen[0].parts).unwrap()[0]["content"].clone();
     assert!(text.as_str().unwrap().contains("fetched text"), "{text}");
     assert_eq!(remote.gets_of("/notes/by-iri"), 1);
+    // `raw` holds the fetched note in place of its IRI: replies read it from there.
+    assert_eq!(
+        seen[0].raw["object"]["id"],
+        format!("{}/notes/by-iri", remote.base)
+    );
+    assert_eq!(seen[0].raw["object"]["type"], "Note");
 
     // A note that is gone: acknowledged, nothing dispatched.
     let mut c = note_create(

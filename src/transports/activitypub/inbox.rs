@@ -427,6 +427,17 @@ async fn on_create(
     ) {
         return Ok(false);
     }
+    // With the fetched note in place of its IRI, so `raw` holds it as replies expect
+    // (`inReplyTo`, visibility and mentions are read from `raw.object`).
+    let resolved = activity
+        .get("object")
+        .is_some_and(Value::is_string)
+        .then(|| {
+            let mut a = activity.clone();
+            a["object"] = note.clone();
+            a
+        });
+    let activity = resolved.as_ref().unwrap_or(activity);
     let note_id = str_of(note, "id").ok_or_else(|| Reject::invalid("object has no id"))?;
     let author = note
         .get("attributedTo")
