@@ -2226,3 +2226,207 @@ async fn a_create_naming_its_note_by_iri_fetches_it() {
         "only the first was dispatched"
     );
 }
+
+/// An actor's row in `ap_actors`: its document and when it was fetched.
+async fn cached_actor(db: &Db, id: &str) -> (Value, i64) {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        doc: String,
+        fetched_at: i64,
+    }
+    let row: Row = db
+        .fetch_optional(
+            "SELECT doc, fetched_at FROM ap_actors WHERE id = $1",
+            &[Arg::Text(id)],
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    (serde_json::from_str(&row.doc).unwrap(), row.fetched_at)
+}
+
+on_both_engines!(key_claims_cannot_take_over_another_actor);
+
+/// Actor-cache poisoning: an attacker's documents on its own host name another host's actor
+/// (bob) — as the id of a key the attacker publishes, or as the `id`/owner of a key document —
+/// and none of it may change what bob resolves to: his replies still go to his inbox, his own
+/// signatures verify from his cached entry (no refetch), signatures under those keys never
+/// authenticate bob, and his `ap_actors` row is untouched.
+async fn key_claims_cannot_take_over_another_actor(engine: Engine) {
+    let s = setup(engine, |_| {}).await;
+    let (t, victim) = (&s.t, &s.remote);
+    let evil = Remote::start().await;
+    let bob = victim.add_actor("bob");
+    let bob_key = victim.key_id("bob");
+    let echo = format!("{}/agents/echo", t.base);
+    let inbox = format!("{}/inbox", t.base);
+    let d = t.domain();
+    let db = t.open_db().await;
+    let creates = |r: &Remote| {
+        r.posts()
+            .into_iter()
+            .filter(|(_, _, b)| b["type"] == "Create")
+            .count()
+    };
+    let both = || creates(victim) + creates(&evil);
+    // A mention of echo by bob, signed with `key_id`.
+    let mention = |n: &str, key_id: &str| {
+        let c = note_create(
+            victim,
+            "bob",
+            n,
+            vec![echo.clone()],
+            vec![],
+            &[(&echo, &format!("@echo@{d}"))],
+            &format!("<p>{n}</p>"),
+        );
+        let body = serde_json::to_vec(&c).unwrap();
+        let (http, inbox, key_id) = (t.http.clone(), inbox.clone(), key_id.to_owned());
+        async move { post_signed(&http, &inbox, &body, &key_id, 0).await.status() }
+    };
+    // A Like by an evil actor, signed with its own key: authenticates it (caching its
+    // document) and is otherwise ignored.
+    let like = |name: &str| {
+        let like = json!({"id": format!("{}/likes/{name}", evil.base), "type": "Like",
+            "actor": evil.actor_url(name), "object": format!("{}/notes/x", evil.base)});
+        let body = serde_json::to_vec(&like).unwrap();
+        let (http, inbox, key_id) = (t.http.clone(), inbox.clone(), evil.key_id(name));
+        async move { post_signed(&http, &inbox, &body, &key_id, 0).await.status() }
+    };
+
+    // bob mentions echo and is answered at his own inbox.
+    assert_eq!(mention("b1", &bob_key).await, 202);
+    wait_for(15, "the first reply", || async {
+        (creates(victim) == 1).then_some(())
+    })
+    .await;
+    let original = cached_actor(&db, &bob).await;
+    assert_eq!(original.0["inbox"], format!("{bob}/inbox"));
+    assert_eq!(victim.gets_of("/users/bob"), 1);
+
+    // mallory publishes a second key whose id is bob's actor IRI, and authenticates.
+    let mallory = evil.add_actor("mallory");
+    let mut doc: Value =
+        serde_json::from_str(&evil.docs.lock().unwrap()["/users/mallory"].1).unwrap();
+    doc["publicKey"] = json!([
+        doc["publicKey"].clone(),
+        {"id": bob, "owner": mallory, "publicKeyPem": PUB_PEM},
+    ]);
+    evil.set("/users/mallory", 200, &doc);
+    assert_eq!(like("mallory").await, 202);
+    // bob's next mention is still answered at bob's inbox, not mallory's.
+    assert_eq!(mention("b2", &bob_key).await, 202);
+    wait_for(15, "the second reply", || async {
+        (both() == 2).then_some(())
+    })
+    .await;
+    assert_eq!(creates(victim), 2, "bob's reply went to bob");
+    assert_eq!(creates(&evil), 0, "nothing went to mallory");
+
+    // trudy publishes an Ed25519 key under bob's key id, and authenticates.
+    evil.add_actor("trudy");
+    let trudy_ed = {
+        use ring::signature::KeyPair as _;
+        let pkcs8 =
+            ring::signature::Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new())
+                .unwrap();
+        let pair = ring::signature::Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
+        let raw: [u8; 32] = pair.public_key().as_ref().try_into().unwrap();
+        let mut doc: Value =
+            serde_json::from_str(&evil.docs.lock().unwrap()["/users/trudy"].1).unwrap();
+        doc["assertionMethod"] = json!([{
+            "id": bob_key, "type": "Multikey", "controller": evil.actor_url("trudy"),
+            "publicKeyMultibase": switchboard::transports::activitypub::proof::ed25519_multikey(&raw),
+        }]);
+        evil.set("/users/trudy", 200, &doc);
+        pair
+    };
+    assert_eq!(like("trudy").await, 202);
+    // bob's own signature still verifies from his cached entry: no refetch was needed.
+    assert_eq!(mention("b3", &bob_key).await, 202);
+    assert_eq!(
+        victim.gets_of("/users/bob"),
+        1,
+        "bob's cached key was not displaced"
+    );
+    // trudy's key under bob's key id does not authenticate a Create as bob.
+    let forged = note_create(
+        victim,
+        "bob",
+        "b4",
+        vec![echo.clone()],
+        vec![],
+        &[(&echo, &format!("@echo@{d}"))],
+        "<p>forged</p>",
+    );
+    let r = post_rfc9421(
+        &t.http,
+        &inbox,
+        &serde_json::to_vec(&forged).unwrap(),
+        &bob_key,
+        "ed25519",
+        |m| trudy_ed.sign(m).as_ref().to_vec(),
+    )
+    .await;
+    assert_eq!(r.status(), 401, "trudy's key under bob's key id");
+    // (That failure refetched bob once, as any failing signature does: key rotation.)
+    let before = cached_actor(&db, &bob).await;
+    let bob_gets = victim.gets_of("/users/bob");
+
+    // Key documents on the evil host that name bob: a document claiming to be bob (its own
+    // URL as owner), a key whose owner is bob, a GoToSocial-like stub whose id is bob. A
+    // Create as bob signed under any of them is refused.
+    let stub = |kid: &str| {
+        json!({"id": bob, "type": "Person", "preferredUsername": "bob",
+            "inbox": format!("{}/inbox", evil.base),
+            "publicKey": {"id": kid, "publicKeyPem": PUB_PEM}})
+    };
+    let k1 = format!("{}/keys/k1", evil.base);
+    let mut claims_bob = stub(&k1);
+    claims_bob["owner"] = json!(k1);
+    evil.set("/keys/k1", 200, &claims_bob);
+    let k2 = format!("{}/keys/k2", evil.base);
+    evil.set(
+        "/keys/k2",
+        200,
+        &json!({"id": k2, "owner": bob, "publicKeyPem": PUB_PEM}),
+    );
+    let k3 = format!("{}/keys/k3", evil.base);
+    evil.set("/keys/k3", 200, &stub(&k3));
+    for (n, path, k) in [
+        ("b5", "/keys/k1", &k1),
+        ("b6", "/keys/k2", &k2),
+        ("b7", "/keys/k3", &k3),
+    ] {
+        assert_eq!(mention(n, k).await, 401, "key document {k}");
+        assert_eq!(victim.gets_of("/users/bob"), bob_gets, "{k} sent us to bob");
+        assert_eq!(evil.gets_of(path), 1);
+    }
+    assert_eq!(
+        cached_actor(&db, &bob).await,
+        before,
+        "bob's cached entry is untouched"
+    );
+    assert_eq!(
+        victim.gets_of("/users/bob"),
+        bob_gets,
+        "nor was bob refetched"
+    );
+
+    // Through all of it bob's cached document stayed his own.
+    assert_eq!(before.0, original.0);
+    // Only bob's three genuine mentions were dispatched, and every reply went to bob.
+    wait_for(15, "the third reply", || async {
+        (both() == 3).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen = s.echo.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3);
+    assert!(
+        seen.iter()
+            .all(|m| m.sender.address == format!("@bob@{}", mapping::host_of(&bob).unwrap()))
+    );
+    assert_eq!(creates(victim), 3);
+    assert_eq!(creates(&evil), 0);
+}
