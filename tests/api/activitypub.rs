@@ -2108,32 +2108,36 @@ async fn a_create_naming_its_note_by_iri_fetches_it() {
     let echo = format!("{}/agents/echo", t.base);
     let inbox = format!("{echo}/inbox");
     let d = t.domain();
-    let send = |n: &'static str, author: &'static str| {
-        let (remote, http, inbox, echo, d) = (remote, &t.http, &inbox, &echo, &d);
+    // A Create of note `n` by `author` that names the note by `iri`; the remote serves
+    // `served` (status, note as it would be embedded → served document) at the note's path.
+    let send = |n: &'static str,
+                author: &'static str,
+                iri: Option<&'static str>,
+                served: (u16, &dyn Fn(Value) -> Value)| {
+        let mut c = note_create(
+            remote,
+            author,
+            n,
+            vec![echo.clone()],
+            vec![],
+            &[(echo.as_str(), &format!("@echo@{d}"))],
+            "<p>fetched text</p>",
+        );
+        let path = format!("/notes/{n}");
+        remote.set(&path, served.0, &served.1(c["object"].take()));
+        c["object"] = json!(iri.map_or_else(|| format!("{}{path}", remote.base), str::to_owned));
+        let body = serde_json::to_vec(&c).unwrap();
+        let (http, inbox, key) = (&t.http, &inbox, remote.key_id(author));
         async move {
-            let mut c = note_create(
-                remote,
-                author,
-                n,
-                vec![echo.clone()],
-                vec![],
-                &[(echo.as_str(), &format!("@echo@{d}"))],
-                "<p>fetched text</p>",
-            );
-            // Publish the note and send only its IRI.
-            let note = c["object"].take();
-            let path = format!("/notes/{n}");
-            remote.set(&path, 200, &note);
-            c["object"] = json!(format!("{}{path}", remote.base));
-            let body = serde_json::to_vec(&c).unwrap();
-            post_signed(http, inbox, &body, &remote.key_id(author), 0)
+            post_signed(http, inbox, &body, &key, 0)
                 .await
                 .status()
                 .as_u16()
         }
     };
+    let as_is = |note: Value| note;
 
-    assert_eq!(send("by-iri", "alice").await, 202);
+    assert_eq!(send("by-iri", "alice", None, (200, &as_is)).await, 202);
     let seen = wait_for(10, "the fetched note at the agent", || async {
         let v = s.echo.seen.lock().unwrap().clone();
         (!v.is_empty()).then_some(v)
@@ -2154,71 +2158,24 @@ async fn a_create_naming_its_note_by_iri_fetches_it() {
     assert_eq!(seen[0].raw["object"]["type"], "Note");
 
     // A note that is gone: acknowledged, nothing dispatched.
-    let mut c = note_create(
-        remote,
-        "alice",
-        "gone",
-        vec![echo.clone()],
-        vec![],
-        &[(echo.as_str(), &format!("@echo@{d}"))],
-        "<p>x</p>",
-    );
-    remote.set("/notes/gone", 410, &json!({}));
-    c["object"] = json!(format!("{}/notes/gone", remote.base));
-    let r = post_signed(
-        &t.http,
-        &inbox,
-        &serde_json::to_vec(&c).unwrap(),
-        &remote.key_id("alice"),
-        0,
-    )
-    .await;
-    assert_eq!(r.status(), 202);
-
+    let gone = |_| json!({});
+    assert_eq!(send("gone", "alice", None, (410, &gone)).await, 202);
     // A note attributed to someone else than the actor: refused.
-    let mut c = note_create(
-        remote,
-        "mallory",
-        "not-mallorys",
-        vec![echo.clone()],
-        vec![],
-        &[(echo.as_str(), &format!("@echo@{d}"))],
-        "<p>x</p>",
+    let alices = |mut note: Value| {
+        note["attributedTo"] = json!(alice);
+        note
+    };
+    assert_eq!(
+        send("not-mallorys", "mallory", None, (200, &alices)).await,
+        403
     );
-    let mut note = c["object"].take();
-    note["attributedTo"] = json!(alice);
-    remote.set("/notes/not-mallorys", 200, &note);
-    c["object"] = json!(format!("{}/notes/not-mallorys", remote.base));
-    let r = post_signed(
-        &t.http,
-        &inbox,
-        &serde_json::to_vec(&c).unwrap(),
-        &remote.key_id("mallory"),
-        0,
-    )
-    .await;
-    assert_eq!(r.status(), 403);
-
     // An IRI on another host is never fetched.
-    let mut c = note_create(
-        remote,
-        "alice",
-        "elsewhere",
-        vec![echo.clone()],
-        vec![],
-        &[(echo.as_str(), &format!("@echo@{d}"))],
-        "<p>x</p>",
+    let elsewhere = Some("https://elsewhere.example/notes/1");
+    assert_eq!(
+        send("elsewhere", "alice", elsewhere, (200, &as_is)).await,
+        403
     );
-    c["object"] = json!("https://elsewhere.example/notes/1");
-    let r = post_signed(
-        &t.http,
-        &inbox,
-        &serde_json::to_vec(&c).unwrap(),
-        &remote.key_id("alice"),
-        0,
-    )
-    .await;
-    assert_eq!(r.status(), 403);
+    assert_eq!(remote.gets_of("/notes/elsewhere"), 0);
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(
         s.echo.seen.lock().unwrap().len(),
