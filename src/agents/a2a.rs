@@ -155,8 +155,10 @@ impl A2aAgent {
     ) -> Result<Vec<Value>, OutboundError> {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         // The remote's artifact chunks are reported as they arrive: text as deltas, other
-        // parts whole.
+        // parts whole. An update that replaces an artifact already begun (`append: false` on a
+        // known id, as a streamed answer's final artifact does) adds nothing new.
         let mut reader = SseReader::default();
+        let mut begun: std::collections::HashSet<String> = std::collections::HashSet::new();
         let mut observe = |_: &reqwest::header::HeaderMap, chunk: &[u8]| {
             let Some(report) = progress.filter(|_| stream) else {
                 return;
@@ -165,9 +167,19 @@ impl A2aAgent {
                 let Ok(env) = serde_json::from_str::<Value>(&data) else {
                     continue;
                 };
-                let parts = env
-                    .pointer("/result/artifactUpdate/artifact/parts")
-                    .and_then(Value::as_array);
+                let Some(update) = env.pointer("/result/artifactUpdate") else {
+                    continue;
+                };
+                let id = update
+                    .pointer("/artifact/artifactId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let append = update.get("append").and_then(Value::as_bool) == Some(true);
+                if !append && !begun.insert(id) {
+                    continue;
+                }
+                let parts = update.pointer("/artifact/parts").and_then(Value::as_array);
                 for p in parts.into_iter().flatten() {
                     match p.get("text").and_then(Value::as_str) {
                         Some(text) => report(ResponseEvent::Delta(DeltaEvent {

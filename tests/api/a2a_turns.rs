@@ -2,7 +2,8 @@
 //! has nothing to say (a webhook answering 204) the task completes without artifacts, and when
 //! its dispatch fails for good (a webhook answering 400) the task fails with a status message that
 //! tells nothing internal. An agent that streams its answer (a webhook answering with an event
-//! stream of deltas) shows it as artifact chunks while it writes.
+//! stream of deltas) shows it as artifact chunks while it writes, also through another
+//! switchboard agent whose backend is that agent over A2A.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt as _;
@@ -226,3 +227,81 @@ async fn streamed_answers_arrive_as_artifact_chunks(engine: Engine) {
 }
 
 on_both_engines!(streamed_answers_arrive_as_artifact_chunks);
+
+/// A switchboard agent whose backend is another A2A agent (here: the streaming agent on a
+/// second switchboard) passes the remote's chunks on as they come, each once.
+async fn remote_chunks_are_passed_on(engine: Engine) {
+    let url = serve_route!((), post, "/{mode}", hook);
+    let base = url.trim_end_matches("/{mode}").to_owned();
+    let remote = spawn_app(engine, move |c, _| {
+        c.agents.push(AgentConfig {
+            name: "streamer".into(),
+            display_name: None,
+            summary: None,
+            backend: BackendConfig::Webhook {
+                url: format!("{base}/streamer"),
+                secret: Secret::new("s"),
+                timeout_ms: 5_000,
+            },
+            a2a: None,
+            email: None,
+        });
+    })
+    .await;
+    let card = format!("{}/agents/streamer/agent-card.json", remote.base);
+    let t = spawn_app(engine, move |c, _| {
+        c.agents.push(AgentConfig {
+            name: "proxy".into(),
+            display_name: None,
+            summary: None,
+            backend: BackendConfig::A2a {
+                card,
+                token: None,
+                timeout_ms: 5_000,
+                streaming: true,
+            },
+            a2a: None,
+            email: None,
+        });
+    })
+    .await;
+    let body = send(&t, "proxy", "SendStreamingMessage")
+        .await
+        .text()
+        .await
+        .unwrap();
+    let updates: Vec<Value> = body
+        .split("\n\n")
+        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter_map(|d| {
+            serde_json::from_str::<Value>(d).unwrap()["result"]
+                .get("artifactUpdate")
+                .cloned()
+        })
+        .collect();
+    let chunks: Vec<(String, bool, bool)> = updates
+        .iter()
+        .map(|u| {
+            (
+                u["artifact"]["parts"][0]["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+                u["append"].as_bool().unwrap(),
+                u["lastChunk"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        chunks,
+        [
+            ("Hel".to_owned(), false, false),
+            ("lo, ".to_owned(), true, false),
+            ("world".to_owned(), true, false),
+            ("Hello, world".to_owned(), false, true),
+        ],
+        "the remote's chunks once each, in order, then the whole: {body}"
+    );
+}
+
+on_both_engines!(remote_chunks_are_passed_on);
