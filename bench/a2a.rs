@@ -97,6 +97,24 @@ async fn start_switchboard(dir: &std::path::Path) -> Application {
         .unwrap_or_else(|e| panic!("switchboard: {e}"))
 }
 
+/// Waits until the peer on `port` serves its agent card; returns its endpoint URL.
+async fn serving(port: u16, what: &str) -> String {
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    for _ in 0..100 {
+        if client
+            .get(format!("{base}/.well-known/agent-card.json"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return format!("{base}/");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("{what} did not start");
+}
+
 async fn start_python(python: &str) -> (tokio::process::Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -109,20 +127,7 @@ async fn start_python(python: &str) -> (tokio::process::Child, String) {
         .kill_on_drop(true)
         .spawn()
         .unwrap_or_else(|e| panic!("python server: {e}"));
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    for _ in 0..100 {
-        if client
-            .get(format!("{base}/.well-known/agent-card.json"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            return (child, format!("{base}/"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("the a2a-sdk server did not start");
+    (child, serving(port, "the a2a-sdk server").await)
 }
 
 async fn start_node(node_modules: &str) -> (tokio::process::Child, String) {
@@ -146,20 +151,7 @@ async fn start_node(node_modules: &str) -> (tokio::process::Child, String) {
         .kill_on_drop(true)
         .spawn()
         .unwrap_or_else(|e| panic!("node server: {e}"));
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    for _ in 0..100 {
-        if client
-            .get(format!("{base}/.well-known/agent-card.json"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            return (child, format!("{base}/"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("the @a2a-js/sdk server did not start");
+    (child, serving(port, "the @a2a-js/sdk server").await)
 }
 
 /// Memory per open stream on switchboard: subscriptions to tasks that wait for input.

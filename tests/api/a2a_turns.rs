@@ -37,6 +37,28 @@ async fn hook(req: HttpRequest, _body: web::Bytes) -> HttpResponse {
     }
 }
 
+/// A switchboard whose agents `names` are each the webhook `{hooks}/{name}`.
+async fn with_hooks(engine: Engine, hooks: &str, names: &'static [&'static str]) -> TestApp {
+    let hooks = hooks.to_owned();
+    spawn_app(engine, move |c, _| {
+        for name in names {
+            c.agents.push(AgentConfig {
+                name: (*name).into(),
+                display_name: None,
+                summary: None,
+                backend: BackendConfig::Webhook {
+                    url: format!("{hooks}/{name}"),
+                    secret: Secret::new("s"),
+                    timeout_ms: 5_000,
+                },
+                a2a: None,
+                email: None,
+            });
+        }
+    })
+    .await
+}
+
 async fn send(t: &TestApp, agent: &str, method: &str) -> reqwest::Response {
     t.http
         .post(format!("{}/agents/{agent}/a2a", t.base))
@@ -54,23 +76,7 @@ async fn send(t: &TestApp, agent: &str, method: &str) -> reqwest::Response {
 async fn unanswered_tasks_still_end(engine: Engine) {
     let url = serve_route!((), post, "/{mode}", hook);
     let base = url.trim_end_matches("/{mode}").to_owned();
-    let t = spawn_app(engine, move |c, _| {
-        for name in ["silent", "broken", "streamer"] {
-            c.agents.push(AgentConfig {
-                name: name.into(),
-                display_name: None,
-                summary: None,
-                backend: BackendConfig::Webhook {
-                    url: format!("{base}/{name}"),
-                    secret: Secret::new("s"),
-                    timeout_ms: 2_000,
-                },
-                a2a: None,
-                email: None,
-            });
-        }
-    })
-    .await;
+    let t = with_hooks(engine, &base, &["silent", "broken", "streamer"]).await;
 
     // Nothing to say: the blocking send returns the task completed, with no artifact.
     let r: Value = send(&t, "silent", "SendMessage")
@@ -142,21 +148,7 @@ on_both_engines!(unanswered_tasks_still_end);
 async fn streamed_answers_arrive_as_artifact_chunks(engine: Engine) {
     let url = serve_route!((), post, "/{mode}", hook);
     let base = url.trim_end_matches("/{mode}").to_owned();
-    let t = spawn_app(engine, move |c, _| {
-        c.agents.push(AgentConfig {
-            name: "streamer".into(),
-            display_name: None,
-            summary: None,
-            backend: BackendConfig::Webhook {
-                url: format!("{base}/streamer"),
-                secret: Secret::new("s"),
-                timeout_ms: 5_000,
-            },
-            a2a: None,
-            email: None,
-        });
-    })
-    .await;
+    let t = with_hooks(engine, &base, &["streamer"]).await;
 
     let body = send(&t, "streamer", "SendStreamingMessage")
         .await
@@ -233,21 +225,7 @@ on_both_engines!(streamed_answers_arrive_as_artifact_chunks);
 async fn remote_chunks_are_passed_on(engine: Engine) {
     let url = serve_route!((), post, "/{mode}", hook);
     let base = url.trim_end_matches("/{mode}").to_owned();
-    let remote = spawn_app(engine, move |c, _| {
-        c.agents.push(AgentConfig {
-            name: "streamer".into(),
-            display_name: None,
-            summary: None,
-            backend: BackendConfig::Webhook {
-                url: format!("{base}/streamer"),
-                secret: Secret::new("s"),
-                timeout_ms: 5_000,
-            },
-            a2a: None,
-            email: None,
-        });
-    })
-    .await;
+    let remote = with_hooks(engine, &base, &["streamer"]).await;
     let card = format!("{}/agents/streamer/agent-card.json", remote.base);
     let t = spawn_app(engine, move |c, _| {
         c.agents.push(AgentConfig {
