@@ -10,7 +10,7 @@ use switchboard::config::{
     A2aAuthConfig, AgentA2aConfig, AgentConfig, BackendConfig, IntrospectionConfig, Secret,
 };
 
-use crate::helpers::{Engine, RecordingAgent, on_both_engines, serve_route, spawn_app};
+use crate::helpers::{Engine, RecordingAgent, on_both_engines, serve_route, spawn_app, wait_for};
 
 const AUD: &str = "switchboard-test";
 
@@ -164,7 +164,12 @@ async fn introspected_tokens_are_checked_and_cached(engine: Engine) {
     assert_eq!(status, 200, "{body}");
 
     // What the agent saw: verified a2a-oauth evidence naming the subject and the endpoint.
-    let seen = wait_seen(&recorder, 3).await;
+    let seen = wait_for(10, "3 messages at the agent", || async {
+        let seen = recorder.seen.lock().unwrap().clone();
+        (seen.len() >= 3).then_some(seen)
+    })
+    .await;
+    assert_eq!(seen.len(), 3, "messages the agent saw");
     let s = &seen[0].sender;
     assert_eq!(s.auth_method.as_str(), "a2a-oauth");
     assert!(s.verified);
@@ -173,21 +178,6 @@ async fn introspected_tokens_are_checked_and_cached(engine: Engine) {
     assert!(ev.issuer.ends_with("/introspect"), "{}", ev.issuer);
     assert_eq!(ev.method.as_str(), "a2a-oauth");
     assert_eq!(ev.assurance.as_str(), "oauth");
-}
-
-async fn wait_seen(
-    agent: &RecordingAgent,
-    n: usize,
-) -> Vec<switchboard::message::NormalizedMessage> {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let seen = agent.seen.lock().unwrap().clone();
-        if seen.len() >= n || tokio::time::Instant::now() > deadline {
-            assert_eq!(seen.len(), n, "messages the agent saw");
-            return seen;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
 }
 
 on_both_engines!(introspected_tokens_are_checked_and_cached);

@@ -141,6 +141,18 @@ pub enum ProofError {
     Stale(&'static str),
 }
 
+/// The proof `doc` carries (the first, when it carries a set), if any.
+fn proof_of(doc: &Value) -> Result<Option<&Value>, ProofError> {
+    match doc.get("proof") {
+        None => Ok(None),
+        Some(Value::Array(a)) => a
+            .first()
+            .map(Some)
+            .ok_or(ProofError::Malformed("empty proof")),
+        Some(p) => Ok(Some(p)),
+    }
+}
+
 /// Clock skew allowed on a proof's `created` and `expires`, as on HTTP signatures.
 const PROOF_SKEW_MS: i64 = 3_600_000;
 
@@ -153,12 +165,8 @@ const PROOF_SKEW_MS: i64 = 3_600_000;
 /// # Errors
 /// [`ProofError::Malformed`] without a readable `created`; [`ProofError::Stale`] otherwise.
 pub fn check_current(doc: &Value, now_ms: i64, max_age_ms: i64) -> Result<(), ProofError> {
-    let Some(proof) = doc.get("proof") else {
+    let Some(proof) = proof_of(doc)? else {
         return Ok(());
-    };
-    let proof = match proof {
-        Value::Array(a) => a.first().ok_or(ProofError::Malformed("empty proof"))?,
-        p => p,
     };
     let when = |key: &str| {
         proof
@@ -217,12 +225,8 @@ fn hash_data(config: &Value, doc: &Value) -> Vec<u8> {
 /// # Errors
 /// [`ProofError`] for a proof of another kind or a malformed one.
 pub fn prepare(doc: &Value) -> Result<Option<ProofInfo>, ProofError> {
-    let Some(proof) = doc.get("proof") else {
+    let Some(proof) = proof_of(doc)? else {
         return Ok(None);
-    };
-    let proof = match proof {
-        Value::Array(a) => a.first().ok_or(ProofError::Malformed("empty proof"))?,
-        p => p,
     };
     if proof.get("type").and_then(Value::as_str) != Some("DataIntegrityProof")
         || proof.get("cryptosuite").and_then(Value::as_str) != Some("eddsa-jcs-2022")
