@@ -76,6 +76,84 @@ pub async fn insert_task(tx: &mut Tx, t: &TaskRow) -> Result<()> {
     Ok(())
 }
 
+/// Inserts new tasks in one statement.
+///
+/// # Errors
+/// Database errors.
+pub async fn insert_tasks(tx: &mut Tx, tasks: &[&TaskRow]) -> Result<()> {
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    let (values, args) = super::rows(tasks, |t| {
+        [
+            Arg::Text(&t.id),
+            Arg::Text(&t.agent),
+            Arg::Text(&t.owner),
+            Arg::Text(&t.context_id),
+            Arg::Text(&t.state),
+            Arg::Text(&t.turn_message_id),
+            Arg::Text(&t.wire_message_id),
+            Arg::OptText(t.last_response_id.as_deref()),
+            Arg::Text(&t.body),
+            Arg::Int(t.last_seq),
+            Arg::Int(t.status_at),
+            Arg::Int(t.created_at),
+        ]
+    });
+    tx.execute(
+        &format!("INSERT INTO a2a_tasks ({TASK_COLUMNS}) VALUES {values}"),
+        &args,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Writes changed tasks `(task, expected_seq)` in one statement, each only if nobody changed
+/// it since it was read (its `last_seq` is still the expected one). Returns the ids written.
+/// A task may appear only once.
+///
+/// # Errors
+/// Database errors.
+pub async fn update_tasks(
+    tx: &mut Tx,
+    changes: &[(&TaskRow, i64)],
+) -> Result<std::collections::HashSet<String>> {
+    #[derive(sqlx::FromRow)]
+    struct Id {
+        id: String,
+    }
+    if changes.is_empty() {
+        return Ok(std::collections::HashSet::new());
+    }
+    let (values, args) = super::rows(changes, |(t, expected)| {
+        [
+            Arg::Text(&t.id),
+            Arg::Text(&t.state),
+            Arg::Text(&t.turn_message_id),
+            Arg::Text(&t.wire_message_id),
+            Arg::OptText(t.last_response_id.as_deref()),
+            Arg::Text(&t.body),
+            Arg::Int(t.last_seq),
+            Arg::Int(t.status_at),
+            Arg::Int(*expected),
+        ]
+    });
+    // VALUES columns are named column1… on both engines.
+    let rows: Vec<Id> = tx
+        .fetch_all(
+            &format!(
+                "UPDATE a2a_tasks AS t SET state = v.column2, turn_message_id = v.column3, \
+                 wire_message_id = v.column4, last_response_id = v.column5, body = v.column6, \
+                 last_seq = v.column7, status_at = v.column8 \
+                 FROM (VALUES {values}) AS v \
+                 WHERE t.id = v.column1 AND t.last_seq = v.column9 RETURNING id"
+            ),
+            &args,
+        )
+        .await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
 /// Writes a changed task, only if nobody changed it since it was read (its `last_seq` is still
 /// `expected_seq`). Returns whether it was written.
 ///
@@ -123,6 +201,25 @@ pub async fn insert_events(
             Arg::Text(body),
             Arg::Int(now),
         ]
+    });
+    tx.execute(
+        &format!("INSERT INTO a2a_task_events (task_id, seq, body, created_at) VALUES {values}"),
+        &args,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Appends events `(task id, seq, body)` of several tasks in one statement.
+///
+/// # Errors
+/// Database errors (a duplicate sequence among them).
+pub async fn insert_events_many(tx: &mut Tx, events: &[(&str, i64, &str)], now: i64) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let (values, args) = super::rows(events, |(task_id, seq, body)| {
+        [Arg::Text(task_id), Arg::Int(*seq), Arg::Text(body), Arg::Int(now)]
     });
     tx.execute(
         &format!("INSERT INTO a2a_task_events (task_id, seq, body, created_at) VALUES {values}"),
@@ -438,6 +535,34 @@ pub async fn push_config_ids_tx(tx: &mut Tx, task_id: &str) -> Result<Vec<String
         )
         .await?;
     Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// The push config ids of several tasks as `(task id, config id)`, each task's oldest first,
+/// read inside the transaction that writes their events.
+///
+/// # Errors
+/// Database errors.
+pub async fn push_config_ids_many(tx: &mut Tx, task_ids: &[&str]) -> Result<Vec<(String, String)>> {
+    #[derive(sqlx::FromRow)]
+    struct Ids {
+        task_id: String,
+        id: String,
+    }
+    if task_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list = super::in_list(task_ids.len(), 1);
+    let args: Vec<Arg<'_>> = task_ids.iter().map(|t| Arg::Text(t)).collect();
+    let rows: Vec<Ids> = tx
+        .fetch_all(
+            &format!(
+                "SELECT task_id, id FROM a2a_push_configs WHERE task_id IN ({list}) \
+                 ORDER BY task_id, created_at, id"
+            ),
+            &args,
+        )
+        .await?;
+    Ok(rows.into_iter().map(|r| (r.task_id, r.id)).collect())
 }
 
 /// One push config of a task.

@@ -2,12 +2,17 @@
 //! produced (a per-task sequence), then announced in-process and, on PostgreSQL, to every
 //! instance through `LISTEN/NOTIFY`. Streams, blocking sends and resubscriptions read the stored
 //! events, so a restart or a reconnect loses nothing.
+//!
+//! Writes go through one writer task that commits every pending change in a single transaction
+//! (group commit, as ingest does): a change is read and decided by its caller, then written
+//! only if the task is still as it was read; a caller whose task moved on meanwhile decides
+//! again.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::push;
 use super::wire::{RpcError, TaskState, timestamp};
@@ -20,6 +25,9 @@ use crate::store::jobs::{self, NewJob};
 
 /// How many times a change is retried when another writer changed the task first.
 const MAX_CONFLICTS: usize = 8;
+
+/// The most task writes committed together.
+const MAX_BATCH: usize = 64;
 
 /// Logs an internal error and hides it from the caller.
 pub(super) fn internal(e: &Error) -> RpcError {
@@ -34,6 +42,45 @@ pub struct TaskEngine {
     clock: SharedClock,
     hub: broadcast::Sender<Arc<str>>,
     queue: Arc<Queue>,
+    writes: mpsc::Sender<PendingWrite>,
+}
+
+/// One write of the task writer.
+#[derive(Debug)]
+enum Write {
+    /// A new task with its first events, unless its idempotency key is taken.
+    Create {
+        row: TaskRow,
+        events: Vec<(i64, String)>,
+        idempotency_key: Option<String>,
+    },
+    /// A changed task with its new events, if its last event is still `expected`.
+    Update {
+        row: TaskRow,
+        expected: i64,
+        events: Vec<(i64, String)>,
+    },
+}
+
+impl Write {
+    fn task_id(&self) -> &str {
+        match self {
+            Self::Create { row, .. } | Self::Update { row, .. } => &row.id,
+        }
+    }
+
+    fn events(&self) -> &[(i64, String)] {
+        match self {
+            Self::Create { events, .. } | Self::Update { events, .. } => events,
+        }
+    }
+}
+
+/// A write waiting for its commit; answered with whether it was written.
+#[derive(Debug)]
+struct PendingWrite {
+    write: Write,
+    reply: oneshot::Sender<crate::error::Result<bool>>,
 }
 
 /// What a change function decided.
@@ -45,16 +92,35 @@ pub(super) enum Change {
 }
 
 impl TaskEngine {
-    /// An engine over `db`.
+    /// An engine over `db`; starts its writer (on the current runtime).
     #[must_use]
     pub fn new(db: Db, clock: SharedClock, queue: Arc<Queue>) -> Self {
         let (hub, _) = broadcast::channel(4096);
+        let (writes, rx) = mpsc::channel(4096);
+        let writer = Writer {
+            db: db.clone(),
+            clock: clock.clone(),
+            hub: hub.clone(),
+            queue: Arc::clone(&queue),
+        };
+        tokio::spawn(writer.run(rx));
         Self {
             db,
             clock,
             hub,
             queue,
+            writes,
         }
+    }
+
+    /// Hands `write` to the writer and waits for its commit.
+    async fn write(&self, write: Write) -> crate::error::Result<bool> {
+        let (reply, rx) = oneshot::channel();
+        self.writes
+            .send(PendingWrite { write, reply })
+            .await
+            .map_err(|_| Error::Unavailable)?;
+        rx.await.map_err(|_| Error::Unavailable)?
     }
 
     /// The database.
@@ -90,21 +156,13 @@ impl TaskEngine {
         events: &[(i64, String)],
         idempotency_key: Option<&str>,
     ) -> Result<bool, RpcError> {
-        let result: crate::error::Result<bool> = async {
-            let mut tx = self.db.begin().await?;
-            if let Some(key) = idempotency_key
-                && !sql::claim_idempotency_key(&mut tx, &row.owner, key, &row.id, row.created_at)
-                    .await?
-            {
-                return Ok(false);
-            }
-            sql::insert_task(&mut tx, row).await?;
-            sql::insert_events(&mut tx, &row.id, events, row.created_at).await?;
-            tx.commit().await?;
-            Ok(true)
-        }
-        .await;
-        result.map_err(|e| internal(&e))
+        self.write(Write::Create {
+            row: row.clone(),
+            events: events.to_vec(),
+            idempotency_key: idempotency_key.map(str::to_owned),
+        })
+        .await
+        .map_err(|e| internal(&e))
     }
 
     /// Applies `f` to the task and commits the task with the events it returns, retrying
@@ -133,23 +191,14 @@ impl TaskEngine {
                 .collect();
             row.last_seq = expected + i64::try_from(numbered.len()).unwrap_or(0);
             row.body = task.to_string();
-            let written: crate::error::Result<bool> = async {
-                let mut tx = self.db.begin().await?;
-                if !sql::update_task(&mut tx, &row, expected).await? {
-                    return Ok(false);
-                }
-                sql::insert_events(&mut tx, id, &numbered, now).await?;
-                let pushed = self.enqueue_pushes(&mut tx, id, &numbered, now).await?;
-                sql::notify_task(&mut tx, id).await?;
-                tx.commit().await?;
-                if pushed {
-                    self.queue.wake(push::KIND);
-                }
-                Ok(true)
-            }
-            .await;
+            let written = self
+                .write(Write::Update {
+                    row: row.clone(),
+                    expected,
+                    events: numbered,
+                })
+                .await;
             if written.map_err(|e| internal(&e))? {
-                self.announce(id);
                 return Ok(Some(row));
             }
         }
@@ -157,28 +206,6 @@ impl TaskEngine {
             super::wire::INTERNAL_ERROR,
             "the task is changing too fast; retry",
         ))
-    }
-
-    /// Enqueues one push job per push config of the task and event, in the transaction that
-    /// stores the events. Returns whether any was enqueued.
-    async fn enqueue_pushes(
-        &self,
-        tx: &mut crate::store::Tx,
-        task_id: &str,
-        events: &[(i64, String)],
-        now: i64,
-    ) -> crate::error::Result<bool> {
-        if events.is_empty() {
-            return Ok(false);
-        }
-        let configs = sql::push_config_ids_tx(tx, task_id).await?;
-        if configs.is_empty() {
-            return Ok(false);
-        }
-        let seqs: Vec<i64> = events.iter().map(|(seq, _)| *seq).collect();
-        self.enqueue_push_jobs(tx, task_id, &configs, &seqs, now)
-            .await?;
-        Ok(true)
     }
 
     /// Pushes events already stored to one config: those of the turn a message carrying that
@@ -191,54 +218,20 @@ impl TaskEngine {
     ) -> Result<(), RpcError> {
         let result: crate::error::Result<()> = async {
             let mut tx = self.db.begin().await?;
-            self.enqueue_push_jobs(&mut tx, task_id, &[config_id.to_owned()], seqs, self.now())
-                .await?;
+            enqueue_push_jobs(
+                &self.queue,
+                &mut tx,
+                task_id,
+                &[config_id.to_owned()],
+                seqs,
+                self.now(),
+            )
+            .await?;
             tx.commit().await
         }
         .await;
         result.map_err(|e| internal(&e))?;
         self.queue.wake(push::KIND);
-        Ok(())
-    }
-
-    /// One push job per config and event sequence number.
-    async fn enqueue_push_jobs(
-        &self,
-        tx: &mut crate::store::Tx,
-        task_id: &str,
-        configs: &[String],
-        seqs: &[i64],
-        now: i64,
-    ) -> crate::error::Result<()> {
-        let mut ids = Vec::new();
-        let mut payloads = Vec::new();
-        for c in configs {
-            for seq in seqs {
-                ids.push(format!("{}:{task_id}:{c}:{seq}", push::KIND));
-                payloads.push(
-                    serde_json::to_string(&push::PushJob {
-                        task_id: task_id.to_owned(),
-                        config_id: c.clone(),
-                        seq: *seq,
-                    })
-                    .map_err(Error::Corrupt)?,
-                );
-            }
-        }
-        let max_attempts = self.queue.max_attempts(push::KIND);
-        let jobs: Vec<NewJob<'_>> = ids
-            .iter()
-            .zip(&payloads)
-            .map(|(id, payload)| NewJob {
-                id,
-                kind: push::KIND,
-                payload,
-                max_attempts,
-                run_at: now,
-            })
-            .collect();
-        jobs::enqueue_many(tx, &jobs, now).await?;
-        tx.notify(push::KIND).await?;
         Ok(())
     }
 
@@ -289,6 +282,221 @@ impl TaskEngine {
             }
             wait_for(&mut rx, id, (deadline - now).min(Duration::from_secs(1))).await;
         }
+    }
+}
+
+/// One push job per config and event sequence number.
+async fn enqueue_push_jobs(
+    queue: &Queue,
+    tx: &mut crate::store::Tx,
+    task_id: &str,
+    configs: &[String],
+    seqs: &[i64],
+    now: i64,
+) -> crate::error::Result<()> {
+    let mut ids = Vec::new();
+    let mut payloads = Vec::new();
+    for c in configs {
+        for seq in seqs {
+            ids.push(format!("{}:{task_id}:{c}:{seq}", push::KIND));
+            payloads.push(
+                serde_json::to_string(&push::PushJob {
+                    task_id: task_id.to_owned(),
+                    config_id: c.clone(),
+                    seq: *seq,
+                })
+                .map_err(Error::Corrupt)?,
+            );
+        }
+    }
+    let max_attempts = queue.max_attempts(push::KIND);
+    let jobs: Vec<NewJob<'_>> = ids
+        .iter()
+        .zip(&payloads)
+        .map(|(id, payload)| NewJob {
+            id,
+            kind: push::KIND,
+            payload,
+            max_attempts,
+            run_at: now,
+        })
+        .collect();
+    jobs::enqueue_many(tx, &jobs, now).await?;
+    tx.notify(push::KIND).await?;
+    Ok(())
+}
+
+/// The task writer: commits pending writes together.
+struct Writer {
+    db: Db,
+    clock: SharedClock,
+    hub: broadcast::Sender<Arc<str>>,
+    queue: Arc<Queue>,
+}
+
+impl Writer {
+    async fn run(self, mut rx: mpsc::Receiver<PendingWrite>) {
+        // Writes held back because their task already has one in the batch: a task is written
+        // once per statement, and its writes keep their order.
+        let mut held: std::collections::VecDeque<PendingWrite> = std::collections::VecDeque::new();
+        loop {
+            let first = match held.pop_front() {
+                Some(p) => p,
+                None => match rx.recv().await {
+                    Some(p) => p,
+                    None => return,
+                },
+            };
+            let mut tasks = std::collections::HashSet::from([first.write.task_id().to_owned()]);
+            let mut batch = vec![first];
+            let mut later = std::collections::VecDeque::new();
+            while batch.len() < MAX_BATCH {
+                let next = match held.pop_front() {
+                    Some(p) => p,
+                    None => match rx.try_recv() {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                };
+                if tasks.insert(next.write.task_id().to_owned()) {
+                    batch.push(next);
+                } else {
+                    later.push_back(next);
+                }
+            }
+            later.append(&mut held);
+            held = later;
+            match self.commit(&batch).await {
+                Ok(written) => self.answer(batch, &written),
+                Err(e) if batch.len() > 1 => {
+                    // One bad write must not fail the others: retry each on its own.
+                    tracing::warn!(error = %e, n = batch.len(), "batched task write failed; writing one by one");
+                    for p in batch {
+                        let one = [p];
+                        match self.commit(&one).await {
+                            Ok(written) => self.answer(one.into(), &written),
+                            Err(e) => {
+                                let [p] = one;
+                                let _ = p.reply.send(Err(e));
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    for p in batch {
+                        let _ = p.reply.send(Err(clone_error(&e)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tells each writer whether its write was committed; announces changed tasks.
+    fn answer(&self, batch: Vec<PendingWrite>, written: &[bool]) {
+        for (p, &ok) in batch.into_iter().zip(written) {
+            if ok && matches!(p.write, Write::Update { .. }) {
+                let _ = self.hub.send(Arc::from(p.write.task_id()));
+            }
+            let _ = p.reply.send(Ok(ok));
+        }
+    }
+
+    /// Commits a batch in one transaction; returns, per write, whether it was written.
+    async fn commit(&self, batch: &[PendingWrite]) -> crate::error::Result<Vec<bool>> {
+        let now = self.clock.now_ms();
+        let mut tx = self.db.begin().await?;
+        let mut written = vec![true; batch.len()];
+        for (ok, p) in written.iter_mut().zip(batch) {
+            if let Write::Create {
+                row,
+                idempotency_key: Some(key),
+                ..
+            } = &p.write
+            {
+                *ok = sql::claim_idempotency_key(&mut tx, &row.owner, key, &row.id, row.created_at)
+                    .await?;
+            }
+        }
+        let creates: Vec<&TaskRow> = batch
+            .iter()
+            .zip(&written)
+            .filter_map(|(p, ok)| match &p.write {
+                Write::Create { row, .. } if *ok => Some(row),
+                _ => None,
+            })
+            .collect();
+        sql::insert_tasks(&mut tx, &creates).await?;
+        let changes: Vec<(&TaskRow, i64)> = batch
+            .iter()
+            .filter_map(|p| match &p.write {
+                Write::Update { row, expected, .. } => Some((row, *expected)),
+                Write::Create { .. } => None,
+            })
+            .collect();
+        let updated = sql::update_tasks(&mut tx, &changes).await?;
+        for (ok, p) in written.iter_mut().zip(batch) {
+            if let Write::Update { row, .. } = &p.write {
+                *ok = updated.contains(&row.id);
+            }
+        }
+        let events: Vec<(&str, i64, &str)> = batch
+            .iter()
+            .zip(&written)
+            .filter(|(_, ok)| **ok)
+            .flat_map(|(p, _)| {
+                let id = p.write.task_id();
+                p.write
+                    .events()
+                    .iter()
+                    .map(move |(seq, body)| (id, *seq, body.as_str()))
+            })
+            .collect();
+        sql::insert_events_many(&mut tx, &events, now).await?;
+        // Pushes: one job per config of a changed task and new event (a new task has none).
+        let changed: Vec<&PendingWrite> = batch
+            .iter()
+            .zip(&written)
+            .filter(|(p, ok)| **ok && matches!(p.write, Write::Update { .. }))
+            .map(|(p, _)| p)
+            .collect();
+        let with_events: Vec<&str> = changed
+            .iter()
+            .filter(|p| !p.write.events().is_empty())
+            .map(|p| p.write.task_id())
+            .collect();
+        let configs = sql::push_config_ids_many(&mut tx, &with_events).await?;
+        let mut pushed = false;
+        for p in &changed {
+            let id = p.write.task_id();
+            let ids: Vec<String> = configs
+                .iter()
+                .filter(|(task, _)| task == id)
+                .map(|(_, c)| c.clone())
+                .collect();
+            if ids.is_empty() || p.write.events().is_empty() {
+                continue;
+            }
+            let seqs: Vec<i64> = p.write.events().iter().map(|(seq, _)| *seq).collect();
+            enqueue_push_jobs(&self.queue, &mut tx, id, &ids, &seqs, now).await?;
+            pushed = true;
+        }
+        for p in &changed {
+            sql::notify_task(&mut tx, p.write.task_id()).await?;
+        }
+        tx.commit().await?;
+        if pushed {
+            self.queue.wake(push::KIND);
+        }
+        Ok(written)
+    }
+}
+
+/// The same error for another waiter of a failed batch (the caller learns only that the
+/// database failed).
+fn clone_error(e: &Error) -> Error {
+    match e {
+        Error::Invalid(why) => Error::Invalid(why.clone()),
+        _ => Error::Unavailable,
     }
 }
 
