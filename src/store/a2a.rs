@@ -48,34 +48,6 @@ pub struct EventRow {
 const TASK_COLUMNS: &str = "id, agent, owner, context_id, state, turn_message_id, wire_message_id, \
      last_response_id, body, last_seq, status_at, created_at";
 
-/// Inserts a new task.
-///
-/// # Errors
-/// Database errors.
-pub async fn insert_task(tx: &mut Tx, t: &TaskRow) -> Result<()> {
-    tx.execute(
-        "INSERT INTO a2a_tasks (id, agent, owner, context_id, state, turn_message_id, wire_message_id, \
-         last_response_id, body, last_seq, status_at, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-        &[
-            Arg::Text(&t.id),
-            Arg::Text(&t.agent),
-            Arg::Text(&t.owner),
-            Arg::Text(&t.context_id),
-            Arg::Text(&t.state),
-            Arg::Text(&t.turn_message_id),
-            Arg::Text(&t.wire_message_id),
-            Arg::OptText(t.last_response_id.as_deref()),
-            Arg::Text(&t.body),
-            Arg::Int(t.last_seq),
-            Arg::Int(t.status_at),
-            Arg::Int(t.created_at),
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
 /// Inserts new tasks in one statement.
 ///
 /// # Errors
@@ -154,67 +126,11 @@ pub async fn update_tasks(
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
 
-/// Writes a changed task, only if nobody changed it since it was read (its `last_seq` is still
-/// `expected_seq`). Returns whether it was written.
-///
-/// # Errors
-/// Database errors.
-pub async fn update_task(tx: &mut Tx, t: &TaskRow, expected_seq: i64) -> Result<bool> {
-    let n = tx
-        .execute(
-            "UPDATE a2a_tasks SET state = $1, turn_message_id = $2, wire_message_id = $3, \
-             last_response_id = $4, body = $5, last_seq = $6, status_at = $7 \
-             WHERE id = $8 AND last_seq = $9",
-            &[
-                Arg::Text(&t.state),
-                Arg::Text(&t.turn_message_id),
-                Arg::Text(&t.wire_message_id),
-                Arg::OptText(t.last_response_id.as_deref()),
-                Arg::Text(&t.body),
-                Arg::Int(t.last_seq),
-                Arg::Int(t.status_at),
-                Arg::Text(&t.id),
-                Arg::Int(expected_seq),
-            ],
-        )
-        .await?;
-    Ok(n == 1)
-}
-
-/// Appends events `(seq, body)` to a task.
-///
-/// # Errors
-/// Database errors (a duplicate sequence among them).
-pub async fn insert_events(
-    tx: &mut Tx,
-    task_id: &str,
-    events: &[(i64, String)],
-    now: i64,
-) -> Result<()> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    let (values, args) = super::rows(events, |(seq, body)| {
-        [
-            Arg::Text(task_id),
-            Arg::Int(*seq),
-            Arg::Text(body),
-            Arg::Int(now),
-        ]
-    });
-    tx.execute(
-        &format!("INSERT INTO a2a_task_events (task_id, seq, body, created_at) VALUES {values}"),
-        &args,
-    )
-    .await?;
-    Ok(())
-}
-
 /// Appends events `(task id, seq, body)` of several tasks in one statement.
 ///
 /// # Errors
 /// Database errors (a duplicate sequence among them).
-pub async fn insert_events_many(tx: &mut Tx, events: &[(&str, i64, &str)], now: i64) -> Result<()> {
+pub async fn insert_events(tx: &mut Tx, events: &[(&str, i64, &str)], now: i64) -> Result<()> {
     if events.is_empty() {
         return Ok(());
     }
@@ -235,18 +151,6 @@ pub async fn insert_events_many(tx: &mut Tx, events: &[(&str, i64, &str)], now: 
 /// Database errors.
 pub async fn get_task(db: &Db, id: &str) -> Result<Option<TaskRow>> {
     db.fetch_optional(
-        &format!("SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE id = $1"),
-        &[Arg::Text(id)],
-    )
-    .await
-}
-
-/// The task `id`, read inside a transaction.
-///
-/// # Errors
-/// Database errors.
-pub async fn get_task_tx(tx: &mut Tx, id: &str) -> Result<Option<TaskRow>> {
-    tx.fetch_optional(
         &format!("SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE id = $1"),
         &[Arg::Text(id)],
     )
@@ -519,30 +423,12 @@ pub async fn notify_task(tx: &mut Tx, task_id: &str) -> Result<()> {
     Ok(())
 }
 
-/// The ids of a task's push configs, read inside the transaction that writes its events.
-///
-/// # Errors
-/// Database errors.
-pub async fn push_config_ids_tx(tx: &mut Tx, task_id: &str) -> Result<Vec<String>> {
-    #[derive(sqlx::FromRow)]
-    struct Id {
-        id: String,
-    }
-    let rows: Vec<Id> = tx
-        .fetch_all(
-            "SELECT id FROM a2a_push_configs WHERE task_id = $1 ORDER BY created_at, id",
-            &[Arg::Text(task_id)],
-        )
-        .await?;
-    Ok(rows.into_iter().map(|r| r.id).collect())
-}
-
 /// The push config ids of several tasks as `(task id, config id)`, each task's oldest first,
 /// read inside the transaction that writes their events.
 ///
 /// # Errors
 /// Database errors.
-pub async fn push_config_ids_many(tx: &mut Tx, task_ids: &[&str]) -> Result<Vec<(String, String)>> {
+pub async fn push_config_ids(tx: &mut Tx, task_ids: &[&str]) -> Result<Vec<(String, String)>> {
     #[derive(sqlx::FromRow)]
     struct Ids {
         task_id: String,

@@ -29,6 +29,37 @@ const MAX_CONFLICTS: usize = 8;
 /// The most task writes committed together.
 const MAX_BATCH: usize = 64;
 
+/// How many rows [`Recent`] holds before it starts over.
+const RECENT_MAX: usize = 4096;
+
+/// The tasks this instance wrote last, as written, so that the next change of a task and the
+/// wait for its turn's end need not read it back. A row another instance changed since is
+/// caught by the guarded write (and forgotten when that instance's notification arrives).
+#[derive(Debug, Default)]
+struct Recent(std::sync::Mutex<std::collections::HashMap<String, TaskRow>>);
+
+impl Recent {
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, TaskRow>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn get(&self, id: &str) -> Option<TaskRow> {
+        self.map().get(id).cloned()
+    }
+
+    fn put(&self, row: &TaskRow) {
+        let mut map = self.map();
+        if map.len() >= RECENT_MAX && !map.contains_key(&row.id) {
+            map.clear();
+        }
+        map.insert(row.id.clone(), row.clone());
+    }
+
+    fn forget(&self, id: &str) {
+        self.map().remove(id);
+    }
+}
+
 /// Logs an internal error and hides it from the caller.
 pub(super) fn internal(e: &Error) -> RpcError {
     tracing::error!(error = %e, "A2A request failed");
@@ -43,6 +74,7 @@ pub struct TaskEngine {
     hub: broadcast::Sender<Arc<str>>,
     queue: Arc<Queue>,
     writes: mpsc::Sender<PendingWrite>,
+    recent: Arc<Recent>,
 }
 
 /// One write of the task writer.
@@ -97,11 +129,13 @@ impl TaskEngine {
     pub fn new(db: Db, clock: SharedClock, queue: Arc<Queue>) -> Self {
         let (hub, _) = broadcast::channel(4096);
         let (writes, rx) = mpsc::channel(4096);
+        let recent = Arc::new(Recent::default());
         let writer = Writer {
             db: db.clone(),
             clock: clock.clone(),
             hub: hub.clone(),
             queue: Arc::clone(&queue),
+            recent: Arc::clone(&recent),
         };
         tokio::spawn(writer.run(rx));
         Self {
@@ -110,6 +144,7 @@ impl TaskEngine {
             hub,
             queue,
             writes,
+            recent,
         }
     }
 
@@ -133,9 +168,10 @@ impl TaskEngine {
         self.clock.now_ms()
     }
 
-    /// Tells local waiters that `task_id` changed (called for changes made here and for
-    /// notifications from other instances).
+    /// Tells local waiters that `task_id` changed on another instance (PostgreSQL
+    /// notifications; this instance's own writes are announced by its writer).
     pub fn announce(&self, task_id: &str) {
+        self.recent.forget(task_id);
         let _ = self.hub.send(Arc::from(task_id));
     }
 
@@ -147,6 +183,14 @@ impl TaskEngine {
     /// Reads a task.
     pub(super) async fn get(&self, id: &str) -> Result<Option<TaskRow>, RpcError> {
         sql::get_task(&self.db, id).await.map_err(|e| internal(&e))
+    }
+
+    /// The task as this instance last wrote it, else as stored.
+    async fn current(&self, id: &str) -> Result<Option<TaskRow>, RpcError> {
+        match self.recent.get(id) {
+            Some(row) => Ok(Some(row)),
+            None => self.get(id).await,
+        }
     }
 
     /// Stores a new task with its first events; false when the idempotency key was taken.
@@ -172,8 +216,15 @@ impl TaskEngine {
     where
         F: FnMut(&mut TaskRow, &mut Value, i64) -> Result<Change, RpcError> + Send,
     {
-        for _ in 0..MAX_CONFLICTS {
-            let Some(mut row) = self.get(id).await? else {
+        for attempt in 0..MAX_CONFLICTS {
+            let read = if attempt == 0 {
+                self.current(id).await?
+            } else {
+                // The row remembered (or read) was out of date: read what is stored.
+                self.recent.forget(id);
+                self.get(id).await?
+            };
+            let Some(mut row) = read else {
                 return Ok(None);
             };
             let mut task: Value =
@@ -272,7 +323,7 @@ impl TaskEngine {
         let mut rx = self.subscribe();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let Some(row) = self.get(id).await? else {
+            let Some(row) = self.current(id).await? else {
                 return Ok(None);
             };
             let ended = TaskState::parse(&row.state).is_none_or(TaskState::ends_turn);
@@ -332,6 +383,7 @@ struct Writer {
     clock: SharedClock,
     hub: broadcast::Sender<Arc<str>>,
     queue: Arc<Queue>,
+    recent: Arc<Recent>,
 }
 
 impl Writer {
@@ -394,8 +446,13 @@ impl Writer {
     /// Tells each writer whether its write was committed; announces changed tasks.
     fn answer(&self, batch: Vec<PendingWrite>, written: &[bool]) {
         for (p, &ok) in batch.into_iter().zip(written) {
-            if ok && matches!(p.write, Write::Update { .. }) {
-                let _ = self.hub.send(Arc::from(p.write.task_id()));
+            match &p.write {
+                Write::Create { row, .. } if ok => self.recent.put(row),
+                Write::Update { row, .. } if ok => {
+                    self.recent.put(row);
+                    let _ = self.hub.send(Arc::from(row.id.as_str()));
+                }
+                _ => {}
             }
             let _ = p.reply.send(Ok(ok));
         }
@@ -451,7 +508,7 @@ impl Writer {
                     .map(move |(seq, body)| (id, *seq, body.as_str()))
             })
             .collect();
-        sql::insert_events_many(&mut tx, &events, now).await?;
+        sql::insert_events(&mut tx, &events, now).await?;
         // Pushes: one job per config of a changed task and new event (a new task has none).
         let changed: Vec<&PendingWrite> = batch
             .iter()
@@ -464,7 +521,7 @@ impl Writer {
             .filter(|p| !p.write.events().is_empty())
             .map(|p| p.write.task_id())
             .collect();
-        let configs = sql::push_config_ids_many(&mut tx, &with_events).await?;
+        let configs = sql::push_config_ids(&mut tx, &with_events).await?;
         let mut pushed = false;
         for p in &changed {
             let id = p.write.task_id();
