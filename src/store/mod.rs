@@ -286,9 +286,12 @@ impl Db {
                 .log_statements(log::LevelFilter::Trace)
                 .log_slow_statements(log::LevelFilter::Warn, Duration::from_secs(1));
             let memory = url.contains(":memory:") || url.contains("mode=memory");
+            // An embedded file cannot hang up: no ping (a round trip to the connection's
+            // thread) before every use.
             let write = SqlitePoolOptions::new()
                 .max_connections(1)
                 .min_connections(1)
+                .test_before_acquire(false)
                 .connect_with(base.clone())
                 .await?;
             let read = if memory {
@@ -296,6 +299,7 @@ impl Db {
             } else {
                 SqlitePoolOptions::new()
                     .max_connections(cfg.max_connections.max(1))
+                    .test_before_acquire(false)
                     .connect_with(base)
                     .await?
             };
