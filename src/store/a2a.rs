@@ -135,7 +135,12 @@ pub async fn insert_events(tx: &mut Tx, events: &[(&str, i64, &str)], now: i64) 
         return Ok(());
     }
     let (values, args) = super::rows(events, |(task_id, seq, body)| {
-        [Arg::Text(task_id), Arg::Int(*seq), Arg::Text(body), Arg::Int(now)]
+        [
+            Arg::Text(task_id),
+            Arg::Int(*seq),
+            Arg::Text(body),
+            Arg::Int(now),
+        ]
     });
     tx.execute(
         &format!("INSERT INTO a2a_task_events (task_id, seq, body, created_at) VALUES {values}"),
@@ -157,24 +162,30 @@ pub async fn get_task(db: &Db, id: &str) -> Result<Option<TaskRow>> {
     .await
 }
 
-/// The newest task of `owner` whose current turn has wire id `message_id` and is in one of
-/// `states`.
+/// The tasks in one of `states` whose owner and current turn's wire id are one of `turns`
+/// (`(owner, wire message id)`), read inside the transaction that creates new tasks.
 ///
 /// # Errors
 /// Database errors.
-pub async fn task_by_wire_message(
-    db: &Db,
-    owner: &str,
-    message_id: &str,
+pub async fn tasks_by_wire_message(
+    tx: &mut Tx,
+    turns: &[(&str, &str)],
     states: &[&str],
-) -> Result<Option<TaskRow>> {
-    let mut args = vec![Arg::Text(owner), Arg::Text(message_id)];
+) -> Result<Vec<TaskRow>> {
+    if turns.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pairs = super::values_list(turns.len(), 2, 1);
+    let list = super::in_list(states.len(), turns.len() * 2 + 1);
+    let mut args: Vec<Arg<'_>> = turns
+        .iter()
+        .flat_map(|(owner, id)| [Arg::Text(owner), Arg::Text(id)])
+        .collect();
     args.extend(states.iter().map(|s| Arg::Text(s)));
-    let list = super::in_list(states.len(), 3);
-    db.fetch_optional(
+    tx.fetch_all(
         &format!(
-            "SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE owner = $1 AND wire_message_id = $2 \
-             AND state IN ({list}) ORDER BY created_at DESC LIMIT 1"
+            "SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE (owner, wire_message_id) IN (VALUES {pairs}) \
+             AND state IN ({list}) ORDER BY created_at DESC"
         ),
         &args,
     )

@@ -17,7 +17,7 @@ use super::NAME;
 use super::auth::{Caller, Verifier};
 use super::card::RenderedCard;
 use super::mapping::{self, InPart, Limits};
-use super::tasks::{Change, TaskEngine, ends_stream, internal, wait_for};
+use super::tasks::{Change, Created, TaskEngine, ends_stream, internal, wait_for};
 use super::wire::{
     self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, RpcError, TASK_NOT_CANCELABLE, TaskState,
     UNSUPPORTED_OPERATION, VERSION_NOT_SUPPORTED, Version, WireMessage,
@@ -824,20 +824,6 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
         let row = visible_task(state, &call, &task_id).await?;
         return finish_send(state, &call, &config, row, streaming).await;
     }
-    let running = [TaskState::Submitted.v1(), TaskState::Working.v1()];
-    if msg.task_id.is_none()
-        && let Some(row) =
-            sql::task_by_wire_message(state.engine.db(), &owner, &msg.message_id, &running)
-                .await
-                .map_err(|e| internal(&e))?
-        && call
-            .agent
-            .as_deref()
-            .is_none_or(|a| a.eq_ignore_ascii_case(&row.agent))
-    {
-        return finish_send(state, &call, &config, row, streaming).await;
-    }
-
     let parts = store_parts(state, in_parts).await?;
     let now = state.engine.now();
     let nm_id = uuid::Uuid::now_v7().to_string();
@@ -963,23 +949,31 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
         let ev = TaskEngine::set_status(&mut working, &mut doc, TaskState::Working, None, now);
         working.body = doc.to_string();
         working.last_seq = 1;
-        if !state
+        // A resend of a running task's message attaches to that task.
+        match state
             .engine
             .create(
                 &working,
                 &[(1, ev.to_string())],
                 call.idempotency_key.as_deref(),
+                call.agent.is_none(),
             )
             .await?
         {
-            // Another request with the same key got there first: answer with its task.
-            let key = call.idempotency_key.as_deref().unwrap_or_default();
-            let task_id = sql::idempotent_task(state.engine.db(), &owner, key)
-                .await
-                .map_err(|e| internal(&e))?
-                .ok_or_else(RpcError::task_not_found)?;
-            let row = visible_task(state, &call, &task_id).await?;
-            return finish_send(state, &call, &config, row, streaming).await;
+            Created::New => {}
+            Created::Resent(row) => {
+                return finish_send(state, &call, &config, row, streaming).await;
+            }
+            Created::KeyTaken => {
+                // Another request with the same key got there first: answer with its task.
+                let key = call.idempotency_key.as_deref().unwrap_or_default();
+                let task_id = sql::idempotent_task(state.engine.db(), &owner, key)
+                    .await
+                    .map_err(|e| internal(&e))?
+                    .ok_or_else(RpcError::task_not_found)?;
+                let row = visible_task(state, &call, &task_id).await?;
+                return finish_send(state, &call, &config, row, streaming).await;
+            }
         }
         (row, 1, None)
     };

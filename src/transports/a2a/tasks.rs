@@ -40,7 +40,9 @@ struct Recent(std::sync::Mutex<std::collections::HashMap<String, TaskRow>>);
 
 impl Recent {
     fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, TaskRow>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn get(&self, id: &str) -> Option<TaskRow> {
@@ -80,11 +82,13 @@ pub struct TaskEngine {
 /// One write of the task writer.
 #[derive(Debug)]
 enum Write {
-    /// A new task with its first events, unless its idempotency key is taken.
+    /// A new task with its first events, unless its idempotency key is taken or its message
+    /// is a resend of a running task's (of its owner, and of its agent unless `any_agent`).
     Create {
         row: TaskRow,
         events: Vec<(i64, String)>,
         idempotency_key: Option<String>,
+        any_agent: bool,
     },
     /// A changed task with its new events, if its last event is still `expected`.
     Update {
@@ -108,11 +112,33 @@ impl Write {
     }
 }
 
-/// A write waiting for its commit; answered with whether it was written.
+/// What became of a write.
+#[derive(Debug)]
+enum Written {
+    /// Committed.
+    Yes,
+    /// Not written: the idempotency key was taken, or the task changed since it was read.
+    No,
+    /// Not written: the message is the current turn of this running task.
+    Resent(TaskRow),
+}
+
+/// A write waiting for its commit.
 #[derive(Debug)]
 struct PendingWrite {
     write: Write,
-    reply: oneshot::Sender<crate::error::Result<bool>>,
+    reply: oneshot::Sender<crate::error::Result<Written>>,
+}
+
+/// What [`TaskEngine::create`] did.
+#[derive(Debug)]
+pub(super) enum Created {
+    /// The task is stored.
+    New,
+    /// Another request with the same idempotency key got there first.
+    KeyTaken,
+    /// The message is a resend of the current turn of this running task.
+    Resent(TaskRow),
 }
 
 /// What a change function decided.
@@ -149,7 +175,7 @@ impl TaskEngine {
     }
 
     /// Hands `write` to the writer and waits for its commit.
-    async fn write(&self, write: Write) -> crate::error::Result<bool> {
+    async fn write(&self, write: Write) -> crate::error::Result<Written> {
         let (reply, rx) = oneshot::channel();
         self.writes
             .send(PendingWrite { write, reply })
@@ -193,20 +219,30 @@ impl TaskEngine {
         }
     }
 
-    /// Stores a new task with its first events; false when the idempotency key was taken.
+    /// Stores a new task with its first events, unless its idempotency key is taken or its
+    /// message (`wire_message_id`) is the current turn of a running task of the same owner —
+    /// and of the same agent, unless `any_agent` (the hub, where the agent was inferred).
     pub(super) async fn create(
         &self,
         row: &TaskRow,
         events: &[(i64, String)],
         idempotency_key: Option<&str>,
-    ) -> Result<bool, RpcError> {
-        self.write(Write::Create {
-            row: row.clone(),
-            events: events.to_vec(),
-            idempotency_key: idempotency_key.map(str::to_owned),
+        any_agent: bool,
+    ) -> Result<Created, RpcError> {
+        let written = self
+            .write(Write::Create {
+                row: row.clone(),
+                events: events.to_vec(),
+                idempotency_key: idempotency_key.map(str::to_owned),
+                any_agent,
+            })
+            .await
+            .map_err(|e| internal(&e))?;
+        Ok(match written {
+            Written::Yes => Created::New,
+            Written::No => Created::KeyTaken,
+            Written::Resent(row) => Created::Resent(row),
         })
-        .await
-        .map_err(|e| internal(&e))
     }
 
     /// Applies `f` to the task and commits the task with the events it returns, retrying
@@ -249,7 +285,7 @@ impl TaskEngine {
                     events: numbered,
                 })
                 .await;
-            if written.map_err(|e| internal(&e))? {
+            if matches!(written.map_err(|e| internal(&e))?, Written::Yes) {
                 return Ok(Some(row));
             }
         }
@@ -419,14 +455,14 @@ impl Writer {
             later.append(&mut held);
             held = later;
             match self.commit(&batch).await {
-                Ok(written) => self.answer(batch, &written),
+                Ok(written) => self.answer(batch, written),
                 Err(e) if batch.len() > 1 => {
                     // One bad write must not fail the others: retry each on its own.
                     tracing::warn!(error = %e, n = batch.len(), "batched task write failed; writing one by one");
                     for p in batch {
                         let one = [p];
                         match self.commit(&one).await {
-                            Ok(written) => self.answer(one.into(), &written),
+                            Ok(written) => self.answer(one.into(), written),
                             Err(e) => {
                                 let [p] = one;
                                 let _ = p.reply.send(Err(e));
@@ -443,9 +479,10 @@ impl Writer {
         }
     }
 
-    /// Tells each writer whether its write was committed; announces changed tasks.
-    fn answer(&self, batch: Vec<PendingWrite>, written: &[bool]) {
-        for (p, &ok) in batch.into_iter().zip(written) {
+    /// Tells each writer what became of its write; announces changed tasks.
+    fn answer(&self, batch: Vec<PendingWrite>, written: Vec<Written>) {
+        for (p, w) in batch.into_iter().zip(written) {
+            let ok = matches!(w, Written::Yes);
             match &p.write {
                 Write::Create { row, .. } if ok => self.recent.put(row),
                 Write::Update { row, .. } if ok => {
@@ -454,26 +491,57 @@ impl Writer {
                 }
                 _ => {}
             }
-            let _ = p.reply.send(Ok(ok));
+            let _ = p.reply.send(Ok(w));
         }
     }
 
-    /// Commits a batch in one transaction; returns, per write, whether it was written.
-    async fn commit(&self, batch: &[PendingWrite]) -> crate::error::Result<Vec<bool>> {
+    /// Commits a batch in one transaction; returns, per write, what became of it.
+    async fn commit(&self, batch: &[PendingWrite]) -> crate::error::Result<Vec<Written>> {
         let now = self.clock.now_ms();
         let mut tx = self.db.begin().await?;
-        let mut written = vec![true; batch.len()];
-        for (ok, p) in written.iter_mut().zip(batch) {
-            if let Write::Create {
+        let mut outcome: Vec<Written> = batch.iter().map(|_| Written::Yes).collect();
+        // Resends: a new task's message that is the current turn of a running task (stored, or
+        // created earlier in this batch) attaches to that task instead.
+        let turns: Vec<(&str, &str)> = batch
+            .iter()
+            .filter_map(|p| match &p.write {
+                Write::Create { row, .. } => {
+                    Some((row.owner.as_str(), row.wire_message_id.as_str()))
+                }
+                Write::Update { .. } => None,
+            })
+            .collect();
+        let running = [TaskState::Submitted.v1(), TaskState::Working.v1()];
+        let mut known = sql::tasks_by_wire_message(&mut tx, &turns, &running).await?;
+        for (o, p) in outcome.iter_mut().zip(batch) {
+            let Write::Create {
                 row,
-                idempotency_key: Some(key),
+                idempotency_key,
+                any_agent,
                 ..
             } = &p.write
-            {
-                *ok = sql::claim_idempotency_key(&mut tx, &row.owner, key, &row.id, row.created_at)
-                    .await?;
+            else {
+                continue;
+            };
+            let resent = known.iter().find(|k| {
+                k.owner == row.owner
+                    && k.wire_message_id == row.wire_message_id
+                    && (*any_agent || k.agent.eq_ignore_ascii_case(&row.agent))
+            });
+            if let Some(k) = resent {
+                *o = Written::Resent(k.clone());
+                continue;
             }
+            if let Some(key) = idempotency_key
+                && !sql::claim_idempotency_key(&mut tx, &row.owner, key, &row.id, row.created_at)
+                    .await?
+            {
+                *o = Written::No;
+                continue;
+            }
+            known.insert(0, row.clone());
         }
+        let mut written: Vec<bool> = outcome.iter().map(|o| matches!(o, Written::Yes)).collect();
         let creates: Vec<&TaskRow> = batch
             .iter()
             .zip(&written)
@@ -544,7 +612,14 @@ impl Writer {
         if pushed {
             self.queue.wake(push::KIND);
         }
-        Ok(written)
+        Ok(outcome
+            .into_iter()
+            .zip(written)
+            .map(|(o, ok)| match o {
+                Written::Yes if !ok => Written::No,
+                o => o,
+            })
+            .collect())
     }
 }
 
