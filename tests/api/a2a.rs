@@ -494,6 +494,58 @@ async fn idempotency_key_and_resend(engine: Engine) {
 }
 on_both_engines!(idempotency_key_and_resend);
 
+/// Answers like echo once the test opens its gate.
+#[derive(Debug, Default)]
+pub struct GatedAgent {
+    open: tokio::sync::Semaphore,
+    seen: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl switchboard::agents::AgentBackend for GatedAgent {
+    async fn respond(
+        &self,
+        msg: &switchboard::message::NormalizedMessage,
+    ) -> Result<Option<switchboard::message::NormalizedResponse>, switchboard::error::OutboundError>
+    {
+        self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.open.acquire().await.unwrap().forget();
+        switchboard::agents::AgentBackend::respond(&switchboard::agents::EchoAgent, msg).await
+    }
+}
+
+async fn a_resend_while_running_joins_its_task(engine: Engine) {
+    let gate = std::sync::Arc::new(GatedAgent::default());
+    let agent = std::sync::Arc::clone(&gate);
+    let t = spawn_app(engine, move |_, o| o.agents.push(("slow".into(), agent))).await;
+    let m = user_message("once");
+    let send = || {
+        rpc(
+            &t,
+            "/agents/slow/a2a",
+            "SendMessage",
+            json!({"message": m, "configuration": {"returnImmediately": true}}),
+        )
+    };
+    // Two at once (one batch or two), then one more while the task still works.
+    let (a, b) = tokio::join!(send(), send());
+    let id = a["result"]["task"]["id"].clone();
+    assert!(id.is_string(), "{a}");
+    assert_eq!(b["result"]["task"]["id"], id, "{b}");
+    let c = send().await;
+    assert_eq!(c["result"]["task"]["id"], id, "{c}");
+    gate.open.add_permits(8);
+    wait_for(10, "the task to complete", || async {
+        let g = rpc(&t, "/a2a", "GetTask", json!({"id": id})).await;
+        (g["result"]["status"]["state"] == "TASK_STATE_COMPLETED").then_some(())
+    })
+    .await;
+    let all = rpc(&t, "/agents/slow/a2a", "ListTasks", json!({})).await;
+    assert_eq!(all["result"]["totalSize"], 1, "{all}");
+    assert_eq!(gate.seen.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+on_both_engines!(a_resend_while_running_joins_its_task);
+
 /// Answers like echo, but asks for input when a message contains "need input".
 #[derive(Debug, Default)]
 pub struct AskerAgent;

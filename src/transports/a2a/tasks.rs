@@ -32,40 +32,57 @@ const MAX_BATCH: usize = 64;
 /// How many rows [`Recent`] holds before it starts over.
 const RECENT_MAX: usize = 4096;
 
+/// How many bytes of task documents [`Recent`] holds before it starts over.
+const RECENT_BYTES: usize = 16 << 20;
+
+/// Task documents larger than this are not remembered (read back instead).
+const RECENT_ROW_MAX: usize = 64 << 10;
+
 /// The tasks this instance wrote last, as written, so that the next change of a task and the
 /// wait for its turn's end need not read it back. A row another instance changed since is
 /// caught by the guarded write (and forgotten when that instance's notification arrives).
 #[derive(Debug, Default)]
-struct Recent(std::sync::Mutex<std::collections::HashMap<String, TaskRow>>);
+struct Recent(std::sync::Mutex<RecentRows>);
+
+#[derive(Debug, Default)]
+struct RecentRows {
+    rows: std::collections::HashMap<String, TaskRow>,
+    bytes: usize,
+}
 
 impl Recent {
-    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, TaskRow>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RecentRows> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn get(&self, id: &str) -> Option<TaskRow> {
-        self.map().get(id).cloned()
+        self.lock().rows.get(id).cloned()
     }
 
     fn put(&self, row: &TaskRow) {
-        let mut map = self.map();
-        if map.len() >= RECENT_MAX && !map.contains_key(&row.id) {
-            map.clear();
+        let mut r = self.lock();
+        if let Some(old) = r.rows.remove(&row.id) {
+            r.bytes -= old.body.len();
         }
-        map.insert(row.id.clone(), row.clone());
+        if row.body.len() > RECENT_ROW_MAX {
+            return;
+        }
+        if r.rows.len() >= RECENT_MAX || r.bytes + row.body.len() > RECENT_BYTES {
+            r.rows.clear();
+            r.bytes = 0;
+        }
+        r.bytes += row.body.len();
+        r.rows.insert(row.id.clone(), row.clone());
     }
 
     fn forget(&self, id: &str) {
-        self.map().remove(id);
+        let mut r = self.lock();
+        if let Some(old) = r.rows.remove(id) {
+            r.bytes -= old.body.len();
+        }
     }
-}
-
-/// Logs an internal error and hides it from the caller.
-pub(super) fn internal(e: &Error) -> RpcError {
-    tracing::error!(error = %e, "A2A request failed");
-    RpcError::new(super::wire::INTERNAL_ERROR, "Internal error")
 }
 
 /// The task store with its change notifications.
@@ -701,4 +718,53 @@ pub fn spawn_listener(
             }
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, body_len: usize) -> TaskRow {
+        TaskRow {
+            id: id.into(),
+            agent: "echo".into(),
+            owner: "o".into(),
+            context_id: "c".into(),
+            state: TaskState::Working.v1().into(),
+            turn_message_id: "m".into(),
+            wire_message_id: "w".into(),
+            last_response_id: None,
+            body: "x".repeat(body_len),
+            last_seq: 1,
+            status_at: 0,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn recent_rows_stay_within_their_byte_budget() {
+        let recent = Recent::default();
+        recent.put(&row("a", 10));
+        recent.put(&row("a", 20));
+        assert_eq!(recent.lock().bytes, 20);
+        assert_eq!(recent.get("a").map(|r| r.body.len()), Some(20));
+        // Too large to remember: forgotten, so a stale smaller version is not served.
+        recent.put(&row("a", RECENT_ROW_MAX + 1));
+        assert!(recent.get("a").is_none());
+        assert_eq!(recent.lock().bytes, 0);
+        // Filling past the budget starts over.
+        let n = RECENT_BYTES / RECENT_ROW_MAX;
+        for i in 0..=n {
+            recent.put(&row(&i.to_string(), RECENT_ROW_MAX));
+        }
+        let r = recent.lock();
+        assert!(r.bytes <= RECENT_BYTES);
+        assert_eq!(
+            r.bytes,
+            r.rows.values().map(|t| t.body.len()).sum::<usize>()
+        );
+        drop(r);
+        recent.forget(&n.to_string());
+        assert_eq!(recent.lock().bytes, 0);
+    }
 }
