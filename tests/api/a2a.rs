@@ -495,10 +495,19 @@ async fn idempotency_key_and_resend(engine: Engine) {
 on_both_engines!(idempotency_key_and_resend);
 
 /// Answers like echo once the test opens its gate.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct GatedAgent {
     open: tokio::sync::Semaphore,
     seen: std::sync::atomic::AtomicUsize,
+}
+
+impl Default for GatedAgent {
+    fn default() -> Self {
+        Self {
+            open: tokio::sync::Semaphore::new(0),
+            seen: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
 }
 
 #[async_trait::async_trait]

@@ -962,7 +962,7 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
         {
             Created::New => {}
             Created::Resent(row) => {
-                return finish_send(state, &call, &config, row, streaming).await;
+                return finish_send(state, &call, &config, *row, streaming).await;
             }
             Created::KeyTaken => {
                 // Another request with the same key got there first: answer with its task.

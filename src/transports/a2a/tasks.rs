@@ -85,6 +85,12 @@ impl Recent {
     }
 }
 
+/// Logs an internal error and hides it from the caller.
+pub(super) fn internal(e: &Error) -> RpcError {
+    tracing::error!(error = %e, "A2A request failed");
+    RpcError::new(super::wire::INTERNAL_ERROR, "Internal error")
+}
+
 /// The task store with its change notifications.
 #[derive(Debug, Clone)]
 pub struct TaskEngine {
@@ -137,7 +143,7 @@ enum Written {
     /// Not written: the idempotency key was taken, or the task changed since it was read.
     No,
     /// Not written: the message is the current turn of this running task.
-    Resent(TaskRow),
+    Resent(Box<TaskRow>),
 }
 
 /// A write waiting for its commit.
@@ -155,7 +161,7 @@ pub(super) enum Created {
     /// Another request with the same idempotency key got there first.
     KeyTaken,
     /// The message is a resend of the current turn of this running task.
-    Resent(TaskRow),
+    Resent(Box<TaskRow>),
 }
 
 /// What a change function decided.
@@ -546,7 +552,7 @@ impl Writer {
                     && (*any_agent || k.agent.eq_ignore_ascii_case(&row.agent))
             });
             if let Some(k) = resent {
-                *o = Written::Resent(k.clone());
+                *o = Written::Resent(Box::new(k.clone()));
                 continue;
             }
             if let Some(key) = idempotency_key
