@@ -105,7 +105,8 @@ impl Application {
         let db = Db::open(&config.database).await?;
         let http_client = HttpClient::new(config.net.clone(), clock.clone())
             .map_err(|e| Error::Startup(format!("HTTP client: {e}")))?;
-        let mut agents = AgentRegistry::from_config(&config.agents, &domain, &http_client, &clock);
+        let mut agents =
+            AgentRegistry::from_config(&config.agents, &domain, &http_client, &clock, &db);
         for (name, backend) in opts.agents {
             agents.insert(&name, None, None, backend);
         }

@@ -6,9 +6,9 @@
 //! `GetTask` polling while the task is still running), and maps the task's artifacts, status
 //! message and state back to a NormalizedResponse. The switchboard thread id is the contextId,
 //! so a conversation continues in one context across restarts; a task that asked for input is
-//! continued by the next message of its thread.
+//! continued by the next message of its thread (found from the agent's last stored response in
+//! that thread, so a restart, or another instance, continues it too).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -27,6 +27,7 @@ use crate::message::{
     UrlBytes,
 };
 use crate::net::{HttpClient, HttpRequest};
+use crate::store::{Db, messages};
 
 /// The remote agent's card, as far as the client needs it.
 #[derive(Debug, Clone)]
@@ -45,8 +46,18 @@ pub struct A2aAgent {
     streaming: bool,
     http: HttpClient,
     card: Mutex<Option<RemoteCard>>,
-    /// Remote tasks waiting for input, by switchboard thread.
-    pending: Mutex<HashMap<String, String>>,
+    /// Where the agent's earlier responses are: the remote task a thread's last turn left
+    /// waiting for input is read from there.
+    db: Db,
+    /// The agent's local name.
+    agent: String,
+}
+
+/// What the client needs of its agent's last stored response in a thread.
+#[derive(serde::Deserialize)]
+struct LastTurn {
+    state: Option<ResponseState>,
+    metadata: Option<Map<String, Value>>,
 }
 
 fn temporary(e: impl std::fmt::Display) -> OutboundError {
@@ -54,9 +65,11 @@ fn temporary(e: impl std::fmt::Display) -> OutboundError {
 }
 
 impl A2aAgent {
-    /// A client of the agent whose card is at `card_url`.
+    /// A client, for the agent named `agent`, of the remote agent whose card is at `card_url`.
     #[must_use]
     pub fn new(
+        agent: String,
+        db: Db,
         card_url: String,
         token: Option<Secret>,
         timeout: Duration,
@@ -70,7 +83,8 @@ impl A2aAgent {
             streaming,
             http,
             card: Mutex::new(None),
-            pending: Mutex::new(HashMap::new()),
+            db,
+            agent,
         }
     }
 
@@ -402,6 +416,29 @@ impl AgentBackend for A2aAgent {
 }
 
 impl A2aAgent {
+    /// The remote task this agent's last response in `thread` left waiting for input (or
+    /// authorisation), if it did.
+    async fn waiting_task(&self, thread: &str) -> Result<Option<String>, OutboundError> {
+        let Some(row) = messages::last_response(&self.db, thread, &self.agent)
+            .await
+            .map_err(|e| OutboundError::temporary(format!("the thread's last turn: {e}")))?
+        else {
+            return Ok(None);
+        };
+        let Ok(last) = serde_json::from_str::<LastTurn>(&row.body) else {
+            return Ok(None);
+        };
+        if !matches!(
+            last.state,
+            Some(ResponseState::InputRequired | ResponseState::AuthRequired)
+        ) {
+            return Ok(None);
+        }
+        Ok(last
+            .metadata
+            .and_then(|m| m.get("a2a_remote_task_id")?.as_str().map(str::to_owned)))
+    }
+
     async fn answer(
         &self,
         msg: &NormalizedMessage,
@@ -421,8 +458,7 @@ impl A2aAgent {
             "role": "ROLE_USER",
             "parts": parts,
         });
-        let pending = self.pending.lock().await.get(&msg.thread_id).cloned();
-        if let Some(task_id) = &pending {
+        if let Some(task_id) = self.waiting_task(&msg.thread_id).await? {
             message["taskId"] = json!(task_id);
         }
         if let Some(chain) = &msg.recipient_capabilities.agent_chain {
@@ -471,17 +507,6 @@ impl A2aAgent {
             Some("TASK_STATE_FAILED" | "TASK_STATE_CANCELED") => Some(ResponseState::Failed),
             _ => None,
         };
-        {
-            let mut p = self.pending.lock().await;
-            match (&state, &outcome.task_id) {
-                (Some(ResponseState::InputRequired | ResponseState::AuthRequired), Some(id)) => {
-                    p.insert(msg.thread_id.clone(), id.clone());
-                }
-                _ => {
-                    p.remove(&msg.thread_id);
-                }
-            }
-        }
         let remote: Vec<&Value> = outcome
             .artifacts
             .iter()

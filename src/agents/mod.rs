@@ -20,6 +20,7 @@ use crate::config::{AgentConfig, BackendConfig};
 use crate::error::OutboundError;
 use crate::message::{Address, NormalizedMessage, NormalizedResponse, ResponseEvent};
 use crate::net::HttpClient;
+use crate::store::Db;
 
 /// Where a backend reports its response while producing it (a `delta` of text, a finished
 /// `part`). Best effort: what is stored and delivered is the final response.
@@ -81,13 +82,15 @@ pub struct AgentRegistry {
 }
 
 impl AgentRegistry {
-    /// Builds every configured agent.
+    /// Builds every configured agent (A2A client backends read their earlier responses from
+    /// `db`).
     #[must_use]
     pub fn from_config(
         agents: &[AgentConfig],
         domain: &str,
         http: &HttpClient,
         clock: &SharedClock,
+        db: &Db,
     ) -> Self {
         let mut reg = Self {
             domain: domain.to_owned(),
@@ -103,6 +106,8 @@ impl AgentRegistry {
                     timeout_ms,
                     streaming,
                 } => Arc::new(A2aAgent::new(
+                    a.name.clone(),
+                    db.clone(),
                     card.clone(),
                     token.clone(),
                     std::time::Duration::from_millis(*timeout_ms),

@@ -240,6 +240,21 @@ pub async fn response_to(db: &Db, message_id: &str) -> Result<Option<StoredMessa
     .await
 }
 
+/// The latest response `agent` (local name) gave in `thread_id`.
+///
+/// # Errors
+/// Database errors.
+pub async fn last_response(db: &Db, thread_id: &str, agent: &str) -> Result<Option<StoredMessage>> {
+    db.fetch_optional(
+        &format!(
+            "SELECT {COLUMNS} FROM messages WHERE thread_id = $1 AND direction = 'out' \
+             AND agent = $2 ORDER BY seq DESC LIMIT 1"
+        ),
+        &[Arg::Text(thread_id), Arg::Text(agent)],
+    )
+    .await
+}
+
 /// The turns of a thread before `before_seq`: the first `head` and the last `tail`, oldest first,
 /// without repeats.
 ///

@@ -1400,23 +1400,24 @@ async fn client_backend_talks_to_a2a_sdk_server(engine: Engine) {
     };
     let (_server, card) = start_python_server(&python).await;
     for streaming in [true, false] {
-        let card = card.clone();
-        let t = spawn_app(engine, move |c, _| {
-            c.agents.push(switchboard::config::AgentConfig {
-                name: "remote".into(),
-                display_name: None,
-                summary: None,
-                backend: switchboard::config::BackendConfig::A2a {
-                    card,
-                    token: None,
-                    timeout_ms: 5_000,
-                    streaming,
-                },
-                email: None,
-                a2a: None,
-            });
-        })
-        .await;
+        let with_remote = |card: String| {
+            move |c: &mut switchboard::Config, _: &mut switchboard::app::Options| {
+                c.agents.push(switchboard::config::AgentConfig {
+                    name: "remote".into(),
+                    display_name: None,
+                    summary: None,
+                    backend: switchboard::config::BackendConfig::A2a {
+                        card,
+                        token: None,
+                        timeout_ms: 5_000,
+                        streaming,
+                    },
+                    email: None,
+                    a2a: None,
+                });
+            }
+        };
+        let mut t = spawn_app(engine, with_remote(card.clone())).await;
         let r = rpc(
             &t,
             "/agents/remote/a2a",
@@ -1462,6 +1463,9 @@ async fn client_backend_talks_to_a2a_sdk_server(engine: Engine) {
             .trim_start_matches(&prefix)
             .trim_end_matches(']')
             .to_owned();
+        // Which remote task waits is stored: a restart between the turns continues it.
+        t.stop().await;
+        let t = crate::helpers::spawn_on(t.db.take(), with_remote(card.clone())).await;
         let mut follow = user_message("the answer");
         follow["taskId"] = asking["id"].clone();
         let r = rpc(
