@@ -2,8 +2,9 @@
 //! has nothing to say (a webhook answering 204) the task completes without artifacts, and when
 //! its dispatch fails for good (a webhook answering 400) the task fails with a status message that
 //! tells nothing internal. An agent that streams its answer (a webhook answering with an event
-//! stream of deltas) shows it as artifact chunks while it writes, also through another
-//! switchboard agent whose backend is that agent over A2A.
+//! stream of deltas) shows it as artifact chunks while it writes, ended by its final answer or,
+//! when the turn ends otherwise, by an empty last chunk; also through another switchboard agent
+//! whose backend is that agent over A2A.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt as _;
@@ -13,28 +14,28 @@ use switchboard::config::{AgentConfig, BackendConfig, Secret};
 use crate::helpers::{Engine, TestApp, on_both_engines, serve_route, spawn_app};
 
 /// The agent behind the webhook: 204 to `silent`, 400 to `broken`, an event stream of three
-/// deltas and `done` to `streamer`.
+/// deltas and `done` to `streamer`, the same ending in a question to `asker`.
 async fn hook(req: HttpRequest, _body: web::Bytes) -> HttpResponse {
-    match req.match_info().get("mode") {
-        Some("silent") => HttpResponse::NoContent().finish(),
-        Some("streamer") => {
-            let events = [
-                r#"{"type":"delta","text":"Hel"}"#,
-                r#"{"type":"delta","text":"lo, "}"#,
-                r#"{"type":"delta","text":"world"}"#,
-                r#"{"type":"done","response":{"parts":[]}}"#,
-            ];
-            // One event per chunk, a little apart, as a model writes.
-            let stream = futures_util::stream::iter(events).then(|e| async move {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                Ok::<_, actix_web::Error>(web::Bytes::from(format!("data: {e}\n\n")))
-            });
-            HttpResponse::Ok()
-                .content_type("text/event-stream")
-                .streaming(stream)
-        }
-        _ => HttpResponse::BadRequest().body("no such thing"),
-    }
+    let done = match req.match_info().get("mode") {
+        Some("silent") => return HttpResponse::NoContent().finish(),
+        Some("streamer") => r#"{"type":"done","response":{"parts":[]}}"#,
+        Some("asker") => r#"{"type":"done","response":{"parts":[],"state":"input_required"}}"#,
+        _ => return HttpResponse::BadRequest().body("no such thing"),
+    };
+    let events = [
+        r#"{"type":"delta","text":"Hel"}"#,
+        r#"{"type":"delta","text":"lo, "}"#,
+        r#"{"type":"delta","text":"world"}"#,
+        done,
+    ];
+    // One event per chunk, a little apart, as a model writes.
+    let stream = futures_util::stream::iter(events).then(|e| async move {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        Ok::<_, actix_web::Error>(web::Bytes::from(format!("data: {e}\n\n")))
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .streaming(stream)
 }
 
 /// A switchboard whose agents `names` are each the webhook `{hooks}/{name}`.
@@ -148,7 +149,7 @@ on_both_engines!(unanswered_tasks_still_end);
 async fn streamed_answers_arrive_as_artifact_chunks(engine: Engine) {
     let url = serve_route!((), post, "/{mode}", hook);
     let base = url.trim_end_matches("/{mode}").to_owned();
-    let t = with_hooks(engine, &base, &["streamer"]).await;
+    let t = with_hooks(engine, &base, &["streamer", "asker"]).await;
 
     let body = send(&t, "streamer", "SendStreamingMessage")
         .await
@@ -215,6 +216,43 @@ async fn streamed_answers_arrive_as_artifact_chunks(engine: Engine) {
     assert!(
         task.get("_streaming").is_none(),
         "bookkeeping is not shown: {r}"
+    );
+
+    // A turn that ends in a question still ends its artifact: an empty last chunk, appended,
+    // and the whole text is the status message.
+    let body = send(&t, "asker", "SendStreamingMessage")
+        .await
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<Value> = body
+        .split("\n\n")
+        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str::<Value>(d).unwrap()["result"].clone())
+        .collect();
+    let chunks: Vec<&Value> = events
+        .iter()
+        .filter_map(|e| e.get("artifactUpdate"))
+        .collect();
+    assert_eq!(
+        chunks.iter().map(|c| text(c)).collect::<Vec<_>>(),
+        ["Hel", "lo, ", "world", ""],
+        "{body}"
+    );
+    assert_eq!(
+        chunks.iter().map(|c| shape(c)).collect::<Vec<_>>(),
+        [(false, false), (true, false), (true, false), (true, true)],
+        "{body}"
+    );
+    assert_eq!(
+        chunks[3]["artifact"]["artifactId"], chunks[0]["artifact"]["artifactId"],
+        "{body}"
+    );
+    let status = &events.last().unwrap()["statusUpdate"]["status"];
+    assert_eq!(status["state"], "TASK_STATE_INPUT_REQUIRED", "{body}");
+    assert_eq!(
+        status["message"]["parts"][0]["text"], "Hello, world",
+        "{body}"
     );
 }
 

@@ -34,6 +34,7 @@ use self::wire::TaskState;
 use super::{Delivery, Transport};
 use crate::error::OutboundError;
 use crate::message::{NormalizedMessage, ResponseEvent};
+use crate::store::a2a::TaskRow;
 
 /// Builds the state of the A2A routes: default agent, cards and their validators.
 ///
@@ -116,6 +117,27 @@ fn stream_artifact_id(original: &NormalizedMessage) -> String {
     format!("{}-stream", original.id)
 }
 
+/// Whether `task` was streaming the artifact of `original`'s turn; forgets it either way (the
+/// turn is ending).
+fn take_stream(task: &mut Value, original: &NormalizedMessage) -> bool {
+    task.as_object_mut()
+        .and_then(|t| t.remove(STREAMING_KEY))
+        .is_some_and(|id| id == stream_artifact_id(original).as_str())
+}
+
+/// Ends a streamed artifact whose turn did not end in it (the answer went into the status
+/// message, or there was none): an empty last chunk, appended, so what streamed stays as it is.
+fn end_stream(row: &TaskRow, original: &NormalizedMessage) -> Value {
+    json!({ "artifactUpdate": {
+        "taskId": row.id, "contextId": row.context_id,
+        "artifact": {
+            "artifactId": stream_artifact_id(original), "name": "response",
+            "parts": [{ "text": "" }],
+        },
+        "append": true, "lastChunk": true,
+    }})
+}
+
 /// Applies agents' responses to their tasks.
 #[derive(Debug, Clone)]
 pub struct A2aTransport {
@@ -153,10 +175,7 @@ impl Transport for A2aTransport {
                     return Ok(Change::Keep);
                 }
                 row.last_response_id = Some(resp.id.clone());
-                let streamed = task
-                    .as_object_mut()
-                    .and_then(|t| t.remove(STREAMING_KEY))
-                    .is_some_and(|id| id == stream_artifact_id(&d.original).as_str());
+                let mut streamed = take_stream(task, &d.original);
                 let mut metadata = resp.metadata.clone().unwrap_or_default();
                 let hints = match metadata.remove("a2a") {
                     Some(Value::Object(h)) => h,
@@ -181,7 +200,7 @@ impl Transport for A2aTransport {
                 } else if state == TaskState::Completed && !hint("status_message") {
                     // A streamed answer ends in the artifact its chunks built: same id, the
                     // final parts replacing them (`append: false`, `lastChunk: true`).
-                    let artifact_id = if streamed {
+                    let artifact_id = if std::mem::take(&mut streamed) {
                         stream_artifact_id(&d.original)
                     } else {
                         resp.id.clone()
@@ -218,6 +237,9 @@ impl Transport for A2aTransport {
                     }
                     status_message = Some(agent_message);
                 }
+                if streamed {
+                    events.push(end_stream(row, &d.original));
+                }
                 events.push(TaskEngine::set_status(
                     row,
                     task,
@@ -243,7 +265,8 @@ impl Transport for A2aTransport {
 
     /// Text deltas and finished parts become artifact-update chunks of one artifact per turn,
     /// in order: the first with `append: false`, the rest `append: true`, none the last chunk
-    /// (the delivered response ends it).
+    /// (the turn's end closes it: with the final parts when it completes, else with an empty
+    /// last chunk).
     async fn progress(
         &self,
         original: &NormalizedMessage,
@@ -310,6 +333,10 @@ impl Transport for A2aTransport {
                 {
                     return Ok(Change::Keep);
                 }
+                let mut events = Vec::new();
+                if take_stream(task, original) {
+                    events.push(end_stream(row, original));
+                }
                 let (state, message) = match failure {
                     None => (TaskState::Completed, None),
                     Some(_) => (
@@ -321,9 +348,8 @@ impl Transport for A2aTransport {
                         })),
                     ),
                 };
-                Ok(Change::Write(vec![TaskEngine::set_status(
-                    row, task, state, message, now,
-                )]))
+                events.push(TaskEngine::set_status(row, task, state, message, now));
+                Ok(Change::Write(events))
             })
             .await
             .map_err(|e| OutboundError::temporary(e.message))?;
