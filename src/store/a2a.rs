@@ -361,9 +361,12 @@ pub struct PushConfigRow {
     pub id: String,
     /// The TaskPushNotificationConfig (1.0 ProtoJSON).
     pub body: String,
+    /// The last event delivered to it (events after it go out in order).
+    pub delivered_seq: i64,
 }
 
-/// Stores (or replaces) a push config.
+/// Stores a push config whose first notification is the event after `delivered_seq`, or
+/// replaces the body of an existing one (its place in the events is kept).
 ///
 /// # Errors
 /// Database errors.
@@ -373,18 +376,36 @@ pub async fn put_push_config(
     id: &str,
     owner: &str,
     body: &str,
+    delivered_seq: i64,
     now: i64,
 ) -> Result<()> {
     db.execute(
-        "INSERT INTO a2a_push_configs (task_id, id, owner, body, created_at) VALUES ($1, $2, $3, $4, $5) \
+        "INSERT INTO a2a_push_configs (task_id, id, owner, body, delivered_seq, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6) \
          ON CONFLICT (task_id, id) DO UPDATE SET body = excluded.body",
         &[
             Arg::Text(task_id),
             Arg::Text(id),
             Arg::Text(owner),
             Arg::Text(body),
+            Arg::Int(delivered_seq),
             Arg::Int(now),
         ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Records that the events of `task_id` up to `seq` were delivered to config `id` (never
+/// moves back).
+///
+/// # Errors
+/// Database errors.
+pub async fn push_delivered(db: &Db, task_id: &str, id: &str, seq: i64) -> Result<()> {
+    db.execute(
+        "UPDATE a2a_push_configs SET delivered_seq = $3 \
+         WHERE task_id = $1 AND id = $2 AND delivered_seq < $3",
+        &[Arg::Text(task_id), Arg::Text(id), Arg::Int(seq)],
     )
     .await?;
     Ok(())
@@ -396,7 +417,8 @@ pub async fn put_push_config(
 /// Database errors.
 pub async fn push_configs(db: &Db, task_id: &str) -> Result<Vec<PushConfigRow>> {
     db.fetch_all(
-        "SELECT id, body FROM a2a_push_configs WHERE task_id = $1 ORDER BY created_at, id",
+        "SELECT id, body, delivered_seq FROM a2a_push_configs WHERE task_id = $1 \
+         ORDER BY created_at, id",
         &[Arg::Text(task_id)],
     )
     .await
@@ -468,20 +490,8 @@ pub async fn push_config_ids(tx: &mut Tx, task_ids: &[&str]) -> Result<Vec<(Stri
 /// Database errors.
 pub async fn push_config(db: &Db, task_id: &str, id: &str) -> Result<Option<PushConfigRow>> {
     db.fetch_optional(
-        "SELECT id, body FROM a2a_push_configs WHERE task_id = $1 AND id = $2",
+        "SELECT id, body, delivered_seq FROM a2a_push_configs WHERE task_id = $1 AND id = $2",
         &[Arg::Text(task_id), Arg::Text(id)],
-    )
-    .await
-}
-
-/// One stored event.
-///
-/// # Errors
-/// Database errors.
-pub async fn event(db: &Db, task_id: &str, seq: i64) -> Result<Option<EventRow>> {
-    db.fetch_optional(
-        "SELECT seq, body FROM a2a_task_events WHERE task_id = $1 AND seq = $2",
-        &[Arg::Text(task_id), Arg::Int(seq)],
     )
     .await
 }

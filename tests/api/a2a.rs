@@ -1202,14 +1202,14 @@ mod push {
             inbox.lock().unwrap().calls >= 3,
             "the failed attempt was retried"
         );
-        let mut states: Vec<&str> = posts
+        // In order, each once: the failed first notification held the second back.
+        let states: Vec<&str> = posts
             .iter()
             .map(|p| p.4["statusUpdate"]["status"]["state"].as_str().unwrap())
             .collect();
-        states.sort_unstable();
         assert_eq!(
             states,
-            ["TASK_STATE_INPUT_REQUIRED", "TASK_STATE_WORKING"],
+            ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"],
             "{posts:?}"
         );
         let (auth, token, ctype, jwt, body) = posts[0].clone();
@@ -1327,6 +1327,17 @@ mod push {
         assert_eq!(done.0, format!("Bearer {}", done.3));
         {
             let posts = &inbox.lock().unwrap().posts;
+            // The config created while the task waited gets the events from then on, in order.
+            let later: Vec<&str> = posts
+                .iter()
+                .filter(|p| p.0.starts_with("Bearer ey"))
+                .filter_map(|p| p.4["statusUpdate"]["status"]["state"].as_str())
+                .collect();
+            assert_eq!(
+                later,
+                ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"],
+                "{posts:?}"
+            );
             assert!(
                 posts.iter().all(|p| p.0 != "Bearer push-secret"
                     || p.4["statusUpdate"]["status"]["state"] != "TASK_STATE_COMPLETED"),
@@ -1363,6 +1374,73 @@ mod push {
         }
     }
     on_both_engines!(push_configs_and_delivery);
+
+    /// Refuses the first notification for good (400), takes the rest.
+    async fn refuse_first(
+        inbox: web::Data<Inbox>,
+        _req: HttpRequest,
+        body: web::Bytes,
+    ) -> HttpResponse {
+        let mut r = inbox.lock().unwrap();
+        r.calls += 1;
+        if r.calls == 1 {
+            return HttpResponse::BadRequest().finish();
+        }
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        r.posts.push((
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            v,
+        ));
+        HttpResponse::Ok().finish()
+    }
+
+    /// An event the receiver refuses for good is skipped: its job is dead, the later events
+    /// still arrive.
+    async fn a_refused_notification_does_not_hold_back_the_rest(engine: Engine) {
+        let inbox: Inbox = Arc::default();
+        let url = serve_route!(inbox.clone(), post, "/webhook", refuse_first);
+        let t = spawn_app(engine, |_, o| {
+            o.agents.push(("echo".into(), Arc::new(AskerAgent)));
+        })
+        .await;
+        let r = rpc(
+            &t,
+            "/a2a",
+            "SendMessage",
+            json!({
+                "message": user_message("need input"),
+                "configuration": {"taskPushNotificationConfig": {"url": url}}
+            }),
+        )
+        .await;
+        assert_eq!(
+            r["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{r}"
+        );
+        let db = t.open_db().await;
+        let dead = wait_for(10, "the refused notification's job to die", || async {
+            let dead = switchboard::store::jobs::list(&db, Some("dead"), Some("a2a_push"), 10)
+                .await
+                .unwrap();
+            (!dead.is_empty()).then_some(dead)
+        })
+        .await;
+        assert_eq!(dead.len(), 1, "{dead:?}");
+        assert!(dead[0].id.ends_with(":1"), "the working status: {dead:?}");
+        let posts = wait_for(10, "the input-required notification", || async {
+            let r = inbox.lock().unwrap();
+            (!r.posts.is_empty()).then(|| r.posts.clone())
+        })
+        .await;
+        assert_eq!(
+            posts[0].4["statusUpdate"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{posts:?}"
+        );
+    }
+    on_both_engines!(a_refused_notification_does_not_hold_back_the_rest);
 }
 
 /// Starts the a2a-sdk 1.3.0 echo server (`tests/peers/a2a/server.py`) on a free loopback port;

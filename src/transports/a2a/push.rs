@@ -3,7 +3,15 @@
 //! POST with the config's `Authorization`, retried with backoff, through the SSRF-guarded
 //! client. Each POST also carries a short-lived JWT signed with switchboard's Ed25519 key
 //! (`a2a:push`), whose JWKS is served at `/.well-known/jwks.json`.
+//!
+//! A config receives its task's events in order: it remembers the last event delivered to it,
+//! and a job sends every event after that one up to its own, one after the other. A job whose
+//! event went out with a later job's is simply done; a temporary failure holds the later events
+//! back until it is retried; an event refused for good is skipped (its job is dead). In one
+//! process a task's notifications to one config are sent by one worker at a time.
 
+use std::collections::HashMap;
+use std::hash::{Hash as _, Hasher as _};
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -26,6 +34,15 @@ pub const KIND: &str = "a2a_push";
 pub const KEY_NAME: &str = "a2a:push";
 /// How long a push JWT is valid.
 const JWT_TTL_S: i64 = 300;
+/// Locks that keep a task's notifications to one config on one worker at a time.
+const STRIPES: usize = 64;
+
+/// The id of the job that pushes event `seq` of `task_id` to config `config_id`; also the
+/// POST's `Idempotency-Key`, so a repeated notification can be recognised.
+#[must_use]
+pub fn job_id(task_id: &str, config_id: &str, seq: i64) -> String {
+    format!("{KIND}:{task_id}:{config_id}:{seq}")
+}
 
 /// Payload of an `a2a_push` job.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -71,6 +88,18 @@ pub struct PushHandler {
     clock: SharedClock,
     queue: Arc<Queue>,
     issuer: String,
+    stripes: Vec<tokio::sync::Mutex<()>>,
+}
+
+/// How far a run of one task's events to one config got.
+#[derive(Debug, Default)]
+struct Run {
+    /// Every event up to this one was delivered (or skipped after a permanent failure).
+    reached: i64,
+    /// Events refused for good, and why.
+    refused: HashMap<i64, OutboundError>,
+    /// Why the run stopped before the last event, if it did.
+    stopped: Option<OutboundError>,
 }
 
 impl PushHandler {
@@ -91,6 +120,7 @@ impl PushHandler {
             clock,
             queue,
             issuer,
+            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         }
     }
 
@@ -111,29 +141,23 @@ impl PushHandler {
         Ok(format!("{input}.{}", b64url(&sig)))
     }
 
-    async fn deliver(&self, job: &JobRow) -> std::result::Result<(), OutboundError> {
-        let p: PushJob = serde_json::from_str(&job.payload)
-            .map_err(|e| OutboundError::permanent(format!("push job payload: {e}")))?;
-        let temp = |e: Error| OutboundError::temporary(e.to_string());
-        let Some(cfg) = sql::push_config(&self.db, &p.task_id, &p.config_id)
-            .await
-            .map_err(temp)?
-        else {
-            // Deleted since: nothing to deliver.
-            return Ok(());
-        };
-        let Some(event) = sql::event(&self.db, &p.task_id, p.seq)
-            .await
-            .map_err(temp)?
-        else {
-            return Err(OutboundError::permanent("the event is not stored"));
-        };
-        let cfg: Value = serde_json::from_str(&cfg.body)
-            .map_err(|e| OutboundError::permanent(format!("push config: {e}")))?;
+    /// Sends event `seq` (its StreamResponse `body`) of `task_id` to the config `cfg`.
+    async fn post(
+        &self,
+        task_id: &str,
+        config_id: &str,
+        cfg: &Value,
+        seq: i64,
+        body: String,
+    ) -> std::result::Result<(), OutboundError> {
+        let key = job_id(task_id, config_id, seq);
         let url = cfg["url"]
             .as_str()
             .ok_or_else(|| OutboundError::permanent("push config without url"))?;
-        let jwt = self.jwt(&job.id, &p.task_id, url).await.map_err(temp)?;
+        let jwt = self
+            .jwt(&key, task_id, url)
+            .await
+            .map_err(|e| OutboundError::temporary(e.to_string()))?;
         let mut headers = HeaderMap::new();
         headers.insert(
             reqwest::header::CONTENT_TYPE,
@@ -158,25 +182,136 @@ impl PushHandler {
         if let Some(token) = cfg["token"].as_str() {
             headers.insert("x-a2a-notification-token", value(token)?);
         }
-        headers.insert("idempotency-key", value(&job.id)?);
+        headers.insert("idempotency-key", value(&key)?);
         let resp = self
             .http
             .send(HttpRequest {
                 method: reqwest::Method::POST,
                 url,
                 headers,
-                body: Some(Bytes::from(event.body)),
+                body: Some(Bytes::from(body)),
                 timeout: Some(std::time::Duration::from_secs(15)),
             })
             .await?;
         self.http.classify_status(&resp)
+    }
+
+    /// Sends the events of `task_id` after the last one delivered to `config_id`, up to
+    /// `upto`, in order.
+    async fn run(&self, task_id: &str, config_id: &str, upto: i64) -> Run {
+        let temp = |e: Error| OutboundError::temporary(e.to_string());
+        let mut run = Run::default();
+        let cfg = match sql::push_config(&self.db, task_id, config_id).await {
+            // Deleted since: nothing is owed to it.
+            Ok(None) => {
+                run.reached = upto;
+                return run;
+            }
+            Ok(Some(c)) => c,
+            Err(e) => {
+                run.stopped = Some(temp(e));
+                return run;
+            }
+        };
+        run.reached = cfg.delivered_seq;
+        if cfg.delivered_seq >= upto {
+            return run;
+        }
+        let body: Value = match serde_json::from_str(&cfg.body) {
+            Ok(b) => b,
+            Err(e) => {
+                run.stopped = Some(OutboundError::permanent(format!("push config: {e}")));
+                return run;
+            }
+        };
+        let events = match sql::events_after(&self.db, task_id, cfg.delivered_seq).await {
+            Ok(ev) => ev,
+            Err(e) => {
+                run.stopped = Some(temp(e));
+                return run;
+            }
+        };
+        for ev in events.into_iter().take_while(|e| e.seq <= upto) {
+            match self.post(task_id, config_id, &body, ev.seq, ev.body).await {
+                Ok(()) => {}
+                Err(e @ OutboundError::Permanent { .. }) => {
+                    tracing::warn!(task = task_id, config = config_id, seq = ev.seq, error = %e, "push notification refused; skipped");
+                    run.refused.insert(ev.seq, e);
+                }
+                Err(e) => {
+                    run.stopped = Some(e);
+                    break;
+                }
+            }
+            if let Err(e) = sql::push_delivered(&self.db, task_id, config_id, ev.seq).await {
+                run.stopped = Some(temp(e));
+                break;
+            }
+            run.reached = ev.seq;
+        }
+        run
+    }
+
+    /// Runs one task's events to one config up to the latest of `seqs`; the outcome of each.
+    async fn deliver(
+        &self,
+        task_id: &str,
+        config_id: &str,
+        seqs: &[i64],
+    ) -> Vec<std::result::Result<(), OutboundError>> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (task_id, config_id).hash(&mut h);
+        let stripe = usize::try_from(h.finish() % STRIPES as u64).unwrap_or(0);
+        let run = {
+            let _turn = self.stripes[stripe].lock().await;
+            self.run(task_id, config_id, seqs.iter().copied().max().unwrap_or(0))
+                .await
+        };
+        seqs.iter()
+            .map(|seq| {
+                if let Some(e) = run.refused.get(seq) {
+                    Err(e.clone())
+                } else if *seq <= run.reached {
+                    Ok(())
+                } else {
+                    Err(run
+                        .stopped
+                        .clone()
+                        .unwrap_or_else(|| OutboundError::permanent("the event is not stored")))
+                }
+            })
+            .collect()
     }
 }
 
 #[async_trait::async_trait]
 impl JobHandler for PushHandler {
     async fn handle(&self, owner: &str, batch: &[JobRow]) -> Result<()> {
-        let results = futures_util::future::join_all(batch.iter().map(|j| self.deliver(j))).await;
+        // The batch's jobs by task and config: each group is one run, in event order.
+        let mut results: Vec<std::result::Result<(), OutboundError>> = vec![Ok(()); batch.len()];
+        let mut groups: HashMap<(String, String), Vec<(usize, i64)>> = HashMap::new();
+        for (i, job) in batch.iter().enumerate() {
+            match serde_json::from_str::<PushJob>(&job.payload) {
+                Ok(p) => groups
+                    .entry((p.task_id, p.config_id))
+                    .or_default()
+                    .push((i, p.seq)),
+                Err(e) => {
+                    results[i] = Err(OutboundError::permanent(format!("push job payload: {e}")));
+                }
+            }
+        }
+        let groups: Vec<_> = groups.into_iter().collect();
+        let runs = futures_util::future::join_all(groups.iter().map(|((task, config), jobs)| {
+            let seqs: Vec<i64> = jobs.iter().map(|(_, s)| *s).collect();
+            async move { self.deliver(task, config, &seqs).await }
+        }))
+        .await;
+        for ((_, jobs), outcomes) in groups.iter().zip(runs) {
+            for ((i, _), outcome) in jobs.iter().zip(outcomes) {
+                results[*i] = outcome;
+            }
+        }
         let now = self.clock.now_ms();
         let mut tx = self.db.begin().await?;
         self.queue

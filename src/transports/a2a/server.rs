@@ -483,7 +483,13 @@ fn render_push_config(cfg: &Value, version: Version) -> Value {
     }
 }
 
-async fn store_push_config(state: &A2aState, row: &TaskRow, cfg: &Value) -> Result<(), RpcError> {
+/// Stores `cfg` for `row`'s task; its first notification is the event after `delivered_seq`.
+async fn store_push_config(
+    state: &A2aState,
+    row: &TaskRow,
+    cfg: &Value,
+    delivered_seq: i64,
+) -> Result<(), RpcError> {
     let id = cfg["id"].as_str().unwrap_or_default();
     sql::put_push_config(
         state.engine.db(),
@@ -491,6 +497,7 @@ async fn store_push_config(state: &A2aState, row: &TaskRow, cfg: &Value) -> Resu
         id,
         &row.owner,
         &cfg.to_string(),
+        delivered_seq,
         state.engine.now(),
     )
     .await
@@ -519,7 +526,8 @@ async fn create_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
     let task_id = push_task_id(call)?;
     let row = visible_task(state, call, &task_id).await?;
     let cfg = parse_push_config(&Value::Object(call.params.clone()), call.version, &row.id)?;
-    store_push_config(state, &row, &cfg).await?;
+    // Notified of the events from now on.
+    store_push_config(state, &row, &cfg, row.last_seq).await?;
     Ok(render_push_config(&cfg, call.version))
 }
 
@@ -1019,10 +1027,10 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
     };
     if let Some(p) = &config.push {
         let cfg = parse_push_config(p, call.version, &row.id)?;
-        store_push_config(state, &row, &cfg).await?;
         // The turn's `working` status was stored before the config: push it too. (Nothing
         // later exists yet: the message reaches the agent only below.)
         let working_seq = row.last_seq.max(1);
+        store_push_config(state, &row, &cfg, working_seq - 1).await?;
         state
             .engine
             .push_stored(

@@ -408,7 +408,7 @@ async fn enqueue_push_jobs(
     let mut payloads = Vec::new();
     for c in configs {
         for seq in seqs {
-            ids.push(format!("{}:{task_id}:{c}:{seq}", push::KIND));
+            ids.push(push::job_id(task_id, c, *seq));
             payloads.push(
                 serde_json::to_string(&push::PushJob {
                     task_id: task_id.to_owned(),
