@@ -1136,6 +1136,8 @@ mod push {
     #[derive(Default)]
     struct Received {
         calls: usize,
+        /// Refuse the first notification for good (400) instead of for now (503).
+        refuse_first: bool,
         posts: Vec<(String, String, String, String, Value)>,
     }
     type Inbox = Arc<Mutex<Received>>;
@@ -1144,8 +1146,12 @@ mod push {
         let mut r = inbox.lock().unwrap();
         r.calls += 1;
         if r.calls == 1 {
-            // The first attempt fails: the delivery must be retried.
-            return HttpResponse::ServiceUnavailable().finish();
+            // The first attempt fails: for now (the delivery must be retried) or for good.
+            return if r.refuse_first {
+                HttpResponse::BadRequest().finish()
+            } else {
+                HttpResponse::ServiceUnavailable().finish()
+            };
         }
         r.posts.push((
             header(&req, "authorization"),
@@ -1375,33 +1381,14 @@ mod push {
     }
     on_both_engines!(push_configs_and_delivery);
 
-    /// Refuses the first notification for good (400), takes the rest.
-    async fn refuse_first(
-        inbox: web::Data<Inbox>,
-        _req: HttpRequest,
-        body: web::Bytes,
-    ) -> HttpResponse {
-        let mut r = inbox.lock().unwrap();
-        r.calls += 1;
-        if r.calls == 1 {
-            return HttpResponse::BadRequest().finish();
-        }
-        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        r.posts.push((
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            v,
-        ));
-        HttpResponse::Ok().finish()
-    }
-
     /// An event the receiver refuses for good is skipped: its job is dead, the later events
     /// still arrive.
     async fn a_refused_notification_does_not_hold_back_the_rest(engine: Engine) {
-        let inbox: Inbox = Arc::default();
-        let url = serve_route!(inbox.clone(), post, "/webhook", refuse_first);
+        let inbox: Inbox = Arc::new(Mutex::new(Received {
+            refuse_first: true,
+            ..Received::default()
+        }));
+        let url = serve_route!(inbox.clone(), post, "/webhook", receive);
         let t = spawn_app(engine, |_, o| {
             o.agents.push(("echo".into(), Arc::new(AskerAgent)));
         })

@@ -74,6 +74,21 @@ async fn send(t: &TestApp, agent: &str, method: &str) -> reqwest::Response {
         .unwrap()
 }
 
+/// A streaming send to `agent`: the body, and the `result` of each event in order.
+async fn stream(t: &TestApp, agent: &str) -> (String, Vec<Value>) {
+    let body = send(t, agent, "SendStreamingMessage")
+        .await
+        .text()
+        .await
+        .unwrap();
+    let events = body
+        .split("\n\n")
+        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str::<Value>(d).unwrap()["result"].clone())
+        .collect();
+    (body, events)
+}
+
 async fn unanswered_tasks_still_end(engine: Engine) {
     let url = serve_route!((), post, "/{mode}", hook);
     let base = url.trim_end_matches("/{mode}").to_owned();
@@ -127,19 +142,10 @@ async fn unanswered_tasks_still_end(engine: Engine) {
     );
 
     // A stream ends with the final status.
-    let body = send(&t, "silent", "SendStreamingMessage")
-        .await
-        .text()
-        .await
-        .unwrap();
-    let last = body
-        .split("\n\n")
-        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("data: ")))
-        .last()
-        .map(|d| serde_json::from_str::<Value>(d).unwrap())
-        .unwrap();
+    let (body, events) = stream(&t, "silent").await;
     assert_eq!(
-        last["result"]["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        events.last().unwrap()["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED",
         "{body}"
     );
 }
@@ -151,16 +157,7 @@ async fn streamed_answers_arrive_as_artifact_chunks(engine: Engine) {
     let base = url.trim_end_matches("/{mode}").to_owned();
     let t = with_hooks(engine, &base, &["streamer", "asker"]).await;
 
-    let body = send(&t, "streamer", "SendStreamingMessage")
-        .await
-        .text()
-        .await
-        .unwrap();
-    let events: Vec<Value> = body
-        .split("\n\n")
-        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|d| serde_json::from_str::<Value>(d).unwrap()["result"].clone())
-        .collect();
+    let (body, events) = stream(&t, "streamer").await;
     let chunks: Vec<&Value> = events
         .iter()
         .filter_map(|e| e.get("artifactUpdate"))
@@ -220,16 +217,7 @@ async fn streamed_answers_arrive_as_artifact_chunks(engine: Engine) {
 
     // A turn that ends in a question still ends its artifact: an empty last chunk, appended,
     // and the whole text is the status message.
-    let body = send(&t, "asker", "SendStreamingMessage")
-        .await
-        .text()
-        .await
-        .unwrap();
-    let events: Vec<Value> = body
-        .split("\n\n")
-        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|d| serde_json::from_str::<Value>(d).unwrap()["result"].clone())
-        .collect();
+    let (body, events) = stream(&t, "asker").await;
     let chunks: Vec<&Value> = events
         .iter()
         .filter_map(|e| e.get("artifactUpdate"))
@@ -281,19 +269,10 @@ async fn remote_chunks_are_passed_on(engine: Engine) {
         });
     })
     .await;
-    let body = send(&t, "proxy", "SendStreamingMessage")
-        .await
-        .text()
-        .await
-        .unwrap();
-    let updates: Vec<Value> = body
-        .split("\n\n")
-        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("data: ")))
-        .filter_map(|d| {
-            serde_json::from_str::<Value>(d).unwrap()["result"]
-                .get("artifactUpdate")
-                .cloned()
-        })
+    let (body, events) = stream(&t, "proxy").await;
+    let updates: Vec<&Value> = events
+        .iter()
+        .filter_map(|e| e.get("artifactUpdate"))
         .collect();
     let chunks: Vec<(String, bool, bool)> = updates
         .iter()
