@@ -385,6 +385,7 @@ async fn bench() {
                 payload: p,
                 max_attempts: 3,
                 run_at: now,
+                lease: None,
             })
             .collect();
         switchboard::store::jobs::enqueue_many(&mut tx, &jobs, now)
@@ -409,7 +410,7 @@ async fn bench() {
         .unwrap_or_else(|e| panic!("{e}"));
     loadgen::pin_server(me);
     loop {
-        #[derive(sqlx::FromRow)]
+        #[derive(sqlx::FromRow, serde::Deserialize)]
         struct C {
             n: i64,
         }

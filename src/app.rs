@@ -168,6 +168,7 @@ impl Application {
             history: config.history,
             blobs,
             keys,
+            recent: crate::store::messages::recent(),
         });
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -254,15 +255,17 @@ impl Application {
             let (s, a) = (app_state.clone(), api_state.clone());
             let (ap, p) = (activitypub.clone(), ap_pipeline.clone());
             let a2a_state = a2a_state.clone();
+            // Routes are matched in this order: the busiest endpoints (A2A JSON-RPC, the
+            // inboxes) come before the documents.
             App::new()
                 .wrap(from_fn(http::track))
-                .configure(move |c| http::configure(c, s, a, max_body))
-                .configure(move |c| ap.configure(c, p))
                 .configure(move |c| {
                     if let Some(st) = a2a_state {
                         a2a::server::configure(c, st);
                     }
                 })
+                .configure(move |c| ap.configure(c, p))
+                .configure(move |c| http::configure(c, s, a, max_body))
         })
         .workers(config.server.workers.max(1))
         // Stream events and small answers go out at once, not after the peer's delayed ACK

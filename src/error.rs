@@ -50,6 +50,12 @@ pub enum Error {
     /// The database failed.
     #[error("database unavailable")]
     Database(#[from] sqlx::Error),
+    /// The embedded SQLite database failed.
+    #[error("database unavailable")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A stored row could not be decoded into its type.
+    #[error("stored data is corrupt")]
+    Row(String),
     /// A migration failed.
     #[error("database migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -74,8 +80,12 @@ impl Error {
             Self::Forbidden => ErrorKind::Forbidden,
             Self::NotFound(_) => ErrorKind::NotFound,
             Self::TooLarge(_) => ErrorKind::TooLarge,
-            Self::Config(_) | Self::Corrupt(_) | Self::Startup(_) => ErrorKind::Permanent,
-            Self::Database(_) | Self::Migrate(_) | Self::Unavailable => ErrorKind::Temporary,
+            Self::Config(_) | Self::Corrupt(_) | Self::Row(_) | Self::Startup(_) => {
+                ErrorKind::Permanent
+            }
+            Self::Database(_) | Self::Sqlite(_) | Self::Migrate(_) | Self::Unavailable => {
+                ErrorKind::Temporary
+            }
         }
     }
 }

@@ -129,7 +129,7 @@ pub struct Keys {
     loading: Arc<tokio::sync::Mutex<()>>,
 }
 
-#[derive(sqlx::FromRow)]
+#[derive(sqlx::FromRow, serde::Deserialize)]
 struct KeyRow {
     algorithm: String,
     private_der: Vec<u8>,

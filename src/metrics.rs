@@ -80,7 +80,7 @@ impl Metrics {
         );
         registry.register(
             "queue_depth",
-            "Jobs by kind and state, read at scrape time",
+            "Jobs waiting, running and dead by kind and state, read at scrape time",
             queue_depth.clone(),
         );
         registry.register(

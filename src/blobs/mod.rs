@@ -56,19 +56,36 @@ impl BlobStore {
     /// # Errors
     /// [`Error::TooLarge`] over `media.max_bytes`; database errors.
     pub async fn put(&self, data: &[u8], mime: &str) -> Result<ContentAddressedBytes> {
-        if data.len() > self.max_bytes {
-            return Err(Error::TooLarge(format!(
-                "attachment over {} bytes",
-                self.max_bytes
-            )));
-        }
-        let digest = hex::encode(Sha256::digest(data));
+        let digest = self.digest(data)?;
         blobs::put(&self.db, &digest, mime, data, self.clock.now_ms()).await?;
         Ok(ContentAddressedBytes {
             algo: "sha256".into(),
             url: Some(self.url(&digest)),
             digest,
         })
+    }
+
+    /// `data`, named by its digest, to be stored in the transaction that stores what refers to
+    /// it ([`NewBlob::store_in`]).
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] over `media.max_bytes`.
+    pub fn prepare(&self, data: &[u8], mime: &str) -> Result<NewBlob> {
+        Ok(NewBlob {
+            digest: self.digest(data)?,
+            mime: mime.to_owned(),
+            data: data.to_vec(),
+        })
+    }
+
+    fn digest(&self, data: &[u8]) -> Result<String> {
+        if data.len() > self.max_bytes {
+            return Err(Error::TooLarge(format!(
+                "attachment over {} bytes",
+                self.max_bytes
+            )));
+        }
+        Ok(hex::encode(Sha256::digest(data)))
     }
 
     /// The blob's media type and bytes.
@@ -114,6 +131,27 @@ impl BlobStore {
     /// Replaces the URL of every content-addressed reference in `parts` with a fresh one.
     pub fn refresh_urls(&self, parts: &mut [Part]) {
         for_each_content_ref(parts, |c| c.url = Some(self.url(&c.digest)));
+    }
+}
+
+/// Bytes checked and named, waiting to be stored with what refers to them.
+#[derive(Debug, Clone)]
+pub struct NewBlob {
+    /// Lower-case hex sha256 of `data`.
+    pub digest: String,
+    /// Media type.
+    pub mime: String,
+    /// The bytes.
+    pub data: Vec<u8>,
+}
+
+impl NewBlob {
+    /// Stores the bytes in `tx` (nothing when the same bytes are stored already).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn store_in(&self, tx: &mut crate::store::Tx, now: i64) -> Result<()> {
+        blobs::put_in(tx, &self.digest, &self.mime, &self.data, now).await
     }
 }
 

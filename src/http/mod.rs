@@ -159,7 +159,7 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let db = state.pipeline.db().clone();
     match state
         .pipeline
-        .on_main(async move { jobs::counts(&db).await })
+        .on_main(async move { jobs::depth(&db).await })
         .await
     {
         Ok(counts) => {

@@ -18,9 +18,9 @@ use crate::message::{
     Timestamp,
 };
 use crate::queue::{JobHandler, kinds};
-use crate::store::jobs::{self, Finish, JobRow, NewJob};
+use crate::store::jobs::{self, Finish, JobRow};
 use crate::store::messages::{self, DeliveryRecord, NewMessage, StoredMessage};
-use crate::transports::Delivery;
+use crate::transports::{AfterCommit, Delivery};
 
 fn payload<T: serde::de::DeserializeOwned>(job: &JobRow) -> std::result::Result<T, OutboundError> {
     serde_json::from_str(&job.payload)
@@ -35,21 +35,21 @@ fn internal(e: Error) -> OutboundError {
     }
 }
 
-/// Loads the stored rows a batch refers to, keyed by id. A database failure fails every job
-/// of the batch temporarily (they are retried with backoff) instead of stranding their leases.
-async fn load_many(
-    core: &Core,
-    ids: &[&str],
-) -> std::result::Result<HashMap<String, StoredMessage>, OutboundError> {
-    let rows = messages::get_many(&core.db, ids).await.map_err(internal)?;
-    Ok(rows.into_iter().map(|r| (r.id.clone(), r)).collect())
+/// The stored rows a batch refers to, keyed by id.
+type Rows = HashMap<String, Arc<StoredMessage>>;
+
+/// Loads the stored rows a batch refers to (those stored last are still in memory). A database
+/// failure fails every job of the batch temporarily (they are retried with backoff) instead of
+/// stranding their leases.
+async fn load_many(core: &Core, ids: &[&str]) -> std::result::Result<Rows, OutboundError> {
+    messages::get_many_cached(&core.db, &core.recent, ids)
+        .await
+        .map_err(internal)
 }
 
-fn lookup<'a>(
-    rows: &'a HashMap<String, StoredMessage>,
-    id: &str,
-) -> std::result::Result<&'a StoredMessage, OutboundError> {
+fn lookup<'a>(rows: &'a Rows, id: &str) -> std::result::Result<&'a StoredMessage, OutboundError> {
     rows.get(id)
+        .map(AsRef::as_ref)
         .ok_or_else(|| OutboundError::permanent(format!("message {id} is not stored")))
 }
 
@@ -77,8 +77,20 @@ struct OutboundTurn {
     parts: Vec<crate::message::Part>,
 }
 
+/// A response to store.
+struct Answer {
+    response: NormalizedResponse,
+    /// The agent's local name.
+    agent: String,
+    /// The transport it goes out by.
+    transport: String,
+    /// The message answered (without history), when the transport delivers in the
+    /// transaction that stores the response ([`crate::transports::Transport::deliver_in`]).
+    original: Option<NormalizedMessage>,
+}
+
 /// The dispatch outcome of one job: a response to store, or nothing to say.
-type Dispatched = Option<(NormalizedResponse, String, String)>;
+type Dispatched = Option<Answer>;
 
 /// Handles `dispatch` jobs.
 pub(super) struct DispatchHandler(pub(super) Arc<Core>);
@@ -148,6 +160,12 @@ impl DispatchHandler {
         let mut trimmed = self.0.history.apply(turns);
         // Stored references keep the digest only: mint URLs valid from now.
         self.0.blobs.refresh_urls(&mut msg.parts);
+        let original = self
+            .0
+            .transports
+            .get(&row.transport)
+            .filter(|t| t.delivers_in_transaction())
+            .map(|_| msg.clone());
         for turn in &mut trimmed.turns {
             self.0.blobs.refresh_urls(&mut turn.parts);
         }
@@ -187,11 +205,81 @@ impl DispatchHandler {
         self.0
             .metrics
             .agent_call(&agent.name, started.elapsed(), answer.is_ok());
-        Ok(answer?.map(|mut resp| {
-            resp.thread_id.clone_from(&row.thread_id);
-            crate::blobs::strip_urls(&mut resp.parts);
-            (resp, agent.name.clone(), row.transport.clone())
+        Ok(answer?.map(|mut response| {
+            response.thread_id.clone_from(&row.thread_id);
+            crate::blobs::strip_urls(&mut response.parts);
+            Answer {
+                response,
+                agent: agent.name.clone(),
+                transport: row.transport.clone(),
+                original,
+            }
         }))
+    }
+}
+
+/// A response delivered (or refused for good) in the transaction that stored it.
+struct DeliveredIn {
+    job_id: String,
+    response_id: String,
+    transport: String,
+    received_at: Timestamp,
+    /// What to do after the commit, or why the delivery failed for good.
+    result: std::result::Result<AfterCommit, OutboundError>,
+}
+
+impl DeliveredIn {
+    fn outcome(&self) -> &'static str {
+        if self.result.is_ok() {
+            "delivered"
+        } else {
+            "failed"
+        }
+    }
+
+    fn detail(&self) -> Option<&str> {
+        match &self.result {
+            Err(OutboundError::Permanent { reason }) => Some(reason),
+            _ => None,
+        }
+    }
+}
+
+impl DispatchHandler {
+    /// Delivers `a` in `tx` when its transport delivers by writing to this database; `None`
+    /// when it does not, or failed only for now (a delivery job then takes over).
+    async fn deliver_in(
+        &self,
+        tx: &mut crate::store::Tx,
+        job_id: &str,
+        a: &Answer,
+    ) -> Option<DeliveredIn> {
+        let original = a.original.clone()?;
+        let transport = self.0.transports.get(&a.transport)?;
+        let mut response = a.response.clone();
+        self.0.blobs.refresh_urls(&mut response.parts);
+        let received_at = original.received_at;
+        let delivery = Delivery {
+            job_id: job_id.to_owned(),
+            attempt: 1,
+            response,
+            original,
+        };
+        let result = transport.deliver_in(tx, &delivery).await;
+        if let Err(e @ OutboundError::Temporary { .. }) = &result {
+            tracing::debug!(response = %a.response.id, error = %e, "delivery left to a job");
+            return None;
+        }
+        if let Err(e) = &result {
+            tracing::warn!(response = %a.response.id, error = %e, "delivery failed");
+        }
+        Some(DeliveredIn {
+            job_id: job_id.to_owned(),
+            response_id: a.response.id.clone(),
+            transport: a.transport.clone(),
+            received_at,
+            result,
+        })
     }
 }
 
@@ -265,37 +353,54 @@ impl JobHandler for DispatchHandler {
         }
         let bodies = answers
             .iter()
-            .map(|(resp, _, _)| serde_json::to_string(resp))
+            .map(|a| serde_json::to_string(&a.response))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(Error::Corrupt)?;
         let rows: Vec<NewMessage<'_>> = answers
             .iter()
             .zip(&bodies)
-            .map(|((resp, agent, transport), body)| NewMessage {
-                id: &resp.id,
-                thread_id: &resp.thread_id,
+            .map(|(a, body)| NewMessage {
+                id: &a.response.id,
+                thread_id: &a.response.thread_id,
                 direction: "out",
-                agent,
-                transport,
-                answers: Some(&resp.in_reply_to),
+                agent: &a.agent,
+                transport: &a.transport,
+                answers: Some(&a.response.in_reply_to),
                 body,
             })
             .collect();
         let stored = messages::insert_many(&mut tx, &rows, now).await?;
-        let job_ids = answers
+        // Responses whose transport delivers by writing to this database are delivered here,
+        // in this transaction; the others (and any that could not be) get a delivery job.
+        let mut job_ids = Vec::new();
+        let mut delivered = Vec::new();
+        for a in answers
             .iter()
-            .filter(|(resp, _, _)| stored.contains(&resp.id))
-            .map(|(resp, _, _)| {
-                let payload = DeliverJob {
-                    response_id: resp.id.clone(),
-                };
-                Ok((
-                    format!("deliver:{}", resp.id),
-                    serde_json::to_string(&payload)?,
-                ))
+            .filter(|a| stored.iter().any(|m| m.id == a.response.id))
+        {
+            let job_id = format!("deliver:{}", a.response.id);
+            if let Some(done) = self.deliver_in(&mut tx, &job_id, a).await {
+                delivered.push(done);
+                continue;
+            }
+            let payload = serde_json::to_string(&DeliverJob {
+                response_id: a.response.id.clone(),
             })
-            .collect::<std::result::Result<Vec<(String, String)>, serde_json::Error>>()
             .map_err(Error::Corrupt)?;
+            job_ids.push((job_id, payload));
+        }
+        let records: Vec<DeliveryRecord<'_>> = delivered
+            .iter()
+            .map(|d| DeliveryRecord {
+                job_id: &d.job_id,
+                response_id: &d.response_id,
+                transport: &d.transport,
+                outcome: d.outcome(),
+                attempts: 1,
+                detail: d.detail(),
+            })
+            .collect();
+        messages::record_deliveries(&mut tx, &records, now).await?;
         let turn_ends = ended
             .iter()
             .map(|e| {
@@ -306,47 +411,32 @@ impl JobHandler for DispatchHandler {
             })
             .collect::<std::result::Result<Vec<(String, String)>, serde_json::Error>>()
             .map_err(Error::Corrupt)?;
-        let deliver = enqueue(core, &mut tx, kinds::DELIVER, &job_ids, now).await?;
-        let turn_end = enqueue(core, &mut tx, kinds::TURN_END, &turn_ends, now).await?;
+        let deliver = core
+            .queue
+            .enqueue(&mut tx, kinds::DELIVER, &job_ids, now)
+            .await?;
+        let turn_end = core
+            .queue
+            .enqueue(&mut tx, kinds::TURN_END, &turn_ends, now)
+            .await?;
         tx.commit().await?;
+        for m in stored {
+            core.recent.put(&m.id.clone(), Arc::new(m));
+        }
         for o in outcomes {
             core.metrics.job(kinds::DISPATCH, o);
         }
-        if deliver {
-            core.queue.wake(kinds::DELIVER);
+        for d in delivered {
+            core.metrics.delivery(&d.transport, d.outcome());
+            if let Ok(after) = d.result {
+                core.metrics.end_to_end(now - d.received_at.unix_millis());
+                after();
+            }
         }
-        if turn_end {
-            core.queue.wake(kinds::TURN_END);
-        }
+        core.queue.hand_over(deliver);
+        core.queue.hand_over(turn_end);
         Ok(())
     }
-}
-
-/// Enqueues `(id, payload)` jobs of `kind` in `tx`, telling other instances; returns whether
-/// there were any, so that the caller wakes its own workers once `tx` is committed.
-async fn enqueue(
-    core: &Core,
-    tx: &mut crate::store::Tx,
-    kind: &'static str,
-    items: &[(String, String)],
-    now: i64,
-) -> Result<bool> {
-    let max_attempts = core.queue.max_attempts(kind);
-    let new_jobs: Vec<NewJob<'_>> = items
-        .iter()
-        .map(|(id, payload)| NewJob {
-            id,
-            kind,
-            payload,
-            max_attempts,
-            run_at: now,
-        })
-        .collect();
-    jobs::enqueue_many(tx, &new_jobs, now).await?;
-    if !new_jobs.is_empty() {
-        tx.notify(kind).await?;
-    }
-    Ok(!new_jobs.is_empty())
 }
 
 /// Handles `deliver` jobs.
@@ -365,7 +455,7 @@ impl DeliverHandler {
         &self,
         job: &JobRow,
         response: std::result::Result<(&StoredMessage, NormalizedResponse), OutboundError>,
-        originals: &std::result::Result<HashMap<String, StoredMessage>, OutboundError>,
+        originals: &std::result::Result<Rows, OutboundError>,
     ) -> Attempt {
         let mut attempt = Attempt {
             response_id: String::new(),
@@ -515,7 +605,7 @@ impl TurnEndHandler {
     async fn run(
         &self,
         job: &std::result::Result<TurnEndJob, OutboundError>,
-        rows: &std::result::Result<HashMap<String, StoredMessage>, OutboundError>,
+        rows: &std::result::Result<Rows, OutboundError>,
     ) -> std::result::Result<(), OutboundError> {
         let job = job.as_ref().map_err(Clone::clone)?;
         let row = lookup(rows.as_ref().map_err(Clone::clone)?, &job.message_id)?;

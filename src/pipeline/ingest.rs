@@ -9,8 +9,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Core, DispatchJob};
 use crate::error::{Error, Result};
 use crate::message::NormalizedMessage;
-use crate::queue::kinds;
-use crate::store::jobs::{self, NewJob};
+use crate::queue::{Enqueued, kinds};
+use crate::store::Tx;
 use crate::store::messages::{self, ExternalKey, NewMessage};
 
 /// The most messages committed together.
@@ -19,13 +19,38 @@ const MAX_BATCH: usize = 256;
 /// What ingest did with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IngestOutcome {
-    /// The stored message's id (the earlier one's for a duplicate).
+    /// The stored message's id (the earlier one's for a duplicate; empty when declined).
     pub message_id: String,
-    /// Switchboard's thread id.
+    /// Switchboard's thread id (empty when declined).
     pub thread_id: String,
     /// The external id had been seen: nothing was stored or scheduled.
     pub duplicate: bool,
+    /// The transport's own write ([`IngestWrite`]) declined the message: nothing was stored.
+    pub declined: bool,
 }
+
+/// Rows a transport stores with a message it hands to ingest, in the same transaction, so that
+/// the message and what the transport keeps about it are committed together (one commit, and
+/// never one without the other). See [`super::Pipeline::ingest_with`].
+#[async_trait::async_trait]
+pub trait IngestWrite: Send + Sync + 'static {
+    /// Writes in `tx`, for a message that is new (never for a duplicate), before the message is
+    /// stored. `Ok(false)` declines it: it is not stored, and the caller learns so from
+    /// [`IngestOutcome::declined`]. Runs again if the transaction has to be retried.
+    ///
+    /// # Errors
+    /// Database errors (the batch is then retried message by message).
+    async fn write(&mut self, tx: &mut Tx, now: i64) -> Result<bool>;
+
+    /// Called once the transaction that [`IngestWrite::write`] wrote in has committed.
+    fn committed(&mut self) {}
+
+    /// The write as `Any`, so that the caller gets its own type back.
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
+}
+
+/// A transport's write travelling with its message.
+pub(super) type Write = Box<dyn IngestWrite>;
 
 pub(super) struct Pending {
     pub(super) transport: String,
@@ -35,27 +60,21 @@ pub(super) struct Pending {
     /// thread id (and a failed batch is retried message by message).
     pub(super) thread_key: String,
     pub(super) msg: NormalizedMessage,
-    pub(super) reply: oneshot::Sender<Result<IngestOutcome>>,
+    pub(super) write: Option<Write>,
+    pub(super) reply: oneshot::Sender<Result<(IngestOutcome, Option<Write>)>>,
 }
 
 pub(super) async fn writer(core: Arc<Core>, mut rx: mpsc::Receiver<Pending>) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(_) => break,
-            }
-        }
+    while let Some(mut batch) = crate::store::gather(&mut rx, MAX_BATCH).await {
         match commit(&core, &mut batch).await {
-            Ok(outcomes) => answer(&core, batch, outcomes),
+            Ok(committed) => answer(&core, batch, committed),
             Err(e) if batch.len() > 1 => {
                 // One bad message must not fail the others: retry each on its own.
                 tracing::warn!(error = %e, n = batch.len(), "batched ingest failed; committing one by one");
                 for p in batch {
                     let mut one = vec![p];
                     match commit(&core, &mut one).await {
-                        Ok(outcomes) => answer(&core, one, outcomes),
+                        Ok(committed) => answer(&core, one, committed),
                         Err(e) => fail(one, e),
                     }
                 }
@@ -65,16 +84,30 @@ pub(super) async fn writer(core: Arc<Core>, mut rx: mpsc::Receiver<Pending>) {
     }
 }
 
-fn answer(core: &Core, batch: Vec<Pending>, outcomes: Vec<IngestOutcome>) {
-    let mut fresh = false;
-    for (p, o) in batch.into_iter().zip(outcomes) {
-        let outcome = if o.duplicate { "duplicate" } else { "accepted" };
-        fresh |= !o.duplicate;
-        core.metrics.inbound(&p.transport, outcome);
-        let _ = p.reply.send(Ok(o));
+/// What a batch's commit stored.
+struct Committed {
+    outcomes: Vec<IngestOutcome>,
+    messages: Vec<crate::store::messages::StoredMessage>,
+    dispatch: Enqueued,
+}
+
+fn answer(core: &Core, mut batch: Vec<Pending>, committed: Committed) {
+    for m in committed.messages {
+        core.recent.put(&m.id.clone(), std::sync::Arc::new(m));
     }
-    if fresh {
-        core.queue.wake(kinds::DISPATCH);
+    // The transports' own rows are settled before their messages' dispatch can begin.
+    for w in batch.iter_mut().filter_map(|p| p.write.as_mut()) {
+        w.committed();
+    }
+    core.queue.hand_over(committed.dispatch);
+    for (p, o) in batch.into_iter().zip(committed.outcomes) {
+        let outcome = if o.duplicate || o.declined {
+            "duplicate"
+        } else {
+            "accepted"
+        };
+        core.metrics.inbound(&p.transport, outcome);
+        let _ = p.reply.send(Ok((o, p.write)));
     }
 }
 
@@ -90,9 +123,8 @@ fn fail(batch: Vec<Pending>, e: Error) {
     }
 }
 
-async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>> {
+async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
     let now = core.clock.now_ms();
-    let max_attempts = core.queue.max_attempts(kinds::DISPATCH);
     let mut tx = core.db.begin().await?;
 
     // 1. Dedupe: claim every (transport, external id) at once.
@@ -104,7 +136,19 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
             message_id: &p.msg.id,
         })
         .collect();
-    let fresh = messages::claim_external_ids(&mut tx, &keys, now).await?;
+    let mut fresh = messages::claim_external_ids(&mut tx, &keys, now).await?;
+
+    // The transports' own rows, for new messages; a declined message gives its key back.
+    let mut declined = std::collections::HashSet::new();
+    for p in batch.iter_mut() {
+        if let Some(w) = p.write.as_mut().filter(|_| fresh.contains(&p.msg.id))
+            && !w.write(&mut tx, now).await?
+        {
+            messages::release_external_id(&mut tx, &p.transport, &p.external_id).await?;
+            fresh.remove(&p.msg.id);
+            declined.insert(p.msg.id.clone());
+        }
+    }
 
     // 2. Threads: map each wire thread key to switchboard's thread id.
     let new_ids: Vec<String> = batch
@@ -123,6 +167,15 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
     let mut outcomes = Vec::with_capacity(batch.len());
     let mut bodies = Vec::new();
     for p in batch.iter_mut() {
+        if declined.contains(&p.msg.id) {
+            outcomes.push(IngestOutcome {
+                message_id: String::new(),
+                thread_id: String::new(),
+                duplicate: false,
+                declined: true,
+            });
+            continue;
+        }
         if !fresh.contains(&p.msg.id) {
             let (message_id, thread_id) =
                 messages::duplicate_of(&mut tx, &p.transport, &p.external_id)
@@ -132,6 +185,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
                 message_id,
                 thread_id,
                 duplicate: true,
+                declined: false,
             });
             continue;
         }
@@ -146,6 +200,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
             message_id: p.msg.id.clone(),
             thread_id: p.msg.thread_id.clone(),
             duplicate: false,
+            declined: false,
         });
     }
     // A duplicate of a message earlier in this same batch: its thread is known only here.
@@ -156,7 +211,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
         .collect();
     for o in outcomes
         .iter_mut()
-        .filter(|o| o.duplicate && o.thread_id.is_empty())
+        .filter(|o| o.duplicate && o.thread_id.is_empty() && !o.declined)
     {
         o.thread_id = batch_threads
             .get(&o.message_id)
@@ -180,41 +235,31 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>
             body,
         })
         .collect();
-    let inserted = messages::insert_many(&mut tx, &rows, now).await?;
-    if inserted.len() != rows.len() {
+    let messages = messages::insert_many(&mut tx, &rows, now).await?;
+    if messages.len() != rows.len() {
         return Err(Error::Invalid(
             "a message with this id is already stored".into(),
         ));
     }
-    let job_ids: Vec<String> = stored
-        .iter()
-        .map(|p| format!("dispatch:{}", p.msg.id))
-        .collect();
-    let payloads = stored
+    let jobs = stored
         .iter()
         .map(|p| {
-            serde_json::to_string(&DispatchJob {
+            let payload = serde_json::to_string(&DispatchJob {
                 message_id: p.msg.id.clone(),
                 new_thread: created.remove(p.msg.thread_id.as_str()),
-            })
+            })?;
+            Ok((format!("dispatch:{}", p.msg.id), payload))
         })
-        .collect::<std::result::Result<Vec<_>, _>>()
+        .collect::<std::result::Result<Vec<_>, serde_json::Error>>()
         .map_err(Error::Corrupt)?;
-    let new_jobs: Vec<NewJob<'_>> = job_ids
-        .iter()
-        .zip(&payloads)
-        .map(|(id, payload)| NewJob {
-            id,
-            kind: kinds::DISPATCH,
-            payload,
-            max_attempts,
-            run_at: now,
-        })
-        .collect();
-    jobs::enqueue_many(&mut tx, &new_jobs, now).await?;
-    if !new_jobs.is_empty() {
-        tx.notify(kinds::DISPATCH).await?;
-    }
+    let dispatch = core
+        .queue
+        .enqueue(&mut tx, kinds::DISPATCH, &jobs, now)
+        .await?;
     tx.commit().await?;
-    Ok(outcomes)
+    Ok(Committed {
+        outcomes,
+        messages,
+        dispatch,
+    })
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-pub use ingest::IngestOutcome;
+pub use ingest::{IngestOutcome, IngestWrite};
 
 use crate::agents::AgentRegistry;
 use crate::blobs::BlobStore;
@@ -75,6 +75,8 @@ pub struct Core {
     pub blobs: BlobStore,
     /// Signing keys.
     pub keys: Keys,
+    /// Messages and responses stored last, for the stages that follow.
+    pub recent: crate::store::messages::Recent,
 }
 
 /// The entry point transports hand verified messages to.
@@ -112,6 +114,38 @@ impl Pipeline {
         external_id: &str,
         msg: NormalizedMessage,
     ) -> Result<IngestOutcome> {
+        Ok(self.submit(transport, external_id, msg, None).await?.0)
+    }
+
+    /// As [`Pipeline::ingest`], with rows of the transport's own committed in the same
+    /// transaction as the message (`write` runs inside it, and may decline the message); returns
+    /// `write` afterwards, with whatever it recorded.
+    ///
+    /// # Errors
+    /// As [`Pipeline::ingest`]; the write's own errors.
+    pub async fn ingest_with<W: IngestWrite>(
+        &self,
+        transport: &str,
+        external_id: &str,
+        msg: NormalizedMessage,
+        write: W,
+    ) -> Result<(IngestOutcome, W)> {
+        let (outcome, write) = self
+            .submit(transport, external_id, msg, Some(Box::new(write)))
+            .await?;
+        let write = write
+            .and_then(|w| w.into_any().downcast::<W>().ok())
+            .ok_or(Error::Unavailable)?;
+        Ok((outcome, *write))
+    }
+
+    async fn submit(
+        &self,
+        transport: &str,
+        external_id: &str,
+        msg: NormalizedMessage,
+        write: Option<ingest::Write>,
+    ) -> Result<(IngestOutcome, Option<ingest::Write>)> {
         msg.validate()?;
         if external_id.is_empty() {
             return Err(Error::Invalid("external id is empty".into()));
@@ -128,6 +162,7 @@ impl Pipeline {
             agent: agent.name.clone(),
             thread_key: msg.thread_id.clone(),
             msg,
+            write,
             reply,
         };
         self.ingest_tx

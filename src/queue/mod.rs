@@ -6,9 +6,9 @@
 //! exactly once by committing them in the same transaction that finishes the job, guarded by the
 //! lease ([`crate::store::jobs::finish`] returns `false` when the lease was lost).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use tokio::sync::{Notify, watch};
@@ -17,8 +17,8 @@ use tokio::task::JoinHandle;
 use crate::clock::SharedClock;
 use crate::config::QueueConfig;
 use crate::error::{OutboundError, Result};
-use crate::store::jobs::{self, Finish, JobRow};
-use crate::store::{Db, NOTIFY_CHANNEL};
+use crate::store::jobs::{self, Finish, JobRow, NewJob};
+use crate::store::{Db, NOTIFY_CHANNEL, Tx};
 
 /// The job kinds of the core pipeline.
 pub mod kinds {
@@ -40,7 +40,8 @@ pub trait JobHandler: Send + Sync + 'static {
     async fn handle(&self, owner: &str, jobs: &[JobRow]) -> Result<()>;
 }
 
-/// The queue: configuration, this instance's lease owner id, and the wakers of each kind.
+/// The queue: configuration, this instance's lease owner id, the wakers of each kind, and the
+/// jobs handed straight to this instance's workers.
 #[derive(Debug)]
 pub struct Queue {
     db: Db,
@@ -48,6 +49,31 @@ pub struct Queue {
     cfg: QueueConfig,
     owner: String,
     wakers: std::sync::Mutex<HashMap<String, Arc<Notify>>>,
+    local: std::sync::Mutex<HashMap<&'static str, Local>>,
+}
+
+/// Jobs of one kind committed leased to this instance, waiting for its workers (which exist:
+/// kinds without workers here get no entry).
+#[derive(Debug, Default)]
+struct Local {
+    jobs: VecDeque<(JobRow, i64)>,
+    /// At most this many wait; more are committed ready, for any worker to claim.
+    room: usize,
+    /// Jobs are known to wait in the table (committed ready here, returned by the reaper,
+    /// announced by another instance): the next batch is claimed from there.
+    in_table: bool,
+}
+
+/// Jobs enqueued in a transaction; once it has committed, [`Queue::hand_over`] starts them.
+/// (Dropped without that, after a rollback, it does nothing.)
+#[derive(Debug)]
+#[must_use = "hand the jobs over once the transaction has committed"]
+pub struct Enqueued {
+    kind: &'static str,
+    /// Committed leased to this instance: given to its workers directly.
+    leased: Vec<(JobRow, i64)>,
+    /// Committed ready: a worker is woken to claim them.
+    ready: bool,
 }
 
 impl Queue {
@@ -60,7 +86,117 @@ impl Queue {
             cfg,
             owner: uuid::Uuid::now_v7().to_string(),
             wakers: std::sync::Mutex::new(HashMap::new()),
+            local: std::sync::Mutex::new(HashMap::new()),
         })
+    }
+
+    fn locals(&self) -> std::sync::MutexGuard<'_, HashMap<&'static str, Local>> {
+        self.local
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Enqueues `(id, payload)` jobs of `kind` in `tx` (ids that exist are skipped) and tells
+    /// other instances. When this instance's workers of `kind` have room, the jobs are committed
+    /// already leased to this instance and go to those workers directly once the transaction
+    /// commits ([`Queue::hand_over`]): no claim, no wait for a wake-up. Should the process stop
+    /// first, the lease expires and any instance runs them, as it would any job.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn enqueue(
+        &self,
+        tx: &mut Tx,
+        kind: &'static str,
+        items: &[(String, String)],
+        now: i64,
+    ) -> Result<Enqueued> {
+        let mut enqueued = Enqueued {
+            kind,
+            leased: Vec::new(),
+            ready: false,
+        };
+        if items.is_empty() {
+            return Ok(enqueued);
+        }
+        let lease_until = now.saturating_add(self.lease_ms());
+        let local = self
+            .locals()
+            .get(kind)
+            .is_some_and(|l| l.jobs.len() + items.len() <= l.room);
+        let max_attempts = self.max_attempts(kind);
+        let new_jobs: Vec<NewJob<'_>> = items
+            .iter()
+            .map(|(id, payload)| NewJob {
+                id,
+                kind,
+                payload,
+                max_attempts,
+                run_at: now,
+                lease: local.then_some((self.owner.as_str(), lease_until)),
+            })
+            .collect();
+        let inserted = jobs::enqueue_many(tx, &new_jobs, now).await?;
+        if local {
+            enqueued.leased = items
+                .iter()
+                .filter(|(id, _)| inserted.contains(id))
+                .map(|(id, payload)| {
+                    let row = JobRow {
+                        id: id.clone(),
+                        kind: kind.to_owned(),
+                        payload: payload.clone(),
+                        attempts: 1,
+                        max_attempts,
+                    };
+                    (row, lease_until)
+                })
+                .collect();
+        } else {
+            enqueued.ready = !inserted.is_empty();
+            if enqueued.ready {
+                tx.notify(kind).await?;
+            }
+        }
+        Ok(enqueued)
+    }
+
+    /// Starts jobs whose transaction has committed: gives the leased ones to this instance's
+    /// workers, wakes a worker for the others.
+    pub fn hand_over(&self, enqueued: Enqueued) {
+        if !enqueued.leased.is_empty() {
+            if let Some(l) = self.locals().get_mut(enqueued.kind) {
+                l.jobs.extend(enqueued.leased);
+            }
+            self.waker(enqueued.kind).notify_one();
+        }
+        if enqueued.ready {
+            self.wake(enqueued.kind);
+        }
+    }
+
+    /// Up to `max` jobs handed to this instance's workers of `kind`. Jobs whose lease is about to
+    /// end are left to expire and be claimed the usual way (their lease would not cover a run).
+    fn take_local(&self, kind: &str, max: usize, now: i64) -> Vec<JobRow> {
+        let mut locals = self.locals();
+        let Some(l) = locals.get_mut(kind) else {
+            return Vec::new();
+        };
+        let margin = self.lease_ms() / 2;
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some((row, until)) = l.jobs.pop_front() else {
+                break;
+            };
+            if until - now > margin {
+                out.push(row);
+            }
+        }
+        out
+    }
+
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.cfg.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
     }
 
     /// This instance's lease owner id.
@@ -83,8 +219,12 @@ impl Queue {
         map.entry(kind.to_owned()).or_default().clone()
     }
 
-    /// Wakes one idle worker of `kind` (call after committing new jobs).
+    /// Wakes one idle worker of `kind` to claim from the table (call after committing jobs
+    /// there).
     pub fn wake(&self, kind: &str) {
+        if let Some(l) = self.locals().get_mut(kind) {
+            l.in_table = true;
+        }
         self.waker(kind).notify_one();
     }
 
@@ -163,6 +303,9 @@ impl Queue {
         shutdown: watch::Receiver<bool>,
     ) -> Vec<JoinHandle<()>> {
         let k = self.cfg.kind(kind);
+        if k.workers > 0 {
+            self.locals().entry(kind).or_default().room = k.batch_size.max(1) * k.workers;
+        }
         (0..k.workers)
             .map(|_| {
                 let q = Arc::clone(self);
@@ -184,25 +327,17 @@ impl Queue {
     ) {
         let waker = self.waker(kind);
         let poll = Duration::from_millis(self.cfg.poll_interval_ms);
-        let lease_ms =
-            i64::try_from(self.cfg.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let mut last_claim = Instant::now();
         loop {
             if *shutdown.borrow() {
                 return;
             }
-            let now = self.clock.now_ms();
-            let claimed = jobs::claim(
-                &self.db,
-                kind,
-                &self.owner,
-                now,
-                now.saturating_add(lease_ms),
-                batch_size,
-            )
-            .await;
+            // Jobs committed by the tasks that run next join this batch (see `store::gather`).
+            tokio::task::yield_now().await;
+            let claimed = self.next_batch(kind, batch_size, &mut last_claim).await;
             match claimed {
                 Ok(batch) if !batch.is_empty() => {
-                    if batch.len() == batch_size {
+                    if batch.len() == batch_size || self.has_local(kind) {
                         // More may be waiting: let another idle worker help.
                         waker.notify_one();
                     }
@@ -229,6 +364,47 @@ impl Queue {
                 _ = shutdown.changed() => {}
             }
         }
+    }
+
+    /// The next batch for a worker of `kind`: jobs handed over first, else jobs claimed from the
+    /// table. The table comes first when jobs are known to wait there ([`Queue::wake`]), and at
+    /// least every poll interval even while jobs keep being handed over, so that jobs waiting
+    /// there (retries, reaped leases, other instances' jobs) are not starved.
+    async fn next_batch(
+        &self,
+        kind: &str,
+        batch_size: usize,
+        last_claim: &mut Instant,
+    ) -> Result<Vec<JobRow>> {
+        let now = self.clock.now_ms();
+        let in_table = self
+            .locals()
+            .get_mut(kind)
+            .is_some_and(|l| std::mem::take(&mut l.in_table));
+        if !in_table && last_claim.elapsed() < Duration::from_millis(self.cfg.poll_interval_ms) {
+            let handed = self.take_local(kind, batch_size, now);
+            if !handed.is_empty() {
+                return Ok(handed);
+            }
+        }
+        *last_claim = Instant::now();
+        let claimed = jobs::claim(
+            &self.db,
+            kind,
+            &self.owner,
+            now,
+            now.saturating_add(self.lease_ms()),
+            batch_size,
+        )
+        .await?;
+        if claimed.is_empty() {
+            return Ok(self.take_local(kind, batch_size, now));
+        }
+        Ok(claimed)
+    }
+
+    fn has_local(&self, kind: &str) -> bool {
+        self.locals().get(kind).is_some_and(|l| !l.jobs.is_empty())
     }
 
     /// Returns this instance's leased jobs to the queue (after a shutdown that did not finish

@@ -8,7 +8,7 @@ use super::{Arg, Db, Tx};
 use crate::error::Result;
 
 /// A stored task.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct TaskRow {
     /// Task id (server-generated).
     pub id: String,
@@ -37,7 +37,7 @@ pub struct TaskRow {
 }
 
 /// A stored stream event.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct EventRow {
     /// Sequence within the task, from 1.
     pub seq: i64,
@@ -90,7 +90,7 @@ pub async fn update_tasks(
     tx: &mut Tx,
     changes: &[(&TaskRow, i64)],
 ) -> Result<std::collections::HashSet<String>> {
-    #[derive(sqlx::FromRow)]
+    #[derive(sqlx::FromRow, serde::Deserialize)]
     struct Id {
         id: String,
     }
@@ -162,6 +162,18 @@ pub async fn get_task(db: &Db, id: &str) -> Result<Option<TaskRow>> {
     .await
 }
 
+/// The task `id`, read inside `tx`.
+///
+/// # Errors
+/// Database errors.
+pub async fn get_task_in(tx: &mut Tx, id: &str) -> Result<Option<TaskRow>> {
+    tx.fetch_optional(
+        &format!("SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE id = $1"),
+        &[Arg::Text(id)],
+    )
+    .await
+}
+
 /// The tasks in one of `states` whose owner and current turn's wire id are one of `turns`
 /// (`(owner, wire message id)`), read inside the transaction that creates new tasks.
 ///
@@ -197,7 +209,7 @@ pub async fn tasks_by_wire_message(
 /// # Errors
 /// Database errors.
 pub async fn agent_of_context(db: &Db, owner: &str, context_id: &str) -> Result<Option<String>> {
-    #[derive(sqlx::FromRow)]
+    #[derive(sqlx::FromRow, serde::Deserialize)]
     struct AgentRow {
         agent: String,
     }
@@ -296,7 +308,7 @@ pub async fn list_tasks(
 /// # Errors
 /// Database errors.
 pub async fn count_tasks(db: &Db, f: &TaskFilter<'_>) -> Result<i64> {
-    #[derive(sqlx::FromRow)]
+    #[derive(sqlx::FromRow, serde::Deserialize)]
     struct N {
         n: i64,
     }
@@ -315,7 +327,7 @@ pub async fn count_tasks(db: &Db, f: &TaskFilter<'_>) -> Result<i64> {
 /// # Errors
 /// Database errors.
 pub async fn idempotent_task(db: &Db, owner: &str, key: &str) -> Result<Option<String>> {
-    #[derive(sqlx::FromRow)]
+    #[derive(sqlx::FromRow, serde::Deserialize)]
     struct T {
         task_id: String,
     }
@@ -355,7 +367,7 @@ pub async fn claim_idempotency_key(
 }
 
 /// A stored push notification config.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct PushConfigRow {
     /// Config id.
     pub id: String,
@@ -371,7 +383,7 @@ pub struct PushConfigRow {
 /// # Errors
 /// Database errors.
 pub async fn put_push_config(
-    db: &Db,
+    tx: &mut Tx,
     task_id: &str,
     id: &str,
     owner: &str,
@@ -379,7 +391,7 @@ pub async fn put_push_config(
     delivered_seq: i64,
     now: i64,
 ) -> Result<()> {
-    db.execute(
+    tx.execute(
         "INSERT INTO a2a_push_configs (task_id, id, owner, body, delivered_seq, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6) \
          ON CONFLICT (task_id, id) DO UPDATE SET body = excluded.body",
@@ -462,7 +474,7 @@ pub async fn notify_task(tx: &mut Tx, task_id: &str) -> Result<()> {
 /// # Errors
 /// Database errors.
 pub async fn push_config_ids(tx: &mut Tx, task_ids: &[&str]) -> Result<Vec<(String, String)>> {
-    #[derive(sqlx::FromRow)]
+    #[derive(sqlx::FromRow, serde::Deserialize)]
     struct Ids {
         task_id: String,
         id: String,

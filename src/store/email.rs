@@ -1,11 +1,11 @@
 //! Email: the Message-IDs switchboard has seen or sent (threading), and bounces that turn a
 //! delivered reply into a failed one.
 
-use super::{Arg, Db};
+use super::{Arg, Db, Tx};
 use crate::error::Result;
 
 /// One known Message-ID.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct KnownMessageId {
     /// The Message-ID, without angle brackets.
     pub message_id: String,
@@ -17,12 +17,13 @@ pub struct KnownMessageId {
     pub direction: String,
 }
 
-/// Records a Message-ID of `agent`'s thread (a second record of the same id is ignored).
+/// Records a Message-ID of `agent`'s thread (a second record of the same id is ignored), in
+/// `tx`.
 ///
 /// # Errors
 /// Database errors.
 pub async fn remember(
-    db: &Db,
+    tx: &mut Tx,
     message_id: &str,
     agent: &str,
     thread_key: &str,
@@ -30,7 +31,7 @@ pub async fn remember(
     direction: &str,
     now: i64,
 ) -> Result<()> {
-    db.execute(
+    tx.execute(
         "INSERT INTO email_message_ids (message_id, agent, thread_key, stored_id, direction, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
         &[
@@ -69,7 +70,7 @@ pub async fn lookup(db: &Db, agent: &str, ids: &[&str]) -> Result<Vec<KnownMessa
 /// # Errors
 /// Database errors.
 pub async fn sent_message_id(db: &Db, response_id: &str) -> Result<Option<String>> {
-    #[derive(sqlx::FromRow)]
+    #[derive(sqlx::FromRow, serde::Deserialize)]
     struct Row {
         message_id: String,
     }
@@ -106,7 +107,7 @@ pub async fn delivery_outcome(
     db: &Db,
     response_id: &str,
 ) -> Result<Option<(String, Option<String>)>> {
-    #[derive(sqlx::FromRow)]
+    #[derive(sqlx::FromRow, serde::Deserialize)]
     struct Row {
         outcome: String,
         detail: Option<String>,

@@ -7,7 +7,7 @@ use super::{Arg, Backend, Db, Tx, in_list, rows};
 use crate::error::{Error, Result};
 
 /// A job as claimed by a worker.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct JobRow {
     /// Stable id (e.g. `dispatch:{message id}`), so enqueueing twice is harmless.
     pub id: String,
@@ -22,7 +22,7 @@ pub struct JobRow {
 }
 
 /// A job as the operator sees it.
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize, serde::Serialize)]
 pub struct JobInfo {
     /// Id.
     pub id: String,
@@ -43,7 +43,7 @@ pub struct JobInfo {
 }
 
 /// Count of jobs per kind and state.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct JobCount {
     /// Kind.
     pub kind: String,
@@ -66,6 +66,9 @@ pub struct NewJob<'a> {
     pub max_attempts: i64,
     /// First run (unix ms).
     pub run_at: i64,
+    /// Inserted already claimed: leased to this owner until then (its first attempt counted),
+    /// for a worker of the owner's that is handed the job directly.
+    pub lease: Option<(&'a str, i64)>,
 }
 
 /// How a claimed job ended.
@@ -99,38 +102,45 @@ impl Finish {
     }
 }
 
-/// Inserts jobs in one statement, skipping ids that exist; returns how many were inserted.
-/// Call [`Tx::notify`] once per transaction so other instances wake.
+#[derive(sqlx::FromRow, serde::Deserialize)]
+struct IdRow {
+    id: String,
+}
+
+/// Inserts jobs in one statement, skipping ids that exist; returns the ids inserted. Call
+/// [`Tx::notify`] once per transaction so other instances wake.
 ///
 /// # Errors
 /// Database errors.
-pub async fn enqueue_many(tx: &mut Tx, jobs: &[NewJob<'_>], now: i64) -> Result<u64> {
+pub async fn enqueue_many(tx: &mut Tx, jobs: &[NewJob<'_>], now: i64) -> Result<HashSet<String>> {
     if jobs.is_empty() {
-        return Ok(0);
+        return Ok(HashSet::new());
     }
     let (values, args) = rows(jobs, |j| {
+        let (state, attempts, owner, until) = match j.lease {
+            Some((owner, until)) => ("running", 1, Some(owner), Some(until)),
+            None => ("ready", 0, None, None),
+        };
         [
             Arg::Text(j.id),
             Arg::Text(j.kind),
             Arg::Text(j.payload),
-            Arg::Text("ready"),
-            Arg::Int(0),
+            Arg::Text(state),
+            Arg::Int(attempts),
             Arg::Int(j.max_attempts),
             Arg::Int(j.run_at),
+            Arg::OptText(owner),
+            Arg::OptInt(until),
             Arg::Int(now),
             Arg::Int(now),
         ]
     });
     let sql = format!(
-        "INSERT INTO jobs (id, kind, payload, state, attempts, max_attempts, run_at, created_at, updated_at) \
-         VALUES {values} ON CONFLICT DO NOTHING"
+        "INSERT INTO jobs (id, kind, payload, state, attempts, max_attempts, run_at, lease_owner, lease_until, created_at, updated_at) \
+         VALUES {values} ON CONFLICT DO NOTHING RETURNING id"
     );
-    tx.execute(&sql, &args).await
-}
-
-#[derive(sqlx::FromRow)]
-struct IdRow {
-    id: String,
+    let rows: Vec<IdRow> = tx.fetch_all(&sql, &args).await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
 }
 
 /// Marks many jobs done in one statement where `owner` still holds the lease; returns the ids it
@@ -344,7 +354,22 @@ pub async fn purge(db: &Db, state: &str) -> Result<u64> {
         .await
 }
 
-/// Job counts per kind and state.
+/// Jobs waiting, running and dead, per kind (finished jobs are not counted: there are many, and
+/// the indexes that make these counts cheap leave them out).
+///
+/// # Errors
+/// Database errors.
+pub async fn depth(db: &Db) -> Result<Vec<JobCount>> {
+    db.fetch_all(
+        "SELECT kind, 'ready' AS state, COUNT(*) AS n FROM jobs WHERE state = 'ready' GROUP BY kind \
+         UNION ALL SELECT kind, 'running' AS state, COUNT(*) AS n FROM jobs WHERE state = 'running' GROUP BY kind \
+         UNION ALL SELECT kind, 'dead' AS state, COUNT(*) AS n FROM jobs WHERE state = 'dead' GROUP BY kind",
+        &[],
+    )
+    .await
+}
+
+/// Job counts per kind and state (every job: a scan of the table).
 ///
 /// # Errors
 /// Database errors.

@@ -6,7 +6,7 @@ use super::{Arg, Db, Tx, in_list, rows};
 use crate::error::Result;
 
 /// A stored message or response.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct StoredMessage {
     /// Insertion order.
     pub seq: i64,
@@ -37,7 +37,7 @@ pub struct ExternalKey<'a> {
     pub message_id: &'a str,
 }
 
-#[derive(sqlx::FromRow)]
+#[derive(sqlx::FromRow, serde::Deserialize)]
 struct MessageIdRow {
     message_id: String,
 }
@@ -71,7 +71,20 @@ pub async fn claim_external_ids(
     Ok(rows.into_iter().map(|r| r.message_id).collect())
 }
 
-#[derive(sqlx::FromRow)]
+/// Gives a dedupe key back (its message was declined in the same transaction).
+///
+/// # Errors
+/// Database errors.
+pub async fn release_external_id(tx: &mut Tx, transport: &str, external_id: &str) -> Result<()> {
+    tx.execute(
+        "DELETE FROM inbound_seen WHERE transport = $1 AND external_id = $2",
+        &[Arg::Text(transport), Arg::Text(external_id)],
+    )
+    .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow, serde::Deserialize)]
 struct DuplicateRow {
     message_id: String,
     thread_id: Option<String>,
@@ -96,7 +109,7 @@ pub async fn duplicate_of(
     Ok(row.map(|r| (r.message_id, r.thread_id.unwrap_or_default())))
 }
 
-#[derive(sqlx::FromRow)]
+#[derive(sqlx::FromRow, serde::Deserialize)]
 struct ThreadKeyRow {
     id: String,
     transport: String,
@@ -160,13 +173,14 @@ pub struct NewMessage<'a> {
     pub body: &'a str,
 }
 
-#[derive(sqlx::FromRow)]
+#[derive(sqlx::FromRow, serde::Deserialize)]
 struct IdRow {
     id: String,
+    seq: i64,
 }
 
-/// Stores messages in one statement; returns the ids stored. A message is skipped when its id,
-/// or for a response the message it answers, is already stored.
+/// Stores messages in one statement; returns the rows stored (a message is skipped when its
+/// id, or for a response the message it answers, is already stored).
 ///
 /// # Errors
 /// Database errors.
@@ -174,9 +188,9 @@ pub async fn insert_many(
     tx: &mut Tx,
     msgs: &[NewMessage<'_>],
     now: i64,
-) -> Result<HashSet<String>> {
+) -> Result<Vec<StoredMessage>> {
     if msgs.is_empty() {
-        return Ok(HashSet::new());
+        return Ok(Vec::new());
     }
     let (values, args) = rows(msgs, |m| {
         [
@@ -192,10 +206,66 @@ pub async fn insert_many(
     });
     let sql = format!(
         "INSERT INTO messages (id, thread_id, direction, agent, transport, answers, body, created_at) \
-         VALUES {values} ON CONFLICT DO NOTHING RETURNING id"
+         VALUES {values} ON CONFLICT DO NOTHING RETURNING id, seq"
     );
     let rows: Vec<IdRow> = tx.fetch_all(&sql, &args).await?;
-    Ok(rows.into_iter().map(|r| r.id).collect())
+    let seqs: HashMap<String, i64> = rows.into_iter().map(|r| (r.id, r.seq)).collect();
+    Ok(msgs
+        .iter()
+        .filter_map(|m| {
+            Some(StoredMessage {
+                seq: *seqs.get(m.id)?,
+                id: m.id.to_owned(),
+                thread_id: m.thread_id.to_owned(),
+                direction: m.direction.to_owned(),
+                agent: m.agent.to_owned(),
+                transport: m.transport.to_owned(),
+                body: m.body.to_owned(),
+                created_at: now,
+            })
+        })
+        .collect())
+}
+
+impl crate::store::recent::Weight for StoredMessage {
+    fn weight(&self) -> usize {
+        self.body.len()
+    }
+}
+
+/// Messages and responses this instance stored last (they never change), so that dispatch and
+/// delivery need not read them back.
+pub type Recent = crate::store::recent::Recent<std::sync::Arc<StoredMessage>>;
+
+/// A [`Recent`] of a size that holds what is in flight: 4,096 rows, 16 MiB, rows up to 256 KiB.
+#[must_use]
+pub fn recent() -> Recent {
+    Recent::new(4_096, 16 << 20, 256 << 10)
+}
+
+/// Stored messages or responses by id, from `recent` where it holds them, the rest read.
+///
+/// # Errors
+/// Database errors.
+pub async fn get_many_cached(
+    db: &Db,
+    recent: &Recent,
+    ids: &[&str],
+) -> Result<HashMap<String, std::sync::Arc<StoredMessage>>> {
+    let mut found = HashMap::with_capacity(ids.len());
+    let mut missing = Vec::new();
+    for id in ids {
+        match recent.get(id) {
+            Some(row) => {
+                found.insert((*id).to_owned(), row);
+            }
+            None => missing.push(*id),
+        }
+    }
+    for row in get_many(db, &missing).await? {
+        found.insert(row.id.clone(), std::sync::Arc::new(row));
+    }
+    Ok(found)
 }
 
 const COLUMNS: &str = "seq, id, thread_id, direction, agent, transport, body, created_at";
@@ -343,7 +413,7 @@ pub async fn record_deliveries(
 }
 
 /// Counts used by tests and operators: messages per direction.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct DirectionCount {
     /// `in` or `out`.
     pub direction: String,

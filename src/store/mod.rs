@@ -3,25 +3,26 @@
 //!
 //! Queries are runtime-checked and written once in a portable subset (`$n` placeholders, TEXT
 //! ids, integer unix-millisecond times, `ON CONFLICT`, `RETURNING`); backend-specific SQL appears
-//! only where semantics differ. SQLite gets one writer connection (SQLite admits one writer at a
-//! time anyway, and this way writers queue in-process instead of spinning on `SQLITE_BUSY`) and
-//! a pool of readers.
+//! only where semantics differ. SQLite (the `sqlite` module) runs statements on the calling task with one
+//! writer connection (SQLite admits one writer at a time anyway, and this way writers queue
+//! in-process instead of spinning on `SQLITE_BUSY`) and a pool of readers; PostgreSQL goes
+//! through sqlx's pool.
 
 pub mod a2a;
 pub mod blobs;
 pub mod email;
 pub mod jobs;
 pub mod messages;
+pub mod recent;
+mod sqlite;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use sqlx::{ConnectOptions, FromRow, PgPool, Postgres, Sqlite, SqlitePool};
+use sqlx::{ConnectOptions, FromRow, PgPool, Postgres};
 
 use crate::config::DatabaseConfig;
 use crate::error::{Error, Result};
@@ -40,7 +41,7 @@ pub enum Backend {
 
 #[derive(Debug, Clone)]
 enum Pools {
-    Sqlite { write: SqlitePool, read: SqlitePool },
+    Sqlite(Arc<sqlite::Sqlite>),
     Postgres(PgPool),
 }
 
@@ -65,10 +66,10 @@ pub enum Arg<'a> {
     Bytes(&'a [u8]),
 }
 
-/// A row type decodable from both engines.
-pub trait Row: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin {}
-impl<T> Row for T where T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
-{}
+/// A row type decodable from both engines: sqlx's `FromRow` for PostgreSQL, serde (columns by
+/// name) for SQLite.
+pub trait Row: for<'r> FromRow<'r, PgRow> + serde::de::DeserializeOwned + Send + Unpin {}
+impl<T> Row for T where T: for<'r> FromRow<'r, PgRow> + serde::de::DeserializeOwned + Send + Unpin {}
 
 macro_rules! bind_all {
     ($q:expr, $args:expr) => {{
@@ -90,7 +91,7 @@ macro_rules! bind_all {
 #[derive(Debug)]
 pub enum Tx {
     /// SQLite.
-    Sqlite(sqlx::Transaction<'static, Sqlite>),
+    Sqlite(sqlite::Tx),
     /// PostgreSQL.
     Postgres(sqlx::Transaction<'static, Postgres>),
 }
@@ -102,13 +103,7 @@ impl Tx {
     /// Database errors.
     pub async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
         Ok(match self {
-            Self::Sqlite(tx) => {
-                let sql = sqlite_sql(sql);
-                bind_all!(sqlx::query(&sql), args)
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected()
-            }
+            Self::Sqlite(tx) => tx.execute(sql, args)?,
             Self::Postgres(tx) => bind_all!(sqlx::query(sql), args)
                 .execute(&mut **tx)
                 .await?
@@ -122,12 +117,7 @@ impl Tx {
     /// Database errors.
     pub async fn fetch_all<T: Row>(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<T>> {
         Ok(match self {
-            Self::Sqlite(tx) => {
-                let sql = sqlite_sql(sql);
-                bind_all!(sqlx::query_as::<_, T>(&sql), args)
-                    .fetch_all(&mut **tx)
-                    .await?
-            }
+            Self::Sqlite(tx) => tx.fetch(sql, args, usize::MAX)?,
             Self::Postgres(tx) => {
                 bind_all!(sqlx::query_as::<_, T>(sql), args)
                     .fetch_all(&mut **tx)
@@ -146,12 +136,7 @@ impl Tx {
         args: &[Arg<'_>],
     ) -> Result<Option<T>> {
         Ok(match self {
-            Self::Sqlite(tx) => {
-                let sql = sqlite_sql(sql);
-                bind_all!(sqlx::query_as::<_, T>(&sql), args)
-                    .fetch_optional(&mut **tx)
-                    .await?
-            }
+            Self::Sqlite(tx) => tx.fetch(sql, args, 1)?.pop(),
             Self::Postgres(tx) => {
                 bind_all!(sqlx::query_as::<_, T>(sql), args)
                     .fetch_optional(&mut **tx)
@@ -182,44 +167,11 @@ impl Tx {
     /// Database errors; nothing was committed.
     pub async fn commit(self) -> Result<()> {
         match self {
-            Self::Sqlite(tx) => tx.commit().await?,
+            Self::Sqlite(tx) => tx.commit()?,
             Self::Postgres(tx) => tx.commit().await?,
         }
         Ok(())
     }
-}
-
-/// For SQLite, rewrites `$1, $2, … $n` to anonymous `?` when every placeholder appears once and
-/// in order (true of all multi-row statements). SQLite looks named parameters up by a linear
-/// scan, so binding a statement with hundreds of `$N` costs time quadratic in their number;
-/// anonymous ones bind by position.
-fn sqlite_sql(sql: &str) -> std::borrow::Cow<'_, str> {
-    let bytes = sql.as_bytes();
-    let mut out = String::with_capacity(sql.len());
-    let (mut expected, mut last, mut i) = (1usize, 0usize, 0usize);
-    while i < bytes.len() {
-        if bytes[i] == b'$' {
-            let digits = bytes[i + 1..]
-                .iter()
-                .take_while(|b| b.is_ascii_digit())
-                .count();
-            if digits > 0 {
-                let n: usize = sql[i + 1..i + 1 + digits].parse().unwrap_or(0);
-                if n != expected {
-                    return std::borrow::Cow::Borrowed(sql);
-                }
-                expected += 1;
-                out.push_str(&sql[last..i]);
-                out.push('?');
-                i += 1 + digits;
-                last = i;
-                continue;
-            }
-        }
-        i += 1;
-    }
-    out.push_str(&sql[last..]);
-    std::borrow::Cow::Owned(out)
 }
 
 /// `($1, $2), ($3, $4), …`: the VALUES list of a multi-row statement with `rows` rows of `cols`
@@ -266,6 +218,23 @@ pub fn in_list(n: usize, first: usize) -> String {
         .join(", ")
 }
 
+/// Waits for the first item of a group commit, lets every other runnable task add to it, and
+/// takes what has queued up (at most `max`). Without the pause, a writer woken by the first
+/// item would commit it alone: the runtime runs a freshly woken task next, before the tasks
+/// that are about to send more.
+pub async fn gather<T>(rx: &mut tokio::sync::mpsc::Receiver<T>, max: usize) -> Option<Vec<T>> {
+    let first = rx.recv().await?;
+    tokio::task::yield_now().await;
+    let mut batch = vec![first];
+    while batch.len() < max {
+        match rx.try_recv() {
+            Ok(item) => batch.push(item),
+            Err(_) => break,
+        }
+    }
+    Some(batch)
+}
+
 /// The `LISTEN` channel job wakeups travel on.
 pub const NOTIFY_CHANNEL: &str = "switchboard_jobs";
 
@@ -277,34 +246,13 @@ impl Db {
     pub async fn connect(cfg: &DatabaseConfig) -> Result<Self> {
         let url = cfg.url.expose();
         if url.starts_with("sqlite:") {
-            let base = SqliteConnectOptions::from_str(url)?
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
-                .busy_timeout(Duration::from_millis(cfg.busy_timeout_ms))
-                .foreign_keys(true)
-                .log_statements(log::LevelFilter::Trace)
-                .log_slow_statements(log::LevelFilter::Warn, Duration::from_secs(1));
-            let memory = url.contains(":memory:") || url.contains("mode=memory");
-            // An embedded file cannot hang up: no ping (a round trip to the connection's
-            // thread) before every use.
-            let write = SqlitePoolOptions::new()
-                .max_connections(1)
-                .min_connections(1)
-                .test_before_acquire(false)
-                .connect_with(base.clone())
-                .await?;
-            let read = if memory {
-                write.clone()
-            } else {
-                SqlitePoolOptions::new()
-                    .max_connections(cfg.max_connections.max(1))
-                    .test_before_acquire(false)
-                    .connect_with(base)
-                    .await?
-            };
+            let db = sqlite::Sqlite::open(
+                url,
+                cfg.max_connections,
+                Duration::from_millis(cfg.busy_timeout_ms),
+            )?;
             Ok(Self {
-                pools: Pools::Sqlite { write, read },
+                pools: Pools::Sqlite(Arc::new(db)),
             })
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let opts = PgConnectOptions::from_str(url)?
@@ -342,7 +290,7 @@ impl Db {
     /// A failed migration.
     pub async fn migrate(&self) -> Result<()> {
         match &self.pools {
-            Pools::Sqlite { write, .. } => SQLITE_MIGRATOR.run(write).await?,
+            Pools::Sqlite(db) => db.migrate(&SQLITE_MIGRATOR).await?,
             Pools::Postgres(pool) => POSTGRES_MIGRATOR.run(pool).await?,
         }
         Ok(())
@@ -352,7 +300,7 @@ impl Db {
     #[must_use]
     pub fn backend(&self) -> Backend {
         match self.pools {
-            Pools::Sqlite { .. } => Backend::Sqlite,
+            Pools::Sqlite(_) => Backend::Sqlite,
             Pools::Postgres(_) => Backend::Postgres,
         }
     }
@@ -362,7 +310,7 @@ impl Db {
     pub fn postgres_pool(&self) -> Option<&PgPool> {
         match &self.pools {
             Pools::Postgres(p) => Some(p),
-            Pools::Sqlite { .. } => None,
+            Pools::Sqlite(_) => None,
         }
     }
 
@@ -372,7 +320,7 @@ impl Db {
     /// Database errors.
     pub async fn begin(&self) -> Result<Tx> {
         Ok(match &self.pools {
-            Pools::Sqlite { write, .. } => Tx::Sqlite(write.begin().await?),
+            Pools::Sqlite(db) => Tx::Sqlite(db.begin().await?),
             Pools::Postgres(p) => Tx::Postgres(p.begin().await?),
         })
     }
@@ -383,13 +331,7 @@ impl Db {
     /// Database errors.
     pub async fn execute(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
         Ok(match &self.pools {
-            Pools::Sqlite { write, .. } => {
-                let sql = sqlite_sql(sql);
-                bind_all!(sqlx::query(&sql), args)
-                    .execute(write)
-                    .await?
-                    .rows_affected()
-            }
+            Pools::Sqlite(db) => db.execute(sql, args).await?,
             Pools::Postgres(p) => bind_all!(sqlx::query(sql), args)
                 .execute(p)
                 .await?
@@ -403,12 +345,7 @@ impl Db {
     /// Database errors.
     pub async fn write_fetch_all<T: Row>(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<T>> {
         Ok(match &self.pools {
-            Pools::Sqlite { write, .. } => {
-                let sql = sqlite_sql(sql);
-                bind_all!(sqlx::query_as::<_, T>(&sql), args)
-                    .fetch_all(write)
-                    .await?
-            }
+            Pools::Sqlite(db) => db.write_fetch_all(sql, args).await?,
             Pools::Postgres(p) => {
                 bind_all!(sqlx::query_as::<_, T>(sql), args)
                     .fetch_all(p)
@@ -423,12 +360,7 @@ impl Db {
     /// Database errors.
     pub async fn fetch_all<T: Row>(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<T>> {
         Ok(match &self.pools {
-            Pools::Sqlite { read, .. } => {
-                let sql = sqlite_sql(sql);
-                bind_all!(sqlx::query_as::<_, T>(&sql), args)
-                    .fetch_all(read)
-                    .await?
-            }
+            Pools::Sqlite(db) => db.fetch(sql, args, usize::MAX).await?,
             Pools::Postgres(p) => {
                 bind_all!(sqlx::query_as::<_, T>(sql), args)
                     .fetch_all(p)
@@ -443,12 +375,7 @@ impl Db {
     /// Database errors.
     pub async fn fetch_optional<T: Row>(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<T>> {
         Ok(match &self.pools {
-            Pools::Sqlite { read, .. } => {
-                let sql = sqlite_sql(sql);
-                bind_all!(sqlx::query_as::<_, T>(&sql), args)
-                    .fetch_optional(read)
-                    .await?
-            }
+            Pools::Sqlite(db) => db.fetch(sql, args, 1).await?.pop(),
             Pools::Postgres(p) => {
                 bind_all!(sqlx::query_as::<_, T>(sql), args)
                     .fetch_optional(p)
@@ -462,7 +389,7 @@ impl Db {
     /// # Errors
     /// Database errors (the database is not ready).
     pub async fn ready(&self) -> Result<bool> {
-        #[derive(sqlx::FromRow)]
+        #[derive(sqlx::FromRow, serde::Deserialize)]
         struct Applied {
             n: i64,
         }
@@ -479,13 +406,10 @@ impl Db {
         Ok(row.is_some_and(|r| usize::try_from(r.n).is_ok_and(|n| n >= expected)))
     }
 
-    /// Closes the pools.
+    /// Closes the connections.
     pub async fn close(&self) {
         match &self.pools {
-            Pools::Sqlite { write, read } => {
-                read.close().await;
-                write.close().await;
-            }
+            Pools::Sqlite(db) => db.close().await,
             Pools::Postgres(p) => p.close().await,
         }
     }
@@ -506,22 +430,6 @@ pub fn migration_names(backend: Backend) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sqlite_placeholders_become_positional_only_when_in_order() {
-        assert_eq!(
-            sqlite_sql("VALUES ($1, $2), ($3, $4)"),
-            "VALUES (?, ?), (?, ?)"
-        );
-        assert_eq!(
-            sqlite_sql("SELECT '$x' WHERE a = $1"),
-            "SELECT '$x' WHERE a = ?"
-        );
-        let reused = "UPDATE t SET a = $2 WHERE b = $1";
-        assert_eq!(sqlite_sql(reused), reused);
-        let twice = "SELECT $1 WHERE x = $1";
-        assert_eq!(sqlite_sql(twice), twice);
-    }
 
     #[test]
     fn placeholder_lists() {

@@ -29,6 +29,9 @@ pub struct Delivery {
     pub original: NormalizedMessage,
 }
 
+/// What a transport does once the transaction it wrote a delivery in has committed.
+pub type AfterCommit = Box<dyn FnOnce() + Send>;
+
 /// The outbound half of a transport.
 #[async_trait::async_trait]
 pub trait Transport: Send + Sync + std::fmt::Debug {
@@ -40,6 +43,30 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// Temporary failures are retried with backoff; permanent ones end the delivery.
     async fn deliver(&self, delivery: &Delivery) -> Result<(), OutboundError>;
+
+    /// Whether deliveries are writes to switchboard's own database and nothing else (A2A: the
+    /// response becomes the task's status and artifacts). Such a response is delivered by
+    /// [`Transport::deliver_in`] in the transaction that stores it, without a delivery job.
+    fn delivers_in_transaction(&self) -> bool {
+        false
+    }
+
+    /// Delivers a response inside `tx`, the transaction that stores it; returns what to do once
+    /// that transaction has committed. Only called when [`Transport::delivers_in_transaction`].
+    ///
+    /// # Errors
+    /// Temporary failures hand the response to a delivery job instead; permanent ones end the
+    /// delivery.
+    async fn deliver_in(
+        &self,
+        tx: &mut crate::store::Tx,
+        delivery: &Delivery,
+    ) -> Result<AfterCommit, OutboundError> {
+        let _ = (tx, delivery);
+        Err(OutboundError::permanent(
+            "this transport delivers over the network",
+        ))
+    }
 
     /// Whether [`Transport::progress`] does anything: only then are a streaming backend's
     /// events forwarded while it answers.

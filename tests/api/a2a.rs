@@ -555,6 +555,33 @@ async fn a_resend_while_running_joins_its_task(engine: Engine) {
 }
 on_both_engines!(a_resend_while_running_joins_its_task);
 
+/// Many blocking sends at once, answered on several threads: each returns its completed task.
+/// (The ordering rule this leans on, that a task remembered in memory is never replaced by an
+/// older version, is unit-tested in `transports::a2a::tasks`: the race it guards against is too
+/// narrow to show up here reliably.)
+async fn concurrent_blocking_sends_all_complete(engine: Engine) {
+    let t = spawn_app(engine, |c, _| c.a2a.blocking_timeout_ms = 5_000).await;
+    let sends = (0..200).map(|i| {
+        let t = &t;
+        async move {
+            let r = rpc(
+                t,
+                "/a2a",
+                "SendMessage",
+                json!({"message": user_message(&format!("n{i}"))}),
+            )
+            .await;
+            (i, r)
+        }
+    });
+    for (i, r) in futures_util::future::join_all(sends).await {
+        let task = &r["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
+        assert_eq!(texts(task), vec![format!("n{i}")], "{r}");
+    }
+}
+on_both_engines!(concurrent_blocking_sends_all_complete);
+
 /// Answers like echo, but asks for input when a message contains "need input".
 #[derive(Debug, Default)]
 pub struct AskerAgent;

@@ -217,7 +217,7 @@ async fn post_signed(
 }
 
 async fn count(db: &Db, sql: &str, args: &[Arg<'_>]) -> i64 {
-    #[derive(sqlx::FromRow)]
+    #[derive(sqlx::FromRow, serde::Deserialize)]
     struct N {
         n: i64,
     }
@@ -1926,7 +1926,7 @@ async fn attachments_are_stored_and_sent_back(engine: Engine) {
     assert_eq!(fetched.bytes().await.unwrap().to_vec(), png);
     // What the agent was given: the text, the stored file, and links for the rest.
     let db = t.open_db().await;
-    #[derive(sqlx::FromRow)]
+    #[derive(sqlx::FromRow, serde::Deserialize)]
     struct B {
         body: String,
     }
@@ -2186,7 +2186,7 @@ async fn a_create_naming_its_note_by_iri_fetches_it() {
 
 /// An actor's row in `ap_actors`: its document and when it was fetched.
 async fn cached_actor(db: &Db, id: &str) -> (Value, i64) {
-    #[derive(sqlx::FromRow)]
+    #[derive(sqlx::FromRow, serde::Deserialize)]
     struct Row {
         doc: String,
         fetched_at: i64,

@@ -194,7 +194,19 @@ callback_url = "{cb}"
         (sink.by_message.lock().unwrap().len() == N).then_some(())
     })
     .await;
-    // Give the delivery workers a moment to finish their batches and then stop gracefully.
+    // Deliveries interrupted by the kill come back when their leases expire and go out again
+    // (with their ids): let them finish, then stop gracefully.
+    let store = switchboard::store::Db::connect(&switchboard::config::DatabaseConfig {
+        url: switchboard::config::Secret::new(&db.url),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    wait_for(60, "the queue to drain", || async {
+        let states = job_states(&store).await;
+        (states.keys().all(|s| s == "done")).then_some(())
+    })
+    .await;
     let pid = server.child.id().to_string();
     assert!(
         Command::new("kill")
@@ -221,12 +233,6 @@ callback_url = "{cb}"
         total - N
     );
 
-    let store = switchboard::store::Db::connect(&switchboard::config::DatabaseConfig {
-        url: switchboard::config::Secret::new(&db.url),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
     let counts: HashMap<String, i64> = messages::counts(&store)
         .await
         .unwrap()

@@ -1124,8 +1124,8 @@ async fn smtp_smuggling_and_bad_line_endings_are_refused() {
     assert!(r.reply().await.starts_with("250"));
     assert_eq!(stored_messages(&app).await, 1);
     let db = app.open_db().await;
-    let rows: Vec<(String,)> = sqlx::query_as("SELECT body FROM messages WHERE direction = 'in'")
-        .fetch_all(&sqlx::SqlitePool::connect(&app.db.url).await.unwrap())
+    let rows: Vec<(String,)> = db
+        .fetch_all("SELECT body FROM messages WHERE direction = 'in'", &[])
         .await
         .unwrap();
     drop(db);
@@ -1625,8 +1625,8 @@ async fn starttls_discards_injected_plaintext() {
     let got = say(&mut tls, "From: bob@elsewhere.test\r\nTo: echo@agents.test\r\nMessage-ID: <tls@e.test>\r\n\r\nover TLS\r\n.").await;
     assert!(got.starts_with("250"), "{got}");
     let db = app.open_db().await;
-    let rows: Vec<(String,)> = sqlx::query_as("SELECT body FROM messages WHERE direction = 'in'")
-        .fetch_all(&sqlx::SqlitePool::connect(&app.db.url).await.unwrap())
+    let rows: Vec<(String,)> = db
+        .fetch_all("SELECT body FROM messages WHERE direction = 'in'", &[])
         .await
         .unwrap();
     drop(db);

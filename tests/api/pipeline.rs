@@ -203,7 +203,7 @@ async fn failed_deliveries_are_retried_then_recorded(engine: Engine) {
     })
     .await;
     let db = t.open_db().await;
-    #[derive(sqlx::FromRow)]
+    #[derive(sqlx::FromRow, serde::Deserialize)]
     struct Rec {
         outcome: String,
         attempts: i64,
@@ -244,7 +244,7 @@ async fn undeliverable_responses_end_dead_and_can_be_retried(engine: Engine) {
             .unwrap()
             .contains("no transport named \"ghost\"")
     );
-    #[derive(sqlx::FromRow)]
+    #[derive(sqlx::FromRow, serde::Deserialize)]
     struct Rec {
         outcome: String,
     }

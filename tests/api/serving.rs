@@ -49,12 +49,16 @@ async fn health_readiness_and_metrics(engine: Engine) {
         "switchboard_http_requests_total{method=\"GET\",route=\"/healthz\",status=\"200\"} 1",
         "switchboard_inbound_messages_total{transport=\"test\",outcome=\"accepted\"} 1",
         "switchboard_jobs_total{kind=\"dispatch\",outcome=\"done\"} 1",
-        "switchboard_queue_depth{kind=\"dispatch\",state=\"done\"} 1",
         "switchboard_agent_call_duration_seconds_count{agent=\"echo\",result=\"ok\"} 1",
         "switchboard_end_to_end_seconds_count 1",
     ] {
         assert!(text.contains(needle), "metrics lack {needle}:\n{text}");
     }
+    // Finished jobs are not queue depth: nothing waits any more.
+    assert!(
+        !text.contains("switchboard_queue_depth{"),
+        "a finished job counted as waiting:\n{text}"
+    );
     assert_eq!(
         t.http
             .get(format!("{}/metrics", t.base))
@@ -68,6 +72,29 @@ async fn health_readiness_and_metrics(engine: Engine) {
     t.stop().await;
 }
 on_both_engines!(health_readiness_and_metrics);
+
+/// Queue depth counts the jobs that wait, per kind and state.
+async fn queue_depth_counts_waiting_jobs(engine: Engine) {
+    // No workers: the message's dispatch job stays ready.
+    let mut t = spawn_app(engine, |_, o| o.workers = false).await;
+    t.ingest("m-1", message(&t.agent("echo"), "k", "wait"))
+        .await;
+    let text = t
+        .http
+        .get(format!("http://{}/metrics", t.app().metrics_addr()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("switchboard_queue_depth{kind=\"dispatch\",state=\"ready\"} 1"),
+        "{text}"
+    );
+    t.stop().await;
+}
+on_both_engines!(queue_depth_counts_waiting_jobs);
 
 async fn shutdown_leaves_no_job_leased(engine: Engine) {
     let mut t = spawn_app(engine, |_, _| {}).await;

@@ -29,7 +29,7 @@ use crate::net::HttpClient;
 use crate::pipeline::Pipeline;
 
 use self::mapping::{response_state, to_a2a_part};
-use self::tasks::{Change, TaskEngine};
+use self::tasks::{Change, TaskEngine, TaskWrites};
 use self::wire::TaskState;
 use super::{Delivery, Transport};
 use crate::error::OutboundError;
@@ -138,6 +138,111 @@ fn end_stream(row: &TaskRow, original: &NormalizedMessage) -> Value {
     }})
 }
 
+/// The task a message belongs to.
+fn task_of(original: &NormalizedMessage) -> Result<&str, OutboundError> {
+    original
+        .raw
+        .get("taskId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| OutboundError::permanent("the message names no A2A task"))
+}
+
+fn not_stored(task_id: &str) -> OutboundError {
+    OutboundError::permanent(format!("A2A task {task_id} is not stored"))
+}
+
+/// The change a response makes to its task: status, artifacts or a direct message, and the
+/// stream events that tell of them.
+fn apply_response(
+    d: &Delivery,
+    row: &mut TaskRow,
+    task: &mut Value,
+    now: i64,
+) -> Result<Change, wire::RpcError> {
+    let resp = &d.response;
+    if row.last_response_id.as_deref() == Some(resp.id.as_str())
+        || TaskState::parse(&row.state).is_some_and(TaskState::is_terminal)
+    {
+        // Already applied (a retried delivery), or canceled meanwhile.
+        return Ok(Change::Keep);
+    }
+    let state = response_state(resp);
+    let parts: Vec<Value> = resp.parts.iter().map(to_a2a_part).collect();
+    row.last_response_id = Some(resp.id.clone());
+    let mut streamed = take_stream(task, &d.original);
+    let mut metadata = resp.metadata.clone().unwrap_or_default();
+    let hints = match metadata.remove("a2a") {
+        Some(Value::Object(h)) => h,
+        _ => serde_json::Map::new(),
+    };
+    let hint = |k: &str| hints.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let direct = hints.get("reply").and_then(Value::as_str) == Some("message");
+    let mut events = Vec::new();
+    let mut status_message = None;
+    let agent_message = json!({
+        "messageId": resp.id, "contextId": row.context_id, "taskId": row.id,
+        "role": "ROLE_AGENT", "parts": parts,
+    });
+    if parts.is_empty() {
+    } else if direct {
+        let mut m = agent_message.clone();
+        if let Some(o) = m.as_object_mut() {
+            o.remove("taskId");
+        }
+        task["_directMessage"] = m.clone();
+        events.push(json!({ "message": m }));
+    } else if state == TaskState::Completed && !hint("status_message") {
+        // A streamed answer ends in the artifact its chunks built: same id, the final parts
+        // replacing them (`append: false`, `lastChunk: true`).
+        let artifact_id = if std::mem::take(&mut streamed) {
+            stream_artifact_id(&d.original)
+        } else {
+            resp.id.clone()
+        };
+        let mut artifact = json!({ "artifactId": artifact_id, "name": "response", "parts": parts });
+        if !metadata.is_empty() {
+            artifact["metadata"] = Value::Object(metadata.clone());
+        }
+        match task.get_mut("artifacts") {
+            Some(Value::Array(a)) => a.push(artifact.clone()),
+            _ => task["artifacts"] = json!([artifact.clone()]),
+        }
+        if hint("chunked") {
+            let n = parts.len();
+            for (i, p) in parts.iter().enumerate() {
+                let mut chunk = artifact.clone();
+                chunk["parts"] = json!([p]);
+                events.push(json!({ "artifactUpdate": {
+                    "taskId": row.id, "contextId": row.context_id,
+                    "artifact": chunk, "append": i > 0, "lastChunk": i + 1 == n,
+                }}));
+            }
+        } else {
+            events.push(json!({ "artifactUpdate": {
+                "taskId": row.id, "contextId": row.context_id,
+                "artifact": artifact, "append": false, "lastChunk": true,
+            }}));
+        }
+    } else {
+        match task.get_mut("history") {
+            Some(Value::Array(h)) => h.push(agent_message.clone()),
+            _ => task["history"] = json!([agent_message.clone()]),
+        }
+        status_message = Some(agent_message);
+    }
+    if streamed {
+        events.push(end_stream(row, &d.original));
+    }
+    events.push(TaskEngine::set_status(
+        row,
+        task,
+        state,
+        status_message,
+        now,
+    ));
+    Ok(Change::Write(events))
+}
+
 /// Applies agents' responses to their tasks.
 #[derive(Debug, Clone)]
 pub struct A2aTransport {
@@ -159,104 +264,41 @@ impl Transport for A2aTransport {
     }
 
     async fn deliver(&self, d: &Delivery) -> Result<(), OutboundError> {
-        let Some(task_id) = d.original.raw.get("taskId").and_then(Value::as_str) else {
-            return Err(OutboundError::permanent("the message names no A2A task"));
-        };
-        let resp = &d.response;
-        let state = response_state(resp);
-        let parts: Vec<Value> = resp.parts.iter().map(to_a2a_part).collect();
+        let task_id = task_of(&d.original)?;
         let outcome = self
             .engine
-            .update(task_id, |row, task, now| {
-                if row.last_response_id.as_deref() == Some(resp.id.as_str())
-                    || TaskState::parse(&row.state).is_some_and(TaskState::is_terminal)
-                {
-                    // Already applied (a retried delivery), or canceled meanwhile.
-                    return Ok(Change::Keep);
-                }
-                row.last_response_id = Some(resp.id.clone());
-                let mut streamed = take_stream(task, &d.original);
-                let mut metadata = resp.metadata.clone().unwrap_or_default();
-                let hints = match metadata.remove("a2a") {
-                    Some(Value::Object(h)) => h,
-                    _ => serde_json::Map::new(),
-                };
-                let hint = |k: &str| hints.get(k).and_then(Value::as_bool).unwrap_or(false);
-                let direct = hints.get("reply").and_then(Value::as_str) == Some("message");
-                let mut events = Vec::new();
-                let mut status_message = None;
-                let agent_message = json!({
-                    "messageId": resp.id, "contextId": row.context_id, "taskId": row.id,
-                    "role": "ROLE_AGENT", "parts": parts,
-                });
-                if parts.is_empty() {
-                } else if direct {
-                    let mut m = agent_message.clone();
-                    if let Some(o) = m.as_object_mut() {
-                        o.remove("taskId");
-                    }
-                    task["_directMessage"] = m.clone();
-                    events.push(json!({ "message": m }));
-                } else if state == TaskState::Completed && !hint("status_message") {
-                    // A streamed answer ends in the artifact its chunks built: same id, the
-                    // final parts replacing them (`append: false`, `lastChunk: true`).
-                    let artifact_id = if std::mem::take(&mut streamed) {
-                        stream_artifact_id(&d.original)
-                    } else {
-                        resp.id.clone()
-                    };
-                    let mut artifact =
-                        json!({ "artifactId": artifact_id, "name": "response", "parts": parts });
-                    if !metadata.is_empty() {
-                        artifact["metadata"] = Value::Object(metadata.clone());
-                    }
-                    match task.get_mut("artifacts") {
-                        Some(Value::Array(a)) => a.push(artifact.clone()),
-                        _ => task["artifacts"] = json!([artifact.clone()]),
-                    }
-                    if hint("chunked") {
-                        let n = parts.len();
-                        for (i, p) in parts.iter().enumerate() {
-                            let mut chunk = artifact.clone();
-                            chunk["parts"] = json!([p]);
-                            events.push(json!({ "artifactUpdate": {
-                                "taskId": row.id, "contextId": row.context_id,
-                                "artifact": chunk, "append": i > 0, "lastChunk": i + 1 == n,
-                            }}));
-                        }
-                    } else {
-                        events.push(json!({ "artifactUpdate": {
-                            "taskId": row.id, "contextId": row.context_id,
-                            "artifact": artifact, "append": false, "lastChunk": true,
-                        }}));
-                    }
-                } else {
-                    match task.get_mut("history") {
-                        Some(Value::Array(h)) => h.push(agent_message.clone()),
-                        _ => task["history"] = json!([agent_message.clone()]),
-                    }
-                    status_message = Some(agent_message);
-                }
-                if streamed {
-                    events.push(end_stream(row, &d.original));
-                }
-                events.push(TaskEngine::set_status(
-                    row,
-                    task,
-                    state,
-                    status_message,
-                    now,
-                ));
-                Ok(Change::Write(events))
-            })
+            .update(task_id, |row, task, now| apply_response(d, row, task, now))
             .await
             .map_err(|e| OutboundError::temporary(e.message))?;
         match outcome {
             Some(_) => Ok(()),
-            None => Err(OutboundError::permanent(format!(
-                "A2A task {task_id} is not stored"
-            ))),
+            None => Err(not_stored(task_id)),
         }
+    }
+
+    fn delivers_in_transaction(&self) -> bool {
+        true
+    }
+
+    async fn deliver_in(
+        &self,
+        tx: &mut crate::store::Tx,
+        d: &Delivery,
+    ) -> Result<super::AfterCommit, OutboundError> {
+        let task_id = task_of(&d.original)?;
+        let mut writes = TaskWrites::default();
+        let outcome = self
+            .engine
+            .update_in(tx, &mut writes, task_id, |row, task, now| {
+                apply_response(d, row, task, now)
+            })
+            .await
+            .map_err(|e| OutboundError::temporary(e.message))?;
+        if outcome.is_none() {
+            return Err(not_stored(task_id));
+        }
+        let engine = self.engine.clone();
+        Ok(Box::new(move || engine.committed(writes)))
     }
 
     fn wants_progress(&self) -> bool {
@@ -277,9 +319,7 @@ impl Transport for A2aTransport {
             ResponseEvent::Part(p) => to_a2a_part(&p.part),
             _ => return Ok(()),
         };
-        let Some(task_id) = original.raw.get("taskId").and_then(Value::as_str) else {
-            return Err(OutboundError::permanent("the message names no A2A task"));
-        };
+        let task_id = task_of(original)?;
         let artifact_id = stream_artifact_id(original);
         self.engine
             .update(task_id, |row, task, _now| {
@@ -315,9 +355,7 @@ impl Transport for A2aTransport {
         original: &NormalizedMessage,
         failure: Option<&str>,
     ) -> Result<(), OutboundError> {
-        let Some(task_id) = original.raw.get("taskId").and_then(Value::as_str) else {
-            return Err(OutboundError::permanent("the message names no A2A task"));
-        };
+        let task_id = task_of(original)?;
         if let Some(why) = failure {
             tracing::warn!(
                 task = task_id,

@@ -17,7 +17,7 @@ use super::NAME;
 use super::auth::{Caller, Verifier};
 use super::card::RenderedCard;
 use super::mapping::{self, InPart, Limits};
-use super::tasks::{Change, Created, TaskEngine, ends_stream, internal, wait_for};
+use super::tasks::{Change, Created, NewTask, TaskEngine, ends_stream, internal, wait_for};
 use super::wire::{
     self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, RpcError, TASK_NOT_CANCELABLE, TaskState,
     UNSUPPORTED_OPERATION, VERSION_NOT_SUPPORTED, Version, WireMessage,
@@ -491,17 +491,22 @@ async fn store_push_config(
     delivered_seq: i64,
 ) -> Result<(), RpcError> {
     let id = cfg["id"].as_str().unwrap_or_default();
-    sql::put_push_config(
-        state.engine.db(),
-        &row.id,
-        id,
-        &row.owner,
-        &cfg.to_string(),
-        delivered_seq,
-        state.engine.now(),
-    )
-    .await
-    .map_err(|e| internal(&e))
+    let stored: crate::Result<()> = async {
+        let mut tx = state.engine.db().begin().await?;
+        sql::put_push_config(
+            &mut tx,
+            &row.id,
+            id,
+            &row.owner,
+            &cfg.to_string(),
+            delivered_seq,
+            state.engine.now(),
+        )
+        .await?;
+        tx.commit().await
+    }
+    .await;
+    stored.map_err(|e| internal(&e))
 }
 
 fn push_task_id(call: &Call) -> Result<String, RpcError> {
@@ -836,7 +841,7 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
     let now = state.engine.now();
     let nm_id = uuid::Uuid::now_v7().to_string();
 
-    let (row, turn, in_reply_to) = if let Some(task_id) = &msg.task_id {
+    if let Some(task_id) = &msg.task_id {
         let current = visible_task(state, &call, task_id).await?;
         if msg
             .context_id
@@ -867,7 +872,7 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
         let in_reply_to = current.last_response_id.clone();
         let (mid, wid) = (nm_id.clone(), msg.message_id.clone());
         let mut turn = 0usize;
-        let updated = state
+        let row = state
             .engine
             .update(task_id, |row, task, now| {
                 if !TaskState::parse(&row.state).is_some_and(TaskState::is_interrupted) {
@@ -891,109 +896,204 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
             })
             .await?
             .ok_or_else(RpcError::task_not_found)?;
-        (updated, turn, in_reply_to)
-    } else {
-        // A new task: the agent is the endpoint's, else the one the text addresses, else the
-        // one the context belongs to, else the default.
-        let agent = match &call.agent {
-            Some(a) => a.clone(),
-            None => match addressed_agent(state, &msg.parts) {
-                Some(a) => a,
-                None => match &msg.context_id {
-                    Some(ctx) => sql::agent_of_context(state.engine.db(), &owner, ctx)
-                        .await
-                        .map_err(|e| internal(&e))?
-                        .unwrap_or_else(|| state.default_agent.clone()),
-                    None => state.default_agent.clone(),
-                },
-            },
-        };
-        if call.agent.is_some() {
-            state.admit(&call.caller, &agent)?;
-        } else {
-            // At the hub the token was checked against whichever agent's issuer matched first;
-            // the agent this message goes to must accept it under its own policy (audiences,
-            // keys, algorithms), not merely trust the same issuer.
-            let caller = state
-                .authenticate(call.authorization.as_deref(), Some(&agent))
+        let nm = turn_message(
+            state,
+            &call,
+            &msg,
+            &raw,
+            &row,
+            nm_id,
+            parts,
+            in_reply_to,
+            now,
+            streaming,
+        )?;
+        if let Some(p) = &config.push {
+            let cfg = parse_push_config(p, call.version, &row.id)?;
+            // The turn's `working` status was stored before the config: push it too. (Nothing
+            // later exists yet: the message reaches the agent only below.)
+            let working_seq = row.last_seq.max(1);
+            store_push_config(state, &row, &cfg, working_seq - 1).await?;
+            state
+                .engine
+                .push_stored(
+                    &row.id,
+                    cfg["id"].as_str().unwrap_or_default(),
+                    &[working_seq],
+                )
                 .await?;
-            state.admit(&caller, &agent)?;
         }
-        let task_id = uuid::Uuid::now_v7().to_string();
-        let context_id = msg
-            .context_id
-            .clone()
-            .filter(|c| !c.is_empty())
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        let status =
-            json!({ "state": TaskState::Submitted.v1(), "timestamp": wire::timestamp(now) });
-        let mut task = json!({
-            "id": task_id,
-            "contextId": context_id,
-            "status": status,
-            "history": [history_message(&raw, &task_id, &context_id)],
-        });
-        if let Some(m) = &msg.metadata {
-            task["metadata"] = Value::Object(m.clone());
+        let external_id = format!("{}:{turn}", row.id);
+        // The first stream event is the task as it was resumed.
+        let snapshot = row.clone();
+        if let Err(e) = state.pipeline.ingest(NAME, &external_id, nm).await {
+            let failed_msg = json!({"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_AGENT",
+                "taskId": row.id, "contextId": row.context_id,
+                "parts": [{"text": refusal(&e).unwrap_or_else(|| "The message could not be accepted".into())}]});
+            state
+                .engine
+                .update(&row.id, |r, t, now| {
+                    Ok(Change::Write(vec![TaskEngine::set_status(
+                        r,
+                        t,
+                        TaskState::Failed,
+                        Some(failed_msg.clone()),
+                        now,
+                    )]))
+                })
+                .await?;
+            return Err(not_ingested(&e));
         }
-        let row = TaskRow {
-            id: task_id,
-            agent,
-            owner: owner.clone(),
-            context_id,
-            state: TaskState::Submitted.v1().to_owned(),
-            turn_message_id: nm_id.clone(),
-            wire_message_id: msg.message_id.clone(),
-            last_response_id: None,
-            body: task.to_string(),
-            last_seq: 0,
-            status_at: now,
-            created_at: now,
-        };
-        // The task is stored already working (event 1); a stream starts from the task as
-        // submitted, so it shows the whole life of the task in order.
-        let mut working = row.clone();
-        let mut doc = task;
-        let ev = TaskEngine::set_status(&mut working, &mut doc, TaskState::Working, None, now);
-        working.body = doc.to_string();
-        working.last_seq = 1;
-        // A resend of a running task's message attaches to that task.
-        match state
-            .engine
-            .create(
-                &working,
-                &[(1, ev.to_string())],
-                call.idempotency_key.as_deref(),
-                call.agent.is_none(),
-            )
-            .await?
-        {
-            Created::New => {}
-            Created::Resent(row) => {
-                return finish_send(state, &call, &config, *row, streaming).await;
-            }
-            Created::KeyTaken => {
-                // Another request with the same key got there first: answer with its task.
-                let key = call.idempotency_key.as_deref().unwrap_or_default();
-                let task_id = sql::idempotent_task(state.engine.db(), &owner, key)
+        return finish_send(state, &call, &config, snapshot, streaming).await;
+    }
+
+    // A new task: the agent is the endpoint's, else the one the text addresses, else the one
+    // the context belongs to, else the default.
+    let agent = match &call.agent {
+        Some(a) => a.clone(),
+        None => match addressed_agent(state, &msg.parts) {
+            Some(a) => a,
+            None => match &msg.context_id {
+                Some(ctx) => sql::agent_of_context(state.engine.db(), &owner, ctx)
                     .await
                     .map_err(|e| internal(&e))?
-                    .ok_or_else(RpcError::task_not_found)?;
-                let row = visible_task(state, &call, &task_id).await?;
-                return finish_send(state, &call, &config, row, streaming).await;
-            }
-        }
-        (row, 1, None)
+                    .unwrap_or_else(|| state.default_agent.clone()),
+                None => state.default_agent.clone(),
+            },
+        },
     };
+    if call.agent.is_some() {
+        state.admit(&call.caller, &agent)?;
+    } else {
+        // At the hub the token was checked against whichever agent's issuer matched first;
+        // the agent this message goes to must accept it under its own policy (audiences,
+        // keys, algorithms), not merely trust the same issuer.
+        let caller = state
+            .authenticate(call.authorization.as_deref(), Some(&agent))
+            .await?;
+        state.admit(&caller, &agent)?;
+    }
+    let task_id = uuid::Uuid::now_v7().to_string();
+    let context_id = msg
+        .context_id
+        .clone()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let status = json!({ "state": TaskState::Submitted.v1(), "timestamp": wire::timestamp(now) });
+    let mut task = json!({
+        "id": task_id,
+        "contextId": context_id,
+        "status": status,
+        "history": [history_message(&raw, &task_id, &context_id)],
+    });
+    if let Some(m) = &msg.metadata {
+        task["metadata"] = Value::Object(m.clone());
+    }
+    let row = TaskRow {
+        id: task_id,
+        agent,
+        owner: owner.clone(),
+        context_id,
+        state: TaskState::Submitted.v1().to_owned(),
+        turn_message_id: nm_id.clone(),
+        wire_message_id: msg.message_id.clone(),
+        last_response_id: None,
+        body: task.to_string(),
+        last_seq: 0,
+        status_at: now,
+        created_at: now,
+    };
+    // The task is stored already working (event 1); a stream starts from the task as
+    // submitted, so it shows the whole life of the task in order.
+    let mut working = row.clone();
+    let mut doc = task;
+    let ev = TaskEngine::set_status(&mut working, &mut doc, TaskState::Working, None, now);
+    working.body = doc.to_string();
+    working.last_seq = 1;
+    let push = match &config.push {
+        Some(p) => {
+            let cfg = parse_push_config(p, call.version, &row.id)?;
+            Some((
+                cfg["id"].as_str().unwrap_or_default().to_owned(),
+                cfg.to_string(),
+            ))
+        }
+        None => None,
+    };
+    let nm = turn_message(
+        state, &call, &msg, &raw, &row, nm_id, parts, None, now, streaming,
+    )?;
+    // The task, its first event and its message are committed together; a resend of a running
+    // task's message attaches to that task instead.
+    let new_task = NewTask::new(
+        &state.engine,
+        working,
+        vec![(1, ev.to_string())],
+        call.idempotency_key.clone(),
+        call.agent.is_none(),
+        push,
+    );
+    let external_id = format!("{}:1", row.id);
+    let (_, new_task) = state
+        .pipeline
+        .ingest_with(NAME, &external_id, nm, new_task)
+        .await
+        .map_err(|e| not_ingested(&e))?;
+    match new_task.created {
+        Some(Created::New) => finish_send(state, &call, &config, row, streaming).await,
+        Some(Created::Resent(row)) => finish_send(state, &call, &config, *row, streaming).await,
+        Some(Created::KeyTaken) => {
+            // Another request with the same key got there first: answer with its task.
+            let key = call.idempotency_key.as_deref().unwrap_or_default();
+            let task_id = sql::idempotent_task(state.engine.db(), &owner, key)
+                .await
+                .map_err(|e| internal(&e))?
+                .ok_or_else(RpcError::task_not_found)?;
+            let row = visible_task(state, &call, &task_id).await?;
+            finish_send(state, &call, &config, row, streaming).await
+        }
+        None => Err(internal(&Error::Unavailable)),
+    }
+}
 
+/// Why a message was refused, when the caller may be told (its own fault).
+fn refusal(e: &Error) -> Option<String> {
+    match e {
+        Error::Invalid(why) | Error::TooLarge(why) => Some(why.clone()),
+        _ => None,
+    }
+}
+
+/// The JSON-RPC error for a message ingest refused or could not take.
+fn not_ingested(e: &Error) -> RpcError {
+    match refusal(e) {
+        Some(why) => RpcError::invalid_field("message", why),
+        None => internal(e),
+    }
+}
+
+/// The NormalizedMessage of a turn of task `row`.
+#[allow(clippy::too_many_arguments)]
+fn turn_message(
+    state: &A2aState,
+    call: &Call,
+    msg: &WireMessage,
+    raw: &Value,
+    row: &TaskRow,
+    id: String,
+    parts: Vec<Part>,
+    in_reply_to: Option<String>,
+    now: i64,
+    streaming: bool,
+) -> Result<NormalizedMessage, RpcError> {
     let agent = state
         .pipeline
         .agents()
         .get(&row.agent)
         .ok_or_else(|| RpcError::new(wire::INTERNAL_ERROR, "the task's agent is gone"))?;
-    let nm = NormalizedMessage {
-        id: nm_id,
-        thread_id: format!("{}\n{}", owner, row.context_id),
+    Ok(NormalizedMessage {
+        id,
+        thread_id: format!("{}\n{}", row.owner, row.context_id),
         in_reply_to,
         sender: call.caller.sender.clone(),
         recipient: agent.address.clone(),
@@ -1024,51 +1124,7 @@ async fn send(state: &Arc<A2aState>, call: Call, streaming: bool) -> Result<Repl
         policy_resolution: None,
         received_trace: None,
         extra: Extra::new(),
-    };
-    if let Some(p) = &config.push {
-        let cfg = parse_push_config(p, call.version, &row.id)?;
-        // The turn's `working` status was stored before the config: push it too. (Nothing
-        // later exists yet: the message reaches the agent only below.)
-        let working_seq = row.last_seq.max(1);
-        store_push_config(state, &row, &cfg, working_seq - 1).await?;
-        state
-            .engine
-            .push_stored(
-                &row.id,
-                cfg["id"].as_str().unwrap_or_default(),
-                &[working_seq],
-            )
-            .await?;
-    }
-    let external_id = format!("{}:{turn}", row.id);
-    // The first stream event is the task as it was created (or resumed).
-    let snapshot = row.clone();
-    if let Err(e) = state.pipeline.ingest(NAME, &external_id, nm).await {
-        let reason = match &e {
-            Error::Invalid(why) | Error::TooLarge(why) => Some(why.clone()),
-            _ => None,
-        };
-        let failed_msg = json!({"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_AGENT",
-            "taskId": row.id, "contextId": row.context_id,
-            "parts": [{"text": reason.clone().unwrap_or_else(|| "The message could not be accepted".into())}]});
-        state
-            .engine
-            .update(&row.id, |r, t, now| {
-                Ok(Change::Write(vec![TaskEngine::set_status(
-                    r,
-                    t,
-                    TaskState::Failed,
-                    Some(failed_msg.clone()),
-                    now,
-                )]))
-            })
-            .await?;
-        return Err(match reason {
-            Some(why) => RpcError::invalid_field("message", why),
-            None => internal(&e),
-        });
-    }
-    finish_send(state, &call, &config, snapshot, streaming).await
+    })
 }
 
 /// Answers a send with the task: a stream from `row` on, the task right away, or the task

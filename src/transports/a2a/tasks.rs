@@ -19,9 +19,8 @@ use super::wire::{RpcError, TaskState, timestamp};
 use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::queue::Queue;
-use crate::store::Db;
 use crate::store::a2a::{self as sql, EventRow, TaskRow};
-use crate::store::jobs::{self, NewJob};
+use crate::store::{Db, Tx};
 
 /// How many times a change is retried when another writer changed the task first.
 const MAX_CONFLICTS: usize = 8;
@@ -41,48 +40,20 @@ const RECENT_ROW_MAX: usize = 64 << 10;
 /// The tasks this instance wrote last, as written, so that the next change of a task and the
 /// wait for its turn's end need not read it back. A row another instance changed since is
 /// caught by the guarded write (and forgotten when that instance's notification arrives).
-#[derive(Debug, Default)]
-struct Recent(std::sync::Mutex<RecentRows>);
+type Recent = crate::store::recent::Recent<TaskRow>;
 
-#[derive(Debug, Default)]
-struct RecentRows {
-    rows: std::collections::HashMap<String, TaskRow>,
-    bytes: usize,
+impl crate::store::recent::Weight for TaskRow {
+    fn weight(&self) -> usize {
+        self.body.len()
+    }
 }
 
-impl Recent {
-    fn lock(&self) -> std::sync::MutexGuard<'_, RecentRows> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn get(&self, id: &str) -> Option<TaskRow> {
-        self.lock().rows.get(id).cloned()
-    }
-
-    fn put(&self, row: &TaskRow) {
-        let mut r = self.lock();
-        if let Some(old) = r.rows.remove(&row.id) {
-            r.bytes -= old.body.len();
-        }
-        if row.body.len() > RECENT_ROW_MAX {
-            return;
-        }
-        if r.rows.len() >= RECENT_MAX || r.bytes + row.body.len() > RECENT_BYTES {
-            r.rows.clear();
-            r.bytes = 0;
-        }
-        r.bytes += row.body.len();
-        r.rows.insert(row.id.clone(), row.clone());
-    }
-
-    fn forget(&self, id: &str) {
-        let mut r = self.lock();
-        if let Some(old) = r.rows.remove(id) {
-            r.bytes -= old.body.len();
-        }
-    }
+/// Remembers `row` as this instance wrote it, unless a newer version is remembered already
+/// (writers remember after their commits, not necessarily in commit order).
+fn remember(recent: &Recent, row: &TaskRow) {
+    recent.put_unless(&row.id, row.clone(), |held, new| {
+        held.last_seq > new.last_seq
+    });
 }
 
 /// Logs an internal error and hides it from the caller.
@@ -102,58 +73,22 @@ pub struct TaskEngine {
     recent: Arc<Recent>,
 }
 
-/// One write of the task writer.
+/// A changed task with its new events, written if its last event is still `expected`.
 #[derive(Debug)]
-enum Write {
-    /// A new task with its first events, unless its idempotency key is taken or its message
-    /// is a resend of a running task's (of its owner, and of its agent unless `any_agent`).
-    Create {
-        row: TaskRow,
-        events: Vec<(i64, String)>,
-        idempotency_key: Option<String>,
-        any_agent: bool,
-    },
-    /// A changed task with its new events, if its last event is still `expected`.
-    Update {
-        row: TaskRow,
-        expected: i64,
-        events: Vec<(i64, String)>,
-    },
+struct Update {
+    row: TaskRow,
+    expected: i64,
+    events: Vec<(i64, String)>,
 }
 
-impl Write {
-    fn task_id(&self) -> &str {
-        match self {
-            Self::Create { row, .. } | Self::Update { row, .. } => &row.id,
-        }
-    }
-
-    fn events(&self) -> &[(i64, String)] {
-        match self {
-            Self::Create { events, .. } | Self::Update { events, .. } => events,
-        }
-    }
-}
-
-/// What became of a write.
-#[derive(Debug)]
-enum Written {
-    /// Committed.
-    Yes,
-    /// Not written: the idempotency key was taken, or the task changed since it was read.
-    No,
-    /// Not written: the message is the current turn of this running task.
-    Resent(Box<TaskRow>),
-}
-
-/// A write waiting for its commit.
+/// An update waiting for the writer's commit; answered whether it was written.
 #[derive(Debug)]
 struct PendingWrite {
-    write: Write,
-    reply: oneshot::Sender<crate::error::Result<Written>>,
+    update: Update,
+    reply: oneshot::Sender<crate::error::Result<bool>>,
 }
 
-/// What [`TaskEngine::create`] did.
+/// What became of a new task ([`NewTask`]).
 #[derive(Debug)]
 pub(super) enum Created {
     /// The task is stored.
@@ -162,6 +97,15 @@ pub(super) enum Created {
     KeyTaken,
     /// The message is a resend of the current turn of this running task.
     Resent(Box<TaskRow>),
+}
+
+/// Task writes made inside someone else's transaction, to finish once it has committed
+/// ([`TaskEngine::committed`]): the rows to remember and announce, the pushes to start.
+#[derive(Debug, Default)]
+#[must_use = "finish the writes once the transaction has committed"]
+pub(super) struct TaskWrites {
+    rows: Vec<TaskRow>,
+    pushes: Vec<crate::queue::Enqueued>,
 }
 
 /// What a change function decided.
@@ -178,7 +122,7 @@ impl TaskEngine {
     pub fn new(db: Db, clock: SharedClock, queue: Arc<Queue>) -> Self {
         let (hub, _) = broadcast::channel(4096);
         let (writes, rx) = mpsc::channel(4096);
-        let recent = Arc::new(Recent::default());
+        let recent = Arc::new(Recent::new(RECENT_MAX, RECENT_BYTES, RECENT_ROW_MAX));
         let writer = Writer {
             db: db.clone(),
             clock: clock.clone(),
@@ -197,11 +141,12 @@ impl TaskEngine {
         }
     }
 
-    /// Hands `write` to the writer and waits for its commit.
-    async fn write(&self, write: Write) -> crate::error::Result<Written> {
+    /// Hands `update` to the writer and waits for its commit; whether it was written (not if
+    /// the task changed since it was read).
+    async fn write(&self, update: Update) -> crate::error::Result<bool> {
         let (reply, rx) = oneshot::channel();
         self.writes
-            .send(PendingWrite { write, reply })
+            .send(PendingWrite { update, reply })
             .await
             .map_err(|_| Error::Unavailable)?;
         rx.await.map_err(|_| Error::Unavailable)?
@@ -242,32 +187,6 @@ impl TaskEngine {
         }
     }
 
-    /// Stores a new task with its first events, unless its idempotency key is taken or its
-    /// message (`wire_message_id`) is the current turn of a running task of the same owner —
-    /// and of the same agent, unless `any_agent` (the hub, where the agent was inferred).
-    pub(super) async fn create(
-        &self,
-        row: &TaskRow,
-        events: &[(i64, String)],
-        idempotency_key: Option<&str>,
-        any_agent: bool,
-    ) -> Result<Created, RpcError> {
-        let written = self
-            .write(Write::Create {
-                row: row.clone(),
-                events: events.to_vec(),
-                idempotency_key: idempotency_key.map(str::to_owned),
-                any_agent,
-            })
-            .await
-            .map_err(|e| internal(&e))?;
-        Ok(match written {
-            Written::Yes => Created::New,
-            Written::No => Created::KeyTaken,
-            Written::Resent(row) => Created::Resent(row),
-        })
-    }
-
     /// Applies `f` to the task and commits the task with the events it returns, retrying
     /// when another writer got there first. Returns the task as written (or as found, for
     /// [`Change::Keep`]); `None` when the task does not exist.
@@ -293,29 +212,68 @@ impl TaskEngine {
                 Change::Keep => return Ok(Some(row)),
                 Change::Write(events) => events,
             };
-            let expected = row.last_seq;
-            let numbered: Vec<(i64, String)> = events
-                .iter()
-                .enumerate()
-                .map(|(i, e)| (expected + 1 + i64::try_from(i).unwrap_or(0), e.to_string()))
-                .collect();
-            row.last_seq = expected + i64::try_from(numbered.len()).unwrap_or(0);
-            row.body = task.to_string();
-            let written = self
-                .write(Write::Update {
-                    row: row.clone(),
-                    expected,
-                    events: numbered,
-                })
-                .await;
-            if matches!(written.map_err(|e| internal(&e))?, Written::Yes) {
+            let update = numbered(row, &task, &events);
+            let row = update.row.clone();
+            if self.write(update).await.map_err(|e| internal(&e))? {
                 return Ok(Some(row));
             }
         }
-        Err(RpcError::new(
-            super::wire::INTERNAL_ERROR,
-            "the task is changing too fast; retry",
-        ))
+        Err(too_fast())
+    }
+
+    /// As [`TaskEngine::update`], inside `tx` (the caller commits, then hands `writes` to
+    /// [`TaskEngine::committed`]). Returns the task as written or found; `None` when it does not
+    /// exist.
+    pub(super) async fn update_in<F>(
+        &self,
+        tx: &mut Tx,
+        writes: &mut TaskWrites,
+        id: &str,
+        mut f: F,
+    ) -> Result<Option<TaskRow>, RpcError>
+    where
+        F: FnMut(&mut TaskRow, &mut Value, i64) -> Result<Change, RpcError> + Send,
+    {
+        for attempt in 0..MAX_CONFLICTS {
+            let read = if attempt == 0 {
+                self.current(id).await?
+            } else {
+                self.recent.forget(id);
+                sql::get_task_in(tx, id).await.map_err(|e| internal(&e))?
+            };
+            let Some(mut row) = read else {
+                return Ok(None);
+            };
+            let mut task: Value =
+                serde_json::from_str(&row.body).map_err(|e| internal(&Error::Corrupt(e)))?;
+            let now = self.now();
+            let events = match f(&mut row, &mut task, now)? {
+                Change::Keep => return Ok(Some(row)),
+                Change::Write(events) => events,
+            };
+            let update = numbered(row, &task, &events);
+            let (written, pushes) = write_updates(&self.queue, tx, &[&update], now)
+                .await
+                .map_err(|e| internal(&e))?;
+            if written.contains(&update.row.id) {
+                writes.pushes.push(pushes);
+                writes.rows.push(update.row.clone());
+                return Ok(Some(update.row));
+            }
+        }
+        Err(too_fast())
+    }
+
+    /// Finishes task writes whose transaction has committed: remembers and announces the rows,
+    /// starts their pushes.
+    pub(super) fn committed(&self, writes: TaskWrites) {
+        for row in writes.rows {
+            remember(&self.recent, &row);
+            let _ = self.hub.send(Arc::from(row.id.as_str()));
+        }
+        for p in writes.pushes {
+            self.queue.hand_over(p);
+        }
     }
 
     /// Pushes events already stored to one config: those of the turn a message carrying that
@@ -327,21 +285,18 @@ impl TaskEngine {
         seqs: &[i64],
     ) -> Result<(), RpcError> {
         let result: crate::error::Result<()> = async {
+            let items = push_jobs(task_id, &[config_id.to_owned()], seqs)?;
             let mut tx = self.db.begin().await?;
-            enqueue_push_jobs(
-                &self.queue,
-                &mut tx,
-                task_id,
-                &[config_id.to_owned()],
-                seqs,
-                self.now(),
-            )
-            .await?;
-            tx.commit().await
+            let enqueued = self
+                .queue
+                .enqueue(&mut tx, push::KIND, &items, self.now())
+                .await?;
+            tx.commit().await?;
+            self.queue.hand_over(enqueued);
+            Ok(())
         }
         .await;
         result.map_err(|e| internal(&e))?;
-        self.queue.wake(push::KIND);
         Ok(())
     }
 
@@ -395,48 +350,202 @@ impl TaskEngine {
     }
 }
 
-/// One push job per config and event sequence number.
-async fn enqueue_push_jobs(
+fn too_fast() -> RpcError {
+    RpcError::new(
+        super::wire::INTERNAL_ERROR,
+        "the task is changing too fast; retry",
+    )
+}
+
+/// `row` changed to `task`, with `events` numbered after its last one.
+fn numbered(mut row: TaskRow, task: &Value, events: &[Value]) -> Update {
+    let expected = row.last_seq;
+    let events: Vec<(i64, String)> = events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (expected + 1 + i64::try_from(i).unwrap_or(0), e.to_string()))
+        .collect();
+    row.last_seq = expected + i64::try_from(events.len()).unwrap_or(0);
+    row.body = task.to_string();
+    Update {
+        row,
+        expected,
+        events,
+    }
+}
+
+/// Writes changed tasks in `tx`, each only where it is still as read, with their events, a
+/// push job per config and new event, and (PostgreSQL) a notification per task. Returns the
+/// tasks written and the pushes to hand over once `tx` commits.
+async fn write_updates(
     queue: &Queue,
-    tx: &mut crate::store::Tx,
+    tx: &mut Tx,
+    updates: &[&Update],
+    now: i64,
+) -> crate::error::Result<(std::collections::HashSet<String>, crate::queue::Enqueued)> {
+    let changes: Vec<(&TaskRow, i64)> = updates.iter().map(|u| (&u.row, u.expected)).collect();
+    let written = sql::update_tasks(tx, &changes).await?;
+    let done: Vec<&&Update> = updates
+        .iter()
+        .filter(|u| written.contains(&u.row.id))
+        .collect();
+    let events: Vec<(&str, i64, &str)> = done
+        .iter()
+        .flat_map(|u| {
+            u.events
+                .iter()
+                .map(|(seq, body)| (u.row.id.as_str(), *seq, body.as_str()))
+        })
+        .collect();
+    sql::insert_events(tx, &events, now).await?;
+    let with_events: Vec<&str> = done
+        .iter()
+        .filter(|u| !u.events.is_empty())
+        .map(|u| u.row.id.as_str())
+        .collect();
+    let configs = sql::push_config_ids(tx, &with_events).await?;
+    let mut pushes = Vec::new();
+    for u in &done {
+        let ids: Vec<String> = configs
+            .iter()
+            .filter(|(task, _)| *task == u.row.id)
+            .map(|(_, c)| c.clone())
+            .collect();
+        if ids.is_empty() || u.events.is_empty() {
+            continue;
+        }
+        let seqs: Vec<i64> = u.events.iter().map(|(seq, _)| *seq).collect();
+        pushes.extend(push_jobs(&u.row.id, &ids, &seqs)?);
+    }
+    let pushes = queue.enqueue(tx, push::KIND, &pushes, now).await?;
+    for u in &done {
+        sql::notify_task(tx, &u.row.id).await?;
+    }
+    Ok((written, pushes))
+}
+
+/// A new task, stored with its first message in the ingest transaction
+/// ([`crate::pipeline::IngestWrite`]): unless its idempotency key is taken, or its message
+/// (`wire_message_id`) is the current turn of a running task of the same owner — and of the
+/// same agent, unless `any_agent` (the hub, where the agent was inferred). A push config sent
+/// with the message is stored with it, and told of the task's first events.
+#[derive(Debug)]
+pub(super) struct NewTask {
+    engine: TaskEngine,
+    row: TaskRow,
+    events: Vec<(i64, String)>,
+    idempotency_key: Option<String>,
+    any_agent: bool,
+    /// The push config's id and (1.0) body.
+    push: Option<(String, String)>,
+    /// What became of it (set by the write).
+    pub(super) created: Option<Created>,
+    pushes: Option<crate::queue::Enqueued>,
+}
+
+impl NewTask {
+    /// The task `row` with its first `events`.
+    pub(super) fn new(
+        engine: &TaskEngine,
+        row: TaskRow,
+        events: Vec<(i64, String)>,
+        idempotency_key: Option<String>,
+        any_agent: bool,
+        push: Option<(String, String)>,
+    ) -> Self {
+        Self {
+            engine: engine.clone(),
+            row,
+            events,
+            idempotency_key,
+            any_agent,
+            push,
+            created: None,
+            pushes: None,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::pipeline::IngestWrite for NewTask {
+    async fn write(&mut self, tx: &mut Tx, now: i64) -> crate::error::Result<bool> {
+        self.created = None;
+        self.pushes = None;
+        let running = [TaskState::Submitted.v1(), TaskState::Working.v1()];
+        let turn = [(self.row.owner.as_str(), self.row.wire_message_id.as_str())];
+        let known = sql::tasks_by_wire_message(tx, &turn, &running).await?;
+        if let Some(k) = known
+            .into_iter()
+            .find(|k| self.any_agent || k.agent.eq_ignore_ascii_case(&self.row.agent))
+        {
+            self.created = Some(Created::Resent(Box::new(k)));
+            return Ok(false);
+        }
+        if let Some(key) = &self.idempotency_key
+            && !sql::claim_idempotency_key(tx, &self.row.owner, key, &self.row.id, now).await?
+        {
+            self.created = Some(Created::KeyTaken);
+            return Ok(false);
+        }
+        sql::insert_tasks(tx, &[&self.row]).await?;
+        let events: Vec<(&str, i64, &str)> = self
+            .events
+            .iter()
+            .map(|(seq, body)| (self.row.id.as_str(), *seq, body.as_str()))
+            .collect();
+        sql::insert_events(tx, &events, now).await?;
+        if let Some((id, body)) = &self.push {
+            // Told of every event of the task, the first ones included.
+            sql::put_push_config(tx, &self.row.id, id, &self.row.owner, body, 0, now).await?;
+            let seqs: Vec<i64> = self.events.iter().map(|(seq, _)| *seq).collect();
+            let jobs = push_jobs(&self.row.id, std::slice::from_ref(id), &seqs)?;
+            self.pushes = Some(
+                self.engine
+                    .queue
+                    .enqueue(tx, push::KIND, &jobs, now)
+                    .await?,
+            );
+        }
+        self.created = Some(Created::New);
+        Ok(true)
+    }
+
+    fn committed(&mut self) {
+        if matches!(self.created, Some(Created::New)) {
+            remember(&self.engine.recent, &self.row);
+        }
+        if let Some(p) = self.pushes.take() {
+            self.engine.queue.hand_over(p);
+        }
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+/// One push job (id, payload) per config and event sequence number.
+fn push_jobs(
     task_id: &str,
     configs: &[String],
     seqs: &[i64],
-    now: i64,
-) -> crate::error::Result<()> {
-    let mut ids = Vec::new();
-    let mut payloads = Vec::new();
+) -> crate::error::Result<Vec<(String, String)>> {
+    let mut jobs = Vec::with_capacity(configs.len() * seqs.len());
     for c in configs {
         for seq in seqs {
-            ids.push(push::job_id(task_id, c, *seq));
-            payloads.push(
-                serde_json::to_string(&push::PushJob {
-                    task_id: task_id.to_owned(),
-                    config_id: c.clone(),
-                    seq: *seq,
-                })
-                .map_err(Error::Corrupt)?,
-            );
+            let payload = serde_json::to_string(&push::PushJob {
+                task_id: task_id.to_owned(),
+                config_id: c.clone(),
+                seq: *seq,
+            })
+            .map_err(Error::Corrupt)?;
+            jobs.push((push::job_id(task_id, c, *seq), payload));
         }
     }
-    let max_attempts = queue.max_attempts(push::KIND);
-    let jobs: Vec<NewJob<'_>> = ids
-        .iter()
-        .zip(&payloads)
-        .map(|(id, payload)| NewJob {
-            id,
-            kind: push::KIND,
-            payload,
-            max_attempts,
-            run_at: now,
-        })
-        .collect();
-    jobs::enqueue_many(tx, &jobs, now).await?;
-    tx.notify(push::KIND).await?;
-    Ok(())
+    Ok(jobs)
 }
 
-/// The task writer: commits pending writes together.
+/// The task writer: commits pending updates together.
 struct Writer {
     db: Db,
     clock: SharedClock,
@@ -454,11 +563,16 @@ impl Writer {
             let first = match held.pop_front() {
                 Some(p) => p,
                 None => match rx.recv().await {
-                    Some(p) => p,
+                    Some(p) => {
+                        // Let the tasks that are about to write join this batch (see
+                        // `store::gather`).
+                        tokio::task::yield_now().await;
+                        p
+                    }
                     None => return,
                 },
             };
-            let mut tasks = std::collections::HashSet::from([first.write.task_id().to_owned()]);
+            let mut tasks = std::collections::HashSet::from([first.update.row.id.clone()]);
             let mut batch = vec![first];
             let mut later = std::collections::VecDeque::new();
             while batch.len() < MAX_BATCH {
@@ -469,7 +583,7 @@ impl Writer {
                         Err(_) => break,
                     },
                 };
-                if tasks.insert(next.write.task_id().to_owned()) {
+                if tasks.insert(next.update.row.id.clone()) {
                     batch.push(next);
                 } else {
                     later.push_back(next);
@@ -478,14 +592,14 @@ impl Writer {
             later.append(&mut held);
             held = later;
             match self.commit(&batch).await {
-                Ok(written) => self.answer(batch, written),
+                Ok(written) => self.answer(batch, &written),
                 Err(e) if batch.len() > 1 => {
                     // One bad write must not fail the others: retry each on its own.
                     tracing::warn!(error = %e, n = batch.len(), "batched task write failed; writing one by one");
                     for p in batch {
                         let one = [p];
                         match self.commit(&one).await {
-                            Ok(written) => self.answer(one.into(), written),
+                            Ok(written) => self.answer(one.into(), &written),
                             Err(e) => {
                                 let [p] = one;
                                 let _ = p.reply.send(Err(e));
@@ -502,147 +616,32 @@ impl Writer {
         }
     }
 
-    /// Tells each writer what became of its write; announces changed tasks.
-    fn answer(&self, batch: Vec<PendingWrite>, written: Vec<Written>) {
-        for (p, w) in batch.into_iter().zip(written) {
-            let ok = matches!(w, Written::Yes);
-            match &p.write {
-                Write::Create { row, .. } if ok => self.recent.put(row),
-                Write::Update { row, .. } if ok => {
-                    self.recent.put(row);
-                    let _ = self.hub.send(Arc::from(row.id.as_str()));
-                }
-                _ => {}
+    /// Tells each writer whether its update was written; remembers and announces those that
+    /// were.
+    fn answer(&self, batch: Vec<PendingWrite>, written: &std::collections::HashSet<String>) {
+        for p in batch {
+            let row = &p.update.row;
+            let ok = written.contains(&row.id);
+            if ok {
+                remember(&self.recent, row);
+                let _ = self.hub.send(Arc::from(row.id.as_str()));
             }
-            let _ = p.reply.send(Ok(w));
+            let _ = p.reply.send(Ok(ok));
         }
     }
 
-    /// Commits a batch in one transaction; returns, per write, what became of it.
-    async fn commit(&self, batch: &[PendingWrite]) -> crate::error::Result<Vec<Written>> {
+    /// Commits a batch in one transaction; returns the tasks written.
+    async fn commit(
+        &self,
+        batch: &[PendingWrite],
+    ) -> crate::error::Result<std::collections::HashSet<String>> {
         let now = self.clock.now_ms();
         let mut tx = self.db.begin().await?;
-        let mut outcome: Vec<Written> = batch.iter().map(|_| Written::Yes).collect();
-        // Resends: a new task's message that is the current turn of a running task (stored, or
-        // created earlier in this batch) attaches to that task instead.
-        let turns: Vec<(&str, &str)> = batch
-            .iter()
-            .filter_map(|p| match &p.write {
-                Write::Create { row, .. } => {
-                    Some((row.owner.as_str(), row.wire_message_id.as_str()))
-                }
-                Write::Update { .. } => None,
-            })
-            .collect();
-        let running = [TaskState::Submitted.v1(), TaskState::Working.v1()];
-        let mut known = sql::tasks_by_wire_message(&mut tx, &turns, &running).await?;
-        for (o, p) in outcome.iter_mut().zip(batch) {
-            let Write::Create {
-                row,
-                idempotency_key,
-                any_agent,
-                ..
-            } = &p.write
-            else {
-                continue;
-            };
-            let resent = known.iter().find(|k| {
-                k.owner == row.owner
-                    && k.wire_message_id == row.wire_message_id
-                    && (*any_agent || k.agent.eq_ignore_ascii_case(&row.agent))
-            });
-            if let Some(k) = resent {
-                *o = Written::Resent(Box::new(k.clone()));
-                continue;
-            }
-            if let Some(key) = idempotency_key
-                && !sql::claim_idempotency_key(&mut tx, &row.owner, key, &row.id, row.created_at)
-                    .await?
-            {
-                *o = Written::No;
-                continue;
-            }
-            known.insert(0, row.clone());
-        }
-        let mut written: Vec<bool> = outcome.iter().map(|o| matches!(o, Written::Yes)).collect();
-        let creates: Vec<&TaskRow> = batch
-            .iter()
-            .zip(&written)
-            .filter_map(|(p, ok)| match &p.write {
-                Write::Create { row, .. } if *ok => Some(row),
-                _ => None,
-            })
-            .collect();
-        sql::insert_tasks(&mut tx, &creates).await?;
-        let changes: Vec<(&TaskRow, i64)> = batch
-            .iter()
-            .filter_map(|p| match &p.write {
-                Write::Update { row, expected, .. } => Some((row, *expected)),
-                Write::Create { .. } => None,
-            })
-            .collect();
-        let updated = sql::update_tasks(&mut tx, &changes).await?;
-        for (ok, p) in written.iter_mut().zip(batch) {
-            if let Write::Update { row, .. } = &p.write {
-                *ok = updated.contains(&row.id);
-            }
-        }
-        let events: Vec<(&str, i64, &str)> = batch
-            .iter()
-            .zip(&written)
-            .filter(|(_, ok)| **ok)
-            .flat_map(|(p, _)| {
-                let id = p.write.task_id();
-                p.write
-                    .events()
-                    .iter()
-                    .map(move |(seq, body)| (id, *seq, body.as_str()))
-            })
-            .collect();
-        sql::insert_events(&mut tx, &events, now).await?;
-        // Pushes: one job per config of a changed task and new event (a new task has none).
-        let changed: Vec<&PendingWrite> = batch
-            .iter()
-            .zip(&written)
-            .filter(|(p, ok)| **ok && matches!(p.write, Write::Update { .. }))
-            .map(|(p, _)| p)
-            .collect();
-        let with_events: Vec<&str> = changed
-            .iter()
-            .filter(|p| !p.write.events().is_empty())
-            .map(|p| p.write.task_id())
-            .collect();
-        let configs = sql::push_config_ids(&mut tx, &with_events).await?;
-        let mut pushed = false;
-        for p in &changed {
-            let id = p.write.task_id();
-            let ids: Vec<String> = configs
-                .iter()
-                .filter(|(task, _)| task == id)
-                .map(|(_, c)| c.clone())
-                .collect();
-            if ids.is_empty() || p.write.events().is_empty() {
-                continue;
-            }
-            let seqs: Vec<i64> = p.write.events().iter().map(|(seq, _)| *seq).collect();
-            enqueue_push_jobs(&self.queue, &mut tx, id, &ids, &seqs, now).await?;
-            pushed = true;
-        }
-        for p in &changed {
-            sql::notify_task(&mut tx, p.write.task_id()).await?;
-        }
+        let updates: Vec<&Update> = batch.iter().map(|p| &p.update).collect();
+        let (written, pushes) = write_updates(&self.queue, &mut tx, &updates, now).await?;
         tx.commit().await?;
-        if pushed {
-            self.queue.wake(push::KIND);
-        }
-        Ok(outcome
-            .into_iter()
-            .zip(written)
-            .map(|(o, ok)| match o {
-                Written::Yes if !ok => Written::No,
-                o => o,
-            })
-            .collect())
+        self.queue.hand_over(pushes);
+        Ok(written)
     }
 }
 
@@ -730,47 +729,32 @@ pub fn spawn_listener(
 mod tests {
     use super::*;
 
-    fn row(id: &str, body_len: usize) -> TaskRow {
+    fn row(last_seq: i64, state: TaskState) -> TaskRow {
         TaskRow {
-            id: id.into(),
+            id: "t".into(),
             agent: "echo".into(),
             owner: "o".into(),
             context_id: "c".into(),
-            state: TaskState::Working.v1().into(),
+            state: state.v1().into(),
             turn_message_id: "m".into(),
             wire_message_id: "w".into(),
             last_response_id: None,
-            body: "x".repeat(body_len),
-            last_seq: 1,
+            body: "{}".into(),
+            last_seq,
             status_at: 0,
             created_at: 0,
         }
     }
 
     #[test]
-    fn recent_rows_stay_within_their_byte_budget() {
-        let recent = Recent::default();
-        recent.put(&row("a", 10));
-        recent.put(&row("a", 20));
-        assert_eq!(recent.lock().bytes, 20);
-        assert_eq!(recent.get("a").map(|r| r.body.len()), Some(20));
-        // Too large to remember: forgotten, so a stale smaller version is not served.
-        recent.put(&row("a", RECENT_ROW_MAX + 1));
-        assert!(recent.get("a").is_none());
-        assert_eq!(recent.lock().bytes, 0);
-        // Filling past the budget starts over.
-        let n = RECENT_BYTES / RECENT_ROW_MAX;
-        for i in 0..=n {
-            recent.put(&row(&i.to_string(), RECENT_ROW_MAX));
-        }
-        let r = recent.lock();
-        assert!(r.bytes <= RECENT_BYTES);
-        assert_eq!(
-            r.bytes,
-            r.rows.values().map(|t| t.body.len()).sum::<usize>()
-        );
-        drop(r);
-        recent.forget(&n.to_string());
-        assert_eq!(recent.lock().bytes, 0);
+    fn an_older_version_never_replaces_a_newer_one() {
+        let recent = Recent::new(RECENT_MAX, RECENT_BYTES, RECENT_ROW_MAX);
+        // The turn's answer is remembered first (its commit came later, on another thread)...
+        remember(&recent, &row(3, TaskState::Completed));
+        // ...then the task as created: it must not hide the answer.
+        remember(&recent, &row(1, TaskState::Working));
+        assert_eq!(recent.get("t").map(|r| r.last_seq), Some(3));
+        remember(&recent, &row(4, TaskState::Completed));
+        assert_eq!(recent.get("t").map(|r| r.last_seq), Some(4));
     }
 }

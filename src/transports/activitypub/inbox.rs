@@ -236,7 +236,7 @@ pub(super) enum VerifyError {
 
 /// How old an object integrity proof may be: a week, well inside the fortnight seen activity
 /// ids are remembered.
-const PROOF_MAX_AGE_MS: i64 = super::writer::SEEN_RETENTION_MS / 2;
+const PROOF_MAX_AGE_MS: i64 = SEEN_RETENTION_MS / 2;
 
 /// Verifies a FEP-8b32 proof on `doc`; returns the controller actor and the key id.
 async fn verify_proof(
@@ -464,7 +464,18 @@ async fn on_create(
         visibility,
         crate::message::Visibility::Public | crate::message::Visibility::Unlisted
     );
-    let mut first_id = None;
+    forget_old_activity_ids(inner);
+    // The note and its activity id are stored with the first woken agent's copy of the message.
+    let mut note_rows = Some(NoteRows {
+        id: note_id.to_owned(),
+        agent: String::new(),
+        author: auth.actor.id.clone(),
+        message_id: String::new(),
+        thread_key: thread_key.clone(),
+        public,
+        body: note.to_string(),
+        activity_id: activity_id.to_owned(),
+    });
     for agent in &woken {
         let msg = build_message(
             inner,
@@ -476,33 +487,95 @@ async fn on_create(
             &parts,
         )?;
         let external = format!("{activity_id} {}", agent.name);
-        let out = pipeline.ingest(NAME, &external, msg).await?;
-        first_id.get_or_insert((out.message_id, agent.name.clone()));
+        match note_rows.take() {
+            Some(mut rows) => {
+                rows.agent.clone_from(&agent.name);
+                rows.message_id.clone_from(&msg.id);
+                pipeline.ingest_with(NAME, &external, msg, rows).await?;
+            }
+            None => {
+                pipeline.ingest(NAME, &external, msg).await?;
+            }
+        }
     }
-    if let Some((mid, agent)) = first_id {
-        let (reply, rx) = tokio::sync::oneshot::channel();
-        let pending = super::writer::Pending {
-            id: note_id.to_owned(),
-            agent,
-            author: auth.actor.id.clone(),
-            message_id: mid,
-            thread_key,
-            public,
-            body: note.to_string(),
-            activity_id: activity_id.to_owned(),
-            now: inner.clock.now_ms(),
-            reply,
-        };
-        inner
-            .writer
-            .send(pending)
-            .await
-            .map_err(|_| Reject(503, "shutting down".into()))?;
-        rx.await
-            .map_err(|_| Reject(503, "shutting down".into()))??;
-        return Ok(true);
+    Ok(true)
+}
+
+/// Seen activity ids are kept this long: longer than any sender retries (Mastodon: about a week).
+const SEEN_RETENTION_MS: i64 = 14 * 86_400_000;
+
+/// How often activity ids older than [`SEEN_RETENTION_MS`] are forgotten.
+const SEEN_CLEANUP_EVERY_MS: i64 = 3_600_000;
+
+/// Forgets activity ids seen longer ago than [`SEEN_RETENTION_MS`], at most once per
+/// [`SEEN_CLEANUP_EVERY_MS`], in the background.
+fn forget_old_activity_ids(inner: &Inner) {
+    let now = inner.clock.now_ms();
+    let last = inner
+        .seen_cleanup
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if now - last < SEEN_CLEANUP_EVERY_MS
+        || inner
+            .seen_cleanup
+            .compare_exchange(
+                last,
+                now,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_err()
+    {
+        return;
     }
-    Ok(false)
+    let db = inner.db.clone();
+    tokio::spawn(async move {
+        match store::forget_seen_before(&db, now - SEEN_RETENTION_MS).await {
+            Ok(n) if n > 0 => tracing::debug!(n, "forgot old activity ids"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "forgetting old activity ids failed"),
+        }
+    });
+}
+
+/// What the inbox stores with a woken note's message, in its ingest transaction: the note
+/// (for threads, replies and edits) and its activity id (replays are acknowledged, not
+/// processed again).
+struct NoteRows {
+    id: String,
+    agent: String,
+    author: String,
+    message_id: String,
+    thread_key: String,
+    public: bool,
+    body: String,
+    activity_id: String,
+}
+
+#[async_trait::async_trait]
+impl crate::pipeline::IngestWrite for NoteRows {
+    async fn write(&mut self, tx: &mut crate::store::Tx, now: i64) -> crate::Result<bool> {
+        store::insert_object(
+            tx,
+            &store::NewObject {
+                id: &self.id,
+                kind: "in",
+                agent: &self.agent,
+                author: &self.author,
+                message_id: Some(&self.message_id),
+                thread_key: &self.thread_key,
+                public: self.public,
+                body: &self.body,
+            },
+            now,
+        )
+        .await?;
+        store::mark_seen_tx(tx, &self.activity_id, now).await?;
+        Ok(true)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
 }
 
 /// The conversation key and the known parent of a note: `context`/`conversation`, else the
@@ -719,9 +792,9 @@ async fn on_follow(inner: &Inner, activity: &Value, auth: &Auth) -> Result<(), R
         "object": follow,
     });
     let mut tx = inner.db.begin().await?;
-    super::outbound::enqueue(inner, &mut tx, &agent.name, &[inbox], &accept).await?;
+    let enqueued = super::outbound::enqueue(inner, &mut tx, &agent.name, &[inbox], &accept).await?;
     tx.commit().await?;
-    inner.queue.wake(super::JOB_KIND);
+    inner.queue.hand_over(enqueued);
     Ok(())
 }
 

@@ -21,7 +21,6 @@ mod outbound;
 pub mod proof;
 pub mod sig;
 pub mod store;
-mod writer;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -74,8 +73,8 @@ struct Inner {
     actors: Mutex<HashMap<String, (Arc<RemoteActor>, i64)>>,
     /// Concurrent deliveries per host.
     hosts: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
-    /// Group commit of woken notes and their activity ids.
-    writer: tokio::sync::mpsc::Sender<writer::Pending>,
+    /// When activity ids seen long ago were last forgotten (unix ms).
+    seen_cleanup: std::sync::atomic::AtomicI64,
 }
 
 /// What [`ActivityPub::new`] needs.
@@ -98,7 +97,7 @@ pub struct Parts {
 }
 
 impl ActivityPub {
-    /// Builds the transport and starts its row writer (call inside the Tokio runtime).
+    /// Builds the transport.
     ///
     /// # Errors
     /// When the public URL is unusable.
@@ -115,7 +114,7 @@ impl ActivityPub {
                 domain,
                 mail_domain: config.email.enabled.then(|| config.mail_domain()).flatten(),
                 allow_private: config.net.allow_private_addresses,
-                writer: writer::spawn(parts.db.clone()),
+                seen_cleanup: std::sync::atomic::AtomicI64::new(0),
                 db: parts.db,
                 clock: parts.clock,
                 http: parts.http,
@@ -147,8 +146,9 @@ impl ActivityPub {
         };
         let limit = self.inner.cfg.max_body_bytes;
         cfg.app_data(web::Data::new(state));
-        documents::routes(cfg);
+        // The inboxes first: they take most requests.
         inbox::routes(cfg, limit);
+        documents::routes(cfg);
     }
 
     /// The job handler of [`JOB_KIND`].

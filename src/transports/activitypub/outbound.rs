@@ -17,9 +17,9 @@ use super::{ActivityPub, Inner, JOB_KIND, NAME, store};
 use crate::error::{Error, OutboundError, Result};
 use crate::message::{BytesRef, Part, Visibility};
 use crate::net::HttpRequest;
-use crate::queue::JobHandler;
+use crate::queue::{Enqueued, JobHandler};
 use crate::store::Tx;
-use crate::store::jobs::{self, Finish, JobRow, NewJob};
+use crate::store::jobs::{self, Finish, JobRow};
 use crate::transports::{Delivery, Transport};
 
 /// Payload of an `ap_deliver` job.
@@ -33,17 +33,17 @@ struct DeliverJob {
     body: String,
 }
 
-/// Enqueues one delivery job per inbox for `activity`, signed as `agent`.
+/// Enqueues one delivery job per inbox for `activity`, signed as `agent`; hand the jobs over
+/// once `tx` has committed.
 pub(super) async fn enqueue(
     inner: &Inner,
     tx: &mut Tx,
     agent: &str,
     inboxes: &[String],
     activity: &Value,
-) -> Result<u64> {
+) -> Result<Enqueued> {
     let id = str_of(activity, "id").unwrap_or_default();
     let body = activity.to_string();
-    let max = inner.queue.max_attempts(JOB_KIND);
     let now = inner.clock.now_ms();
     let rows: Vec<(String, String)> = inboxes
         .iter()
@@ -57,19 +57,7 @@ pub(super) async fn enqueue(
             Ok((format!("ap:{id}|{inbox}"), payload))
         })
         .collect::<Result<_>>()?;
-    let jobs: Vec<NewJob<'_>> = rows
-        .iter()
-        .map(|(id, p)| NewJob {
-            id,
-            kind: JOB_KIND,
-            payload: p,
-            max_attempts: max,
-            run_at: now,
-        })
-        .collect();
-    let n = jobs::enqueue_many(tx, &jobs, now).await?;
-    tx.notify(JOB_KIND).await?;
-    Ok(n)
+    inner.queue.enqueue(tx, JOB_KIND, &rows, now).await
 }
 
 fn temp(e: impl std::fmt::Display) -> OutboundError {
@@ -319,13 +307,19 @@ impl Transport for ActivityPub {
         )
         .await
         .map_err(temp)?;
-        if fresh {
-            enqueue(inner, &mut tx, &agent, &inboxes, &create)
-                .await
-                .map_err(temp)?;
-        }
+        let enqueued = if fresh {
+            Some(
+                enqueue(inner, &mut tx, &agent, &inboxes, &create)
+                    .await
+                    .map_err(temp)?,
+            )
+        } else {
+            None
+        };
         tx.commit().await.map_err(temp)?;
-        inner.queue.wake(JOB_KIND);
+        if let Some(e) = enqueued {
+            inner.queue.hand_over(e);
+        }
         Ok(())
     }
 }

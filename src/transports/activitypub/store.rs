@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::store::{Arg, Db, Tx};
 
 /// One stored note (ours or received).
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct ObjectRow {
     /// The note's IRI.
     pub id: String,
@@ -127,7 +127,7 @@ pub async fn outbox(db: &Db, agent: &str, limit: i64) -> Result<Vec<ObjectRow>> 
     .await
 }
 
-#[derive(sqlx::FromRow)]
+#[derive(sqlx::FromRow, serde::Deserialize)]
 struct Count {
     n: i64,
 }
@@ -147,7 +147,7 @@ pub async fn outbox_count(db: &Db, agent: &str) -> Result<i64> {
 }
 
 /// A follower.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct FollowerRow {
     /// Actor IRI.
     pub actor: String,
@@ -218,7 +218,7 @@ pub async fn followers(db: &Db, agent: &str) -> Result<Vec<FollowerRow>> {
 }
 
 /// A cached actor document.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct ActorRow {
     /// The document.
     pub doc: String,
@@ -316,7 +316,7 @@ pub async fn mark_seen_tx(tx: &mut Tx, id: &str, now: i64) -> Result<()> {
 }
 
 /// Delivery health of a host.
-#[derive(Debug, Clone, Default, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, sqlx::FromRow, serde::Deserialize)]
 pub struct HostRow {
     /// Since when every delivery failed (unix ms), if failing.
     pub failing_since: Option<i64>,

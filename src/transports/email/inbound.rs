@@ -260,75 +260,66 @@ impl Inbound {
         let blobs = self.pipeline.blobs();
         let mut files = Vec::new();
         let mut dropped = 0usize;
+        // Bytes go in the same transaction as the first agent's copy of the message.
+        let mut new_blobs = Vec::new();
         for a in &mail.attachments {
-            match blobs.put(&a.data, &a.mime).await {
-                Ok(r) => files.push(json!({
-                    "kind": "file",
-                    "name": a.name,
-                    "mime": a.mime,
-                    "size": a.data.len(),
-                    "bytes_ref": {"kind": "content_addressed", "algo": "sha256", "digest": r.digest},
-                })),
+            match blobs.prepare(&a.data, &a.mime) {
+                Ok(b) => {
+                    files.push(json!({
+                        "kind": "file",
+                        "name": a.name,
+                        "mime": a.mime,
+                        "size": a.data.len(),
+                        "bytes_ref": {"kind": "content_addressed", "algo": "sha256", "digest": b.digest},
+                    }));
+                    new_blobs.push(b);
+                }
                 Err(crate::Error::TooLarge(_)) => dropped += 1,
                 Err(e) => return Err(e),
             }
         }
-        // The whole message is kept as a blob; its digest is known up front, so storing it runs
-        // alongside the ingest below (both finish before 250).
+        // The whole message is kept as a blob.
         let digest = hex::encode(Sha256::digest(raw));
         let body = (raw.len() <= self.max_blob_bytes).then(|| digest.clone());
+        if body.is_some() {
+            new_blobs.push(crate::blobs::NewBlob {
+                digest: digest.clone(),
+                mime: "message/rfc822".into(),
+                data: raw.to_vec(),
+            });
+        }
         let external = mail
             .message_id
             .clone()
             .unwrap_or_else(|| format!("sha256:{digest}"));
-        let store_body = async {
-            if body.is_some() {
-                blobs.put(raw, "message/rfc822").await.map(|_| ())
-            } else {
-                Ok(())
-            }
-        };
-        let ingest_all = async {
-            let mut first = None;
-            for agent in agents {
-                let thread = self.thread(agent, mail, &external).await?;
-                let msg = self.normalize(
-                    env,
-                    raw.len(),
-                    mail,
-                    auth,
-                    agent,
-                    &thread,
-                    &files,
-                    body.as_deref(),
-                    dropped,
-                )?;
-                let name = agent.name.to_lowercase();
-                let outcome = self
-                    .pipeline
-                    .ingest(NAME, &format!("{name}/{external}"), msg)
-                    .await?;
-                // Threading by this message's id is a convenience (a later message that cites
-                // only this one); it need not hold up the answer.
-                let (db, ext, key, id) = (
-                    self.pipeline.db().clone(),
-                    external.clone(),
-                    thread.key.clone(),
-                    outcome.message_id.clone(),
-                );
-                let now = self.pipeline.clock().now_ms();
-                tokio::spawn(async move {
-                    if let Err(e) = store::remember(&db, &ext, &name, &key, &id, "in", now).await {
-                        tracing::warn!(error = %e, "recording a Message-ID failed");
-                    }
-                });
-                first.get_or_insert(outcome.message_id);
-            }
-            Ok::<_, crate::Error>(first)
-        };
-        let (stored, first) = tokio::join!(store_body, ingest_all);
-        stored?;
-        let first = first?;
+        let mut first = None;
+        for agent in agents {
+            let thread = self.thread(agent, mail, &external).await?;
+            let msg = self.normalize(
+                env,
+                raw.len(),
+                mail,
+                auth,
+                agent,
+                &thread,
+                &files,
+                body.as_deref(),
+                dropped,
+            )?;
+            let name = agent.name.to_lowercase();
+            let rows = MailRows {
+                blobs: std::mem::take(&mut new_blobs),
+                message_id: external.clone(),
+                agent: name.clone(),
+                thread_key: thread.key.clone(),
+                stored_id: msg.id.clone(),
+            };
+            let (outcome, _) = self
+                .pipeline
+                .ingest_with(NAME, &format!("{name}/{external}"), msg, rows)
+                .await?;
+            first.get_or_insert(outcome.message_id);
+        }
         Ok(first.unwrap_or_default())
     }
 
@@ -528,6 +519,40 @@ impl Inbound {
         }
         serde_json::from_value(msg)
             .map_err(|e| crate::Error::Invalid(format!("email mapping: {e}")))
+    }
+}
+
+/// What email stores with a message, in its ingest transaction: its bytes (the whole message,
+/// the attachments) and its Message-ID, by which later mail finds the thread.
+struct MailRows {
+    blobs: Vec<crate::blobs::NewBlob>,
+    message_id: String,
+    agent: String,
+    thread_key: String,
+    stored_id: String,
+}
+
+#[async_trait::async_trait]
+impl crate::pipeline::IngestWrite for MailRows {
+    async fn write(&mut self, tx: &mut crate::store::Tx, now: i64) -> crate::Result<bool> {
+        for b in &self.blobs {
+            b.store_in(tx, now).await?;
+        }
+        store::remember(
+            tx,
+            &self.message_id,
+            &self.agent,
+            &self.thread_key,
+            &self.stored_id,
+            "in",
+            now,
+        )
+        .await?;
+        Ok(true)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
     }
 }
 

@@ -347,17 +347,22 @@ impl Transport for EmailTransport {
             .and_then(Value::as_str)
             .unwrap_or(&d.original.thread_id);
         let now = self.clock.now_ms();
-        store::remember(
-            &self.db,
-            &message_id,
-            &agent,
-            thread_key,
-            &d.response.id,
-            "out",
-            now,
-        )
-        .await
-        .map_err(|e| OutboundError::temporary(e.to_string()))?;
+        let remembered: crate::Result<()> = async {
+            let mut tx = self.db.begin().await?;
+            store::remember(
+                &mut tx,
+                &message_id,
+                &agent,
+                thread_key,
+                &d.response.id,
+                "out",
+                now,
+            )
+            .await?;
+            tx.commit().await
+        }
+        .await;
+        remembered.map_err(|e| OutboundError::temporary(e.to_string()))?;
         let (text, html) = outbound::render_parts(&d.response.parts);
         let files = self.files(&d.response.parts).await;
         let parent_id = raw.get("message_id").and_then(Value::as_str);

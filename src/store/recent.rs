@@ -1,0 +1,147 @@
+//! Rows this instance wrote last, kept in memory as written so that the step that comes next
+//! (a message's dispatch, a response's delivery, a task's next change) need not read them back.
+//!
+//! Bounded in rows and in bytes; when full it starts over (a miss only costs a read). Only what
+//! a commit wrote goes in, after the commit.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// What a remembered row weighs, in bytes (its large fields).
+pub trait Weight {
+    /// Approximate size in bytes.
+    fn weight(&self) -> usize;
+}
+
+/// The rows last written, by id.
+#[derive(Debug)]
+pub struct Recent<V> {
+    rows: Mutex<Rows<V>>,
+    max_rows: usize,
+    max_bytes: usize,
+    max_row_bytes: usize,
+}
+
+#[derive(Debug)]
+struct Rows<V> {
+    by_id: HashMap<String, V>,
+    bytes: usize,
+}
+
+impl<V: Clone + Weight> Recent<V> {
+    /// At most `max_rows` rows and `max_bytes` bytes; rows over `max_row_bytes` are not kept.
+    #[must_use]
+    pub fn new(max_rows: usize, max_bytes: usize, max_row_bytes: usize) -> Self {
+        Self {
+            rows: Mutex::new(Rows {
+                by_id: HashMap::new(),
+                bytes: 0,
+            }),
+            max_rows,
+            max_bytes,
+            max_row_bytes,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Rows<V>> {
+        self.rows.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The row written last under `id`, if still held.
+    #[must_use]
+    pub fn get(&self, id: &str) -> Option<V> {
+        self.lock().by_id.get(id).cloned()
+    }
+
+    /// Remembers `row` under `id`, replacing what was there (a row too large to keep is
+    /// forgotten instead, so an older version is never served).
+    pub fn put(&self, id: &str, row: V) {
+        self.put_unless(id, row, |_, _| false);
+    }
+
+    /// As [`Recent::put`], but keeps what is there when `stale(held, row)`: a writer that
+    /// remembers a row after its commit may come after one that committed a newer version.
+    pub fn put_unless(&self, id: &str, row: V, stale: impl Fn(&V, &V) -> bool) {
+        let weight = row.weight();
+        let mut r = self.lock();
+        if r.by_id.get(id).is_some_and(|held| stale(held, &row)) {
+            return;
+        }
+        if let Some(old) = r.by_id.remove(id) {
+            r.bytes -= old.weight();
+        }
+        if weight > self.max_row_bytes {
+            return;
+        }
+        if r.by_id.len() >= self.max_rows || r.bytes + weight > self.max_bytes {
+            r.by_id.clear();
+            r.bytes = 0;
+        }
+        r.bytes += weight;
+        r.by_id.insert(id.to_owned(), row);
+    }
+
+    /// Forgets `id` (another instance changed it).
+    pub fn forget(&self, id: &str) {
+        let mut r = self.lock();
+        if let Some(old) = r.by_id.remove(id) {
+            r.bytes -= old.weight();
+        }
+    }
+
+    /// Rows and bytes held.
+    #[must_use]
+    pub fn size(&self) -> (usize, usize) {
+        let r = self.lock();
+        (r.by_id.len(), r.bytes)
+    }
+}
+
+impl Weight for String {
+    fn weight(&self) -> usize {
+        self.len()
+    }
+}
+
+impl<T: Weight> Weight for std::sync::Arc<T> {
+    fn weight(&self) -> usize {
+        T::weight(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stays_within_its_budgets() {
+        let recent = Recent::new(100, 1_000, 100);
+        recent.put("a", "x".repeat(10));
+        recent.put("a", "x".repeat(20));
+        assert_eq!(recent.size(), (1, 20));
+        assert_eq!(recent.get("a").map(|r| r.len()), Some(20));
+        // Too large to remember: forgotten, so a stale smaller version is not served.
+        recent.put("a", "x".repeat(101));
+        assert!(recent.get("a").is_none());
+        assert_eq!(recent.size(), (0, 0));
+        // Filling past the byte budget starts over.
+        for i in 0..=10 {
+            recent.put(&i.to_string(), "x".repeat(100));
+        }
+        let (rows, bytes) = recent.size();
+        assert!(bytes <= 1_000, "{bytes}");
+        assert_eq!(bytes, rows * 100);
+        recent.forget("10");
+        assert_eq!(recent.size(), (0, 0));
+        // A newer version is not replaced by an older one.
+        recent.put_unless("v", "x".repeat(2), |held, new| held.len() > new.len());
+        recent.put_unless("v", "x".to_owned(), |held, new| held.len() > new.len());
+        assert_eq!(recent.get("v").map(|r| r.len()), Some(2));
+        // And past the row budget.
+        let few = Recent::new(2, 1_000, 100);
+        for i in 0..3 {
+            few.put(&i.to_string(), String::new());
+        }
+        assert_eq!(few.size().0, 1);
+    }
+}
