@@ -5,9 +5,11 @@
 //! and policy, a MIME parse for the subject and text, one SQLite commit per message, all before
 //! `250`).
 //!
-//! `cargo bench --bench email [-- N [CONNECTIONS]]`. The peer needs
-//! `SWITCHBOARD_EMAIL_PYTHON` (or `target/peers/email/venv`, made by `scripts/peers/email.sh`);
-//! without it only switchboard is measured.
+//! `cargo bench --bench email [-- N [CONNECTIONS]]`: N messages per round for switchboard, half
+//! of them with MAIL, RCPT and DATA pipelined, half one command per round trip; N/4 for the
+//! peer, which does not offer PIPELINING. The peer needs `SWITCHBOARD_EMAIL_PYTHON` (or
+//! `target/peers/email/venv`, made by `scripts/peers/email.sh`); without it only switchboard is
+//! measured.
 //!
 //! Messages (~3 KB) are signed before the clock starts; each round uses fresh Message-IDs so no
 //! message is a duplicate. The load generator is a process of its own (`bench/common/loadgen.rs`,
@@ -70,15 +72,23 @@ fn presign(tag: &str, count: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Sends `msgs` from the generator process over `conns` connections; the CPU time is that of
-/// process `pid`.
-fn measure(addr: SocketAddr, pid: u32, msgs: &[Vec<u8>], conns: usize) -> (loadgen::Report, f64) {
+/// Sends `msgs` from the generator process over `conns` connections, pipelining MAIL, RCPT and
+/// DATA when `pipelining` is set and the server offers it; the CPU time is that of process
+/// `pid`.
+fn measure(
+    addr: SocketAddr,
+    pid: u32,
+    msgs: &[Vec<u8>],
+    conns: usize,
+    pipelining: bool,
+) -> (loadgen::Report, f64) {
     let (report, cpu) = loadgen::run(
         &loadgen::Job {
             concurrency: conns,
             expect_status: 0,
             expect_body: None,
             load: loadgen::Load::Smtp {
+                pipelining,
                 addr: addr.to_string(),
                 from: "alice@example.com".into(),
                 to: "echo@agents.test".into(),
@@ -126,7 +136,8 @@ async fn bench() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(2_000);
+    // Switchboard's share of a round, half of it pipelined.
+    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(4_000);
     let conns: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(16);
     let peer_n = (n / 4).max(100);
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
@@ -195,45 +206,64 @@ async fn bench() {
     }
 
     let me = std::process::id();
-    let _ = measure(sb_addr, me, &warm_sb, conns);
+    let _ = measure(sb_addr, me, &warm_sb, conns, true);
     if let Some((child, addr)) = &peer {
-        let _ = measure(*addr, child.id(), &warm_peer, conns);
+        let _ = measure(*addr, child.id(), &warm_peer, conns, true);
     }
     println!("email: {}", loadgen::describe());
     println!(
-        "email: {n} (switchboard) / {peer_n} (peer) messages of ~3 KB per round, {conns} connections, DKIM RSA-2048, commit before 250"
+        "email: {n} (switchboard, half of them pipelined) / {peer_n} (peer) messages of ~3 KB per round, {conns} connections, DKIM RSA-2048, commit before 250"
     );
-    println!("round | switchboard msg/s | CPU µs/msg | aiosmtpd+dkimpy msg/s | CPU µs/msg");
-    let (mut sb_rates, mut sb_cpu, mut p_rates, mut p_cpu) = (vec![], vec![], vec![], vec![]);
+    println!(
+        "email: the client pipelines MAIL, RCPT and DATA where the server advertises PIPELINING (switchboard does, aiosmtpd does not); switchboard is also measured with one command per round trip"
+    );
+    println!(
+        "round | switchboard msg/s | CPU µs/msg | switchboard, no pipelining msg/s | CPU µs/msg | aiosmtpd+dkimpy msg/s | CPU µs/msg"
+    );
+    let mut cols: [(Vec<f64>, Vec<f64>); 3] = Default::default();
     for r in 0..ROUNDS {
-        let (s, s_cpu) = measure(sb_addr, me, &sb_runs[r], conns);
-        assert_eq!(s.accepted, n, "switchboard refused some messages");
-        sb_rates.push(s.rate());
-        sb_cpu.push(s_cpu);
-        let (pr, pc) = match &peer {
+        let mut row = vec![(r + 1).to_string()];
+        // Each switchboard mode gets half of the round's messages, so every id is fresh.
+        let (first, second) = sb_runs[r].split_at(n / 2);
+        for (col, (msgs, pipelining)) in [(first, true), (second, false)].into_iter().enumerate() {
+            let (s, cpu) = measure(sb_addr, me, msgs, conns, pipelining);
+            assert_eq!(s.accepted, msgs.len(), "switchboard refused some messages");
+            cols[col].0.push(s.rate());
+            cols[col].1.push(cpu);
+            row.extend([format!("{:.0}", s.rate()), format!("{cpu:.0}")]);
+        }
+        match &peer {
             Some((child, addr)) => {
-                let (p, p_c) = measure(*addr, child.id(), &peer_runs[r], conns);
+                let (p, cpu) = measure(*addr, child.id(), &peer_runs[r], conns, true);
                 assert_eq!(p.accepted, peer_n, "the peer refused some messages");
-                p_rates.push(p.rate());
-                p_cpu.push(p_c);
-                (format!("{:.0}", p.rate()), format!("{p_c:.0}"))
+                cols[2].0.push(p.rate());
+                cols[2].1.push(cpu);
+                row.extend([format!("{:.0}", p.rate()), format!("{cpu:.0}")]);
             }
-            None => ("-".into(), "-".into()),
-        };
-        println!("{} | {:.0} | {s_cpu:.0} | {pr} | {pc}", r + 1, s.rate(),);
+            None => row.extend(["-".into(), "-".into()]),
+        }
+        println!("{}", row.join(" | "));
     }
-    let (sr, sc) = (median(sb_rates), median(sb_cpu));
-    print!("median | {sr:.0} | {sc:.0}");
+    let medians: Vec<(f64, f64)> = cols
+        .into_iter()
+        .map(|(rates, cpu)| (median(rates), median(cpu)))
+        .collect();
+    let mut row = vec!["median".to_owned()];
+    for (i, (rate, cpu)) in medians.iter().enumerate() {
+        if i < 2 || peer.is_some() {
+            row.extend([format!("{rate:.0}"), format!("{cpu:.0}")]);
+        }
+    }
+    println!("{}", row.join(" | "));
     if peer.is_some() {
-        let (pr, pc) = (median(p_rates), median(p_cpu));
-        println!(" | {pr:.0} | {pc:.0}");
-        println!(
-            "ratio switchboard ÷ peer: rate {:.1}×, CPU per message {:.1}× less",
-            sr / pr,
-            pc / sc
-        );
-    } else {
-        println!();
+        let (pr, pc) = medians[2];
+        for (label, (sr, sc)) in [("pipelined", medians[0]), ("no pipelining", medians[1])] {
+            println!(
+                "ratio switchboard ({label}) ÷ peer: rate {:.1}×, CPU per message {:.1}× less",
+                sr / pr,
+                pc / sc
+            );
+        }
     }
     if let Some((mut child, _)) = peer {
         let _ = child.kill();

@@ -44,9 +44,13 @@ pub enum Load {
         /// How long.
         seconds: u64,
     },
-    /// Send each message over SMTP (EHLO once per connection, then MAIL, RCPT, DATA per
-    /// message, each waiting for its reply).
+    /// Send each message over SMTP: EHLO once per connection, then MAIL, RCPT, DATA and the
+    /// message. When `pipelining` is set and the server's EHLO advertises PIPELINING (RFC
+    /// 2920), MAIL, RCPT and DATA go out in one write and their replies are read together, as
+    /// Postfix and other MTAs do; otherwise each command waits for its reply.
     Smtp {
+        /// Use PIPELINING when the server offers it.
+        pipelining: bool,
         /// `host:port`.
         addr: String,
         /// Envelope sender.
@@ -300,6 +304,9 @@ fn remote_main(path: &str) -> ! {
 /// `bench` on a multi-threaded runtime.
 pub fn main<F: std::future::Future<Output = ()>>(bench: impl FnOnce() -> F) {
     child_main();
+    // The process under test starts on its own cores, so that its runtimes size themselves
+    // for the cores it has, as they would on a machine of that size.
+    pin_server(std::process::id());
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -369,11 +376,12 @@ async fn drive(job: Job) -> Report {
             .await
         }
         Load::Smtp {
+            pipelining,
             addr,
             from,
             to,
             messages,
-        } => smtp(job.concurrency, &addr, &from, &to, messages).await,
+        } => smtp(job.concurrency, pipelining, &addr, &from, &to, messages).await,
     };
     let seconds = started.elapsed().as_secs_f64();
     let mut lat: Vec<Duration> = Vec::new();
@@ -461,6 +469,7 @@ async fn reply(r: &mut BufReader<TcpStream>) -> String {
 
 async fn smtp(
     concurrency: usize,
+    pipelining: bool,
     addr: &str,
     from: &str,
     to: &str,
@@ -472,9 +481,11 @@ async fn smtp(
         format!("RCPT TO:<{to}>\r\n"),
         "DATA\r\n".to_owned(),
     ]);
+    let group: Arc<str> = commands.concat().into();
     let tasks: Vec<_> = (0..concurrency)
         .map(|_| {
-            let (queue, commands, addr) = (queue.clone(), commands.clone(), addr.to_owned());
+            let (queue, commands, group) = (queue.clone(), commands.clone(), group.clone());
+            let addr = addr.to_owned();
             tokio::spawn(async move {
                 let (mut lat, mut errors) = (Vec::new(), 0);
                 let s = TcpStream::connect(&addr)
@@ -487,17 +498,29 @@ async fn smtp(
                     .write_all(b"EHLO bench.example.com\r\n")
                     .await
                     .ok();
-                reply(&mut r).await;
+                let ehlo = reply(&mut r).await;
+                let pipelined = pipelining
+                    && ehlo
+                        .lines()
+                        .any(|l| l.get(4..).is_some_and(|k| k.starts_with("PIPELINING")));
                 loop {
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
                     let Some(m) = next else { break };
                     let t = Instant::now();
-                    for cmd in commands.iter() {
-                        r.get_mut().write_all(cmd.as_bytes()).await.ok();
-                        reply(&mut r).await;
+                    if pipelined {
+                        r.get_mut().write_all(group.as_bytes()).await.ok();
+                        for _ in commands.iter() {
+                            reply(&mut r).await;
+                        }
+                    } else {
+                        for cmd in commands.iter() {
+                            r.get_mut().write_all(cmd.as_bytes()).await.ok();
+                            reply(&mut r).await;
+                        }
                     }
-                    r.get_mut().write_all(m.as_bytes()).await.ok();
-                    r.get_mut().write_all(b"\r\n.\r\n").await.ok();
+                    let mut data = m.into_bytes();
+                    data.extend_from_slice(b"\r\n.\r\n");
+                    r.get_mut().write_all(&data).await.ok();
                     if reply(&mut r).await.starts_with("250") {
                         lat.push(t.elapsed());
                     } else {
