@@ -47,7 +47,8 @@ pub enum Load {
     /// Send each message over SMTP: EHLO once per connection, then MAIL, RCPT, DATA and the
     /// message. When `pipelining` is set and the server's EHLO advertises PIPELINING (RFC
     /// 2920), MAIL, RCPT and DATA go out in one write and their replies are read together, as
-    /// Postfix and other MTAs do; otherwise each command waits for its reply.
+    /// Postfix and other MTAs do; otherwise each command waits for its reply. A session sends at
+    /// most 100 messages, then QUIT, and the connection is made again.
     Smtp {
         /// Use PIPELINING when the server offers it.
         pipelining: bool,
@@ -467,6 +468,10 @@ async fn reply(r: &mut BufReader<TcpStream>) -> String {
     }
 }
 
+/// Messages per SMTP session before the client says QUIT and connects again (servers cap the
+/// commands of one session).
+const PER_SESSION: usize = 100;
+
 async fn smtp(
     concurrency: usize,
     pipelining: bool,
@@ -488,46 +493,52 @@ async fn smtp(
             let addr = addr.to_owned();
             tokio::spawn(async move {
                 let (mut lat, mut errors) = (Vec::new(), 0);
-                let s = TcpStream::connect(&addr)
-                    .await
-                    .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-                let _ = s.set_nodelay(true);
-                let mut r = BufReader::new(s);
-                reply(&mut r).await;
-                r.get_mut()
-                    .write_all(b"EHLO bench.example.com\r\n")
-                    .await
-                    .ok();
-                let ehlo = reply(&mut r).await;
-                let pipelined = pipelining
-                    && ehlo
-                        .lines()
-                        .any(|l| l.get(4..).is_some_and(|k| k.starts_with("PIPELINING")));
-                loop {
-                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                    let Some(m) = next else { break };
-                    let t = Instant::now();
-                    if pipelined {
-                        r.get_mut().write_all(group.as_bytes()).await.ok();
-                        for _ in commands.iter() {
-                            reply(&mut r).await;
+                'session: loop {
+                    let s = TcpStream::connect(&addr)
+                        .await
+                        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+                    let _ = s.set_nodelay(true);
+                    let mut r = BufReader::new(s);
+                    reply(&mut r).await;
+                    r.get_mut()
+                        .write_all(b"EHLO bench.example.com\r\n")
+                        .await
+                        .ok();
+                    let ehlo = reply(&mut r).await;
+                    let pipelined = pipelining
+                        && ehlo
+                            .lines()
+                            .any(|l| l.get(4..).is_some_and(|k| k.starts_with("PIPELINING")));
+                    for _ in 0..PER_SESSION {
+                        let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                        let Some(m) = next else {
+                            r.get_mut().write_all(b"QUIT\r\n").await.ok();
+                            break 'session;
+                        };
+                        let t = Instant::now();
+                        if pipelined {
+                            r.get_mut().write_all(group.as_bytes()).await.ok();
+                            for _ in commands.iter() {
+                                reply(&mut r).await;
+                            }
+                        } else {
+                            for cmd in commands.iter() {
+                                r.get_mut().write_all(cmd.as_bytes()).await.ok();
+                                reply(&mut r).await;
+                            }
                         }
-                    } else {
-                        for cmd in commands.iter() {
-                            r.get_mut().write_all(cmd.as_bytes()).await.ok();
-                            reply(&mut r).await;
+                        let mut data = m.into_bytes();
+                        data.extend_from_slice(b"\r\n.\r\n");
+                        r.get_mut().write_all(&data).await.ok();
+                        if reply(&mut r).await.starts_with("250") {
+                            lat.push(t.elapsed());
+                        } else {
+                            errors += 1;
                         }
                     }
-                    let mut data = m.into_bytes();
-                    data.extend_from_slice(b"\r\n.\r\n");
-                    r.get_mut().write_all(&data).await.ok();
-                    if reply(&mut r).await.starts_with("250") {
-                        lat.push(t.elapsed());
-                    } else {
-                        errors += 1;
-                    }
+                    r.get_mut().write_all(b"QUIT\r\n").await.ok();
+                    reply(&mut r).await;
                 }
-                r.get_mut().write_all(b"QUIT\r\n").await.ok();
                 (lat, errors)
             })
         })
