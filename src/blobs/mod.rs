@@ -57,7 +57,9 @@ impl BlobStore {
     /// [`Error::TooLarge`] over `media.max_bytes`; database errors.
     pub async fn put(&self, data: &[u8], mime: &str) -> Result<ContentAddressedBytes> {
         let digest = self.digest(data)?;
-        blobs::put(&self.db, &digest, mime, data, self.clock.now_ms()).await?;
+        let mut tx = self.db.begin().await?;
+        blobs::put_in(&mut tx, &digest, mime, data, self.clock.now_ms()).await?;
+        tx.commit().await?;
         Ok(ContentAddressedBytes {
             algo: "sha256".into(),
             url: Some(self.url(&digest)),

@@ -15,27 +15,7 @@ pub struct BlobRow {
 const PUT: &str = "INSERT INTO blobs (digest, mime, size, data, created_at) VALUES ($1, $2, $3, $4, $5) \
      ON CONFLICT DO NOTHING";
 
-/// Stores `data` under `digest` unless it is already there (same digest, same bytes).
-///
-/// # Errors
-/// Database errors.
-pub async fn put(db: &Db, digest: &str, mime: &str, data: &[u8], now: i64) -> Result<()> {
-    let size = i64::try_from(data.len()).unwrap_or(i64::MAX);
-    db.execute(
-        PUT,
-        &[
-            Arg::Text(digest),
-            Arg::Text(mime),
-            Arg::Int(size),
-            Arg::Bytes(data),
-            Arg::Int(now),
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
-/// As [`put`], inside `tx`.
+/// Stores `data` under `digest` in `tx`, unless it is already there (same digest, same bytes).
 ///
 /// # Errors
 /// Database errors.

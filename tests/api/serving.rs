@@ -1,6 +1,6 @@
 //! Health, readiness, metrics and graceful shutdown.
 
-use crate::helpers::{Engine, job_states, message, on_both_engines, spawn_app, wait_for};
+use crate::helpers::{Engine, TestApp, job_states, message, on_both_engines, spawn_app, wait_for};
 
 async fn health_readiness_and_metrics(engine: Engine) {
     let mut t = spawn_app(engine, |_, _| {}).await;
@@ -30,17 +30,8 @@ async fn health_readiness_and_metrics(engine: Engine) {
         (t.transport.count() == 1).then_some(())
     })
     .await;
-    let metrics_url = format!("http://{}/metrics", t.app().metrics_addr());
     let text = wait_for(20, "delivery metrics", || async {
-        let text = t
-            .http
-            .get(&metrics_url)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = metrics(&t).await;
         text.contains("switchboard_deliveries_total{transport=\"test\",outcome=\"delivered\"} 1")
             .then_some(text)
     })
@@ -73,21 +64,25 @@ async fn health_readiness_and_metrics(engine: Engine) {
 }
 on_both_engines!(health_readiness_and_metrics);
 
-/// Queue depth counts the jobs that wait, per kind and state.
-async fn queue_depth_counts_waiting_jobs(engine: Engine) {
-    // No workers: the message's dispatch job stays ready.
-    let mut t = spawn_app(engine, |_, o| o.workers = false).await;
-    t.ingest("m-1", message(&t.agent("echo"), "k", "wait"))
-        .await;
-    let text = t
-        .http
+/// The metrics listener's exposition text.
+async fn metrics(t: &TestApp) -> String {
+    t.http
         .get(format!("http://{}/metrics", t.app().metrics_addr()))
         .send()
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Queue depth counts the jobs that wait, per kind and state.
+async fn queue_depth_counts_waiting_jobs(engine: Engine) {
+    // No workers: the message's dispatch job stays ready.
+    let mut t = spawn_app(engine, |_, o| o.workers = false).await;
+    t.ingest("m-1", message(&t.agent("echo"), "k", "wait"))
+        .await;
+    let text = metrics(&t).await;
     assert!(
         text.contains("switchboard_queue_depth{kind=\"dispatch\",state=\"ready\"} 1"),
         "{text}"

@@ -81,6 +81,16 @@ struct Update {
     events: Vec<(i64, String)>,
 }
 
+/// What a change function decided about a task.
+enum Decided {
+    /// There is no such task.
+    Missing,
+    /// Nothing to write; the task as read.
+    Keep(TaskRow),
+    /// This update, decided at this time (unix ms).
+    Write(Update, i64),
+}
+
 /// An update waiting for the writer's commit; answered whether it was written.
 #[derive(Debug)]
 struct PendingWrite {
@@ -202,17 +212,11 @@ impl TaskEngine {
                 self.recent.forget(id);
                 self.get(id).await?
             };
-            let Some(mut row) = read else {
-                return Ok(None);
+            let update = match self.decide(read, &mut f)? {
+                Decided::Missing => return Ok(None),
+                Decided::Keep(row) => return Ok(Some(row)),
+                Decided::Write(update, _) => update,
             };
-            let mut task: Value =
-                serde_json::from_str(&row.body).map_err(|e| internal(&Error::Corrupt(e)))?;
-            let now = self.now();
-            let events = match f(&mut row, &mut task, now)? {
-                Change::Keep => return Ok(Some(row)),
-                Change::Write(events) => events,
-            };
-            let update = numbered(row, &task, &events);
             let row = update.row.clone();
             if self.write(update).await.map_err(|e| internal(&e))? {
                 return Ok(Some(row));
@@ -241,17 +245,11 @@ impl TaskEngine {
                 self.recent.forget(id);
                 sql::get_task_in(tx, id).await.map_err(|e| internal(&e))?
             };
-            let Some(mut row) = read else {
-                return Ok(None);
+            let (update, now) = match self.decide(read, &mut f)? {
+                Decided::Missing => return Ok(None),
+                Decided::Keep(row) => return Ok(Some(row)),
+                Decided::Write(update, now) => (update, now),
             };
-            let mut task: Value =
-                serde_json::from_str(&row.body).map_err(|e| internal(&Error::Corrupt(e)))?;
-            let now = self.now();
-            let events = match f(&mut row, &mut task, now)? {
-                Change::Keep => return Ok(Some(row)),
-                Change::Write(events) => events,
-            };
-            let update = numbered(row, &task, &events);
             let (written, pushes) = write_updates(&self.queue, tx, &[&update], now)
                 .await
                 .map_err(|e| internal(&e))?;
@@ -262,6 +260,23 @@ impl TaskEngine {
             }
         }
         Err(too_fast())
+    }
+
+    /// Applies `f` to the task `read` (parsed from its stored body) and says what to write.
+    fn decide<F>(&self, read: Option<TaskRow>, f: &mut F) -> Result<Decided, RpcError>
+    where
+        F: FnMut(&mut TaskRow, &mut Value, i64) -> Result<Change, RpcError>,
+    {
+        let Some(mut row) = read else {
+            return Ok(Decided::Missing);
+        };
+        let mut task: Value =
+            serde_json::from_str(&row.body).map_err(|e| internal(&Error::Corrupt(e)))?;
+        let now = self.now();
+        Ok(match f(&mut row, &mut task, now)? {
+            Change::Keep => Decided::Keep(row),
+            Change::Write(events) => Decided::Write(numbered(row, &task, &events), now),
+        })
     }
 
     /// Finishes task writes whose transaction has committed: remembers and announces the rows,
