@@ -105,6 +105,13 @@ fn measure(
     (report, per)
 }
 
+/// The generator's CPU time per accepted message, µs.
+fn client_cpu(r: &loadgen::Report) -> f64 {
+    #[allow(clippy::cast_precision_loss)]
+    let per = r.client_cpu_us as f64 / r.accepted.max(1) as f64;
+    per
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
@@ -220,7 +227,7 @@ async fn bench() {
     println!(
         "round | switchboard msg/s | CPU µs/msg | switchboard, no pipelining msg/s | CPU µs/msg | aiosmtpd+dkimpy msg/s | CPU µs/msg"
     );
-    let mut cols: [(Vec<f64>, Vec<f64>); 3] = Default::default();
+    let mut cols: [(Vec<f64>, Vec<f64>, Vec<f64>); 3] = Default::default();
     for r in 0..ROUNDS {
         let mut row = vec![(r + 1).to_string()];
         // Each switchboard mode gets half of the round's messages, so every id is fresh.
@@ -230,6 +237,7 @@ async fn bench() {
             assert_eq!(s.accepted, msgs.len(), "switchboard refused some messages");
             cols[col].0.push(s.rate());
             cols[col].1.push(cpu);
+            cols[col].2.push(client_cpu(&s));
             row.extend([format!("{:.0}", s.rate()), format!("{cpu:.0}")]);
         }
         match &peer {
@@ -238,15 +246,20 @@ async fn bench() {
                 assert_eq!(p.accepted, peer_n, "the peer refused some messages");
                 cols[2].0.push(p.rate());
                 cols[2].1.push(cpu);
+                cols[2].2.push(client_cpu(&p));
                 row.extend([format!("{:.0}", p.rate()), format!("{cpu:.0}")]);
             }
             None => row.extend(["-".into(), "-".into()]),
         }
         println!("{}", row.join(" | "));
     }
+    let clients: Vec<String> = cols
+        .iter()
+        .map(|c| format!("{:.0}", median(c.2.clone())))
+        .collect();
     let medians: Vec<(f64, f64)> = cols
         .into_iter()
-        .map(|(rates, cpu)| (median(rates), median(cpu)))
+        .map(|(rates, cpu, _)| (median(rates), median(cpu)))
         .collect();
     let mut row = vec!["median".to_owned()];
     for (i, (rate, cpu)) in medians.iter().enumerate() {
@@ -255,6 +268,10 @@ async fn bench() {
         }
     }
     println!("{}", row.join(" | "));
+    println!(
+        "load generator CPU µs/msg (median): {} pipelined, {} without, {} against the peer",
+        clients[0], clients[1], clients[2]
+    );
     if peer.is_some() {
         let (pr, pc) = medians[2];
         for (label, (sr, sc)) in [("pipelined", medians[0]), ("no pipelining", medians[1])] {

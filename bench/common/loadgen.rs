@@ -89,6 +89,9 @@ pub struct Report {
     pub p50_ms: f64,
     /// 99th percentile, ms.
     pub p99_ms: f64,
+    /// The generator's own CPU time over the run, µs.
+    #[serde(default)]
+    pub client_cpu_us: u64,
 }
 
 impl Report {
@@ -335,7 +338,8 @@ fn child_main() {
         .enable_all()
         .build()
         .unwrap_or_else(|e| panic!("runtime: {e}"));
-    let report = rt.block_on(drive(job));
+    let mut report = rt.block_on(drive(job));
+    report.client_cpu_us = cpu_micros(std::process::id());
     println!(
         "{}",
         serde_json::to_string(&report).unwrap_or_else(|e| panic!("report: {e}"))
@@ -402,6 +406,7 @@ async fn drive(job: Job) -> Report {
         seconds,
         p50_ms: pct(0.5),
         p99_ms: pct(0.99),
+        client_cpu_us: 0,
     }
 }
 
