@@ -32,14 +32,21 @@ const SLOW: Duration = Duration::from_secs(1);
 /// Prepared statements kept per connection (multi-row statements differ by their row count).
 const STATEMENT_CACHE: usize = 256;
 
-/// How often the checkpointer copies the WAL into the database.
-const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+/// How often the WAL is flushed to the disk. With `synchronous=NORMAL` a commit is in the
+/// operating system's hands at once (a crash of the process loses nothing) and on the disk by
+/// the next flush (what a power cut can lose).
+const SYNC_EVERY: Duration = Duration::from_millis(100);
+
+/// How often the checkpointer copies the WAL into the database, in flushes. Each checkpoint
+/// lets the next write start the WAL over, which flushes the WAL's header inside that commit;
+/// one a second keeps that out of most commits, and copies a page written many times once.
+const CHECKPOINT_EVERY: u32 = 10;
 
 /// WAL pages (4 KiB) past which the checkpointer makes sure the WAL starts over. A checkpoint
 /// that runs beside the writer never catches up with it, so the WAL would grow without end;
 /// past this size the checkpointer holds the writer back for one more checkpoint, which then
 /// copies everything, and the next write starts the WAL from its beginning.
-const WAL_RESTART_PAGES: i64 = 4_096;
+const WAL_RESTART_PAGES: i64 = 16_384;
 
 /// Where the database lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,7 +132,7 @@ impl Sqlite {
         });
         let writer = Arc::new(tokio::sync::Mutex::new(Some(conn)));
         let checkpointer = match &loc {
-            Location::File(_) => Some(spawn_checkpointer(&loc, busy_timeout, &writer)?),
+            Location::File(path) => Some(spawn_checkpointer(path, busy_timeout, &writer)?),
             Location::Memory => None,
         };
         Ok(Self {
@@ -393,19 +400,20 @@ fn migrate(conn: &mut Connection, migrator: &sqlx::migrate::Migrator) -> Result<
     Ok(())
 }
 
-/// Copies the WAL into the database every [`CHECKPOINT_EVERY`] on a thread of its own (with
-/// its own connection), so no commit ever waits for a checkpoint's `fsync`; past
-/// [`WAL_RESTART_PAGES`] it holds the writer back for a checkpoint that catches up, so the WAL
-/// starts over instead of growing. Only `PASSIVE` checkpoints: they never wait for readers or
-/// take the write lock (a checkpoint that did would make the writer wait in SQLite's busy
-/// handler, on its runtime's thread, for as long as readers keep coming). Stops when the
-/// returned sender is dropped.
+/// Flushes the WAL every [`SYNC_EVERY`] and copies it into the database every
+/// [`CHECKPOINT_EVERY`] flushes, on a thread of its own (with its own connection), so no commit
+/// waits for the disk; past [`WAL_RESTART_PAGES`] it holds the writer back for a checkpoint that
+/// catches up, so the WAL starts over instead of growing. Only `PASSIVE` checkpoints: they never
+/// wait for readers or take the write lock (a checkpoint that did would make the writer wait in
+/// SQLite's busy handler, on its runtime's thread, for as long as readers keep coming). Stops
+/// when the returned sender is dropped.
 fn spawn_checkpointer(
-    loc: &Location,
+    path: &str,
     busy: Duration,
     writer: &Arc<tokio::sync::Mutex<Option<Connection>>>,
 ) -> Result<std::sync::mpsc::Sender<()>> {
-    let conn = open(loc, busy, false)?;
+    let conn = open(&Location::File(path.to_owned()), busy, false)?;
+    let wal = format!("{path}-wal");
     let writer = Arc::clone(writer);
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let checkpoint = move |mode: &str| -> rusqlite::Result<i64> {
@@ -414,9 +422,20 @@ fn spawn_checkpointer(
     std::thread::Builder::new()
         .name("sqlite-checkpoint".into())
         .spawn(move || {
-            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                rx.recv_timeout(CHECKPOINT_EVERY)
+            let mut ticks = 0u32;
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(SYNC_EVERY)
             {
+                ticks = ticks.wrapping_add(1);
+                if !ticks.is_multiple_of(CHECKPOINT_EVERY) {
+                    // A checkpoint flushes the WAL itself; between them, this does. (No WAL yet
+                    // means nothing to flush.)
+                    if let Ok(f) = std::fs::File::open(&wal)
+                        && let Err(e) = f.sync_data()
+                    {
+                        tracing::warn!(error = %e, "SQLite WAL flush failed");
+                    }
+                    continue;
+                }
                 match checkpoint("PASSIVE") {
                     Ok(pages) if pages >= WAL_RESTART_PAGES => {
                         let guard = writer.blocking_lock();
