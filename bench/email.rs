@@ -144,8 +144,8 @@ async fn bench() {
         .filter(|a| !a.starts_with('-'))
         .collect();
     // Switchboard's share of a round, half of it pipelined.
-    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(4_000);
-    let conns: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(16);
+    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(12_000);
+    let conns: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(64);
     let peer_n = (n / 4).max(100);
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
     let pubkey = std::fs::read_to_string(fixture("sender-dkim.pub.b64"))
