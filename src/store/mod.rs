@@ -3,9 +3,9 @@
 //!
 //! Queries are runtime-checked and written once in a portable subset (`$n` placeholders, TEXT
 //! ids, integer unix-millisecond times, `ON CONFLICT`, `RETURNING`); backend-specific SQL appears
-//! only where semantics differ. SQLite (the `sqlite` module) runs statements on the calling task with one
-//! writer connection (SQLite admits one writer at a time anyway, and this way writers queue
-//! in-process instead of spinning on `SQLITE_BUSY`) and a pool of readers; PostgreSQL goes
+//! only where semantics differ. SQLite (the `sqlite` module) runs statements on the calling task
+//! with one writer connection (SQLite admits one writer at a time anyway, and this way writers
+//! queue in-process instead of spinning on `SQLITE_BUSY`) and a pool of readers; PostgreSQL goes
 //! through sqlx's pool.
 
 pub mod a2a;
