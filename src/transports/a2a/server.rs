@@ -17,7 +17,7 @@ use super::NAME;
 use super::auth::{Caller, Verifier};
 use super::card::RenderedCard;
 use super::mapping::{self, InPart, Limits};
-use super::tasks::{Change, Created, NewTask, TaskEngine, ends_stream, internal, wait_for};
+use super::tasks::{Change, Created, NewTask, TaskEngine, ends_stream, internal};
 use super::wire::{
     self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, RpcError, TASK_NOT_CANCELABLE, TaskState,
     UNSUPPORTED_OPERATION, VERSION_NOT_SUPPORTED, Version, WireMessage,
@@ -1250,7 +1250,7 @@ fn open_stream(
     };
     let replay_only = first.is_none();
     tokio::spawn(async move {
-        let mut rx_hub = engine.subscribe();
+        let mut watch = engine.watch(&task_id);
         if let Some(task) = first {
             let ev = json!({ "task": &task });
             let terminal = task
@@ -1291,7 +1291,7 @@ fn open_stream(
                 return;
             }
             let before = tokio::time::Instant::now();
-            wait_for(&mut rx_hub, &task_id, Duration::from_secs(15)).await;
+            watch.changed(Duration::from_secs(15)).await;
             if before.elapsed() >= Duration::from_secs(15)
                 && tx
                     .send(Bytes::from_static(b": keep-alive\n\n"))

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::push;
 use super::wire::{RpcError, TaskState, timestamp};
@@ -67,7 +67,7 @@ pub(super) fn internal(e: &Error) -> RpcError {
 pub struct TaskEngine {
     db: Db,
     clock: SharedClock,
-    hub: broadcast::Sender<Arc<str>>,
+    watchers: Arc<Watchers>,
     queue: Arc<Queue>,
     writes: mpsc::Sender<PendingWrite>,
     recent: Arc<Recent>,
@@ -130,13 +130,13 @@ impl TaskEngine {
     /// An engine over `db`; starts its writer (on the current runtime).
     #[must_use]
     pub fn new(db: Db, clock: SharedClock, queue: Arc<Queue>) -> Self {
-        let (hub, _) = broadcast::channel(4096);
+        let watchers = Arc::new(Watchers::default());
         let (writes, rx) = mpsc::channel(4096);
         let recent = Arc::new(Recent::new(RECENT_MAX, RECENT_BYTES, RECENT_ROW_MAX));
         let writer = Writer {
             db: db.clone(),
             clock: clock.clone(),
-            hub: hub.clone(),
+            watchers: Arc::clone(&watchers),
             queue: Arc::clone(&queue),
             recent: Arc::clone(&recent),
         };
@@ -144,7 +144,7 @@ impl TaskEngine {
         Self {
             db,
             clock,
-            hub,
+            watchers,
             queue,
             writes,
             recent,
@@ -176,12 +176,13 @@ impl TaskEngine {
     /// notifications; this instance's own writes are announced by its writer).
     pub fn announce(&self, task_id: &str) {
         self.recent.forget(task_id);
-        let _ = self.hub.send(Arc::from(task_id));
+        self.watchers.changed(task_id);
     }
 
-    /// A receiver of change announcements.
-    pub(super) fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
-        self.hub.subscribe()
+    /// Starts watching `task_id` for changes: take it before reading the task, and every
+    /// change after the read wakes [`TaskWatch::changed`].
+    pub(super) fn watch(&self, task_id: &str) -> TaskWatch {
+        self.watchers.watch(task_id)
     }
 
     /// Reads a task.
@@ -284,7 +285,7 @@ impl TaskEngine {
     pub(super) fn committed(&self, writes: TaskWrites) {
         for row in writes.rows {
             remember(&self.recent, &row);
-            let _ = self.hub.send(Arc::from(row.id.as_str()));
+            self.watchers.changed(&row.id);
         }
         for p in writes.pushes {
             self.queue.hand_over(p);
@@ -349,7 +350,7 @@ impl TaskEngine {
         id: &str,
         timeout: Duration,
     ) -> Result<Option<TaskRow>, RpcError> {
-        let mut rx = self.subscribe();
+        let mut watch = self.watch(id);
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let Some(row) = self.current(id).await? else {
@@ -360,7 +361,9 @@ impl TaskEngine {
             if ended || now >= deadline {
                 return Ok(Some(row));
             }
-            wait_for(&mut rx, id, (deadline - now).min(Duration::from_secs(1))).await;
+            watch
+                .changed((deadline - now).min(Duration::from_secs(1)))
+                .await;
         }
     }
 }
@@ -564,7 +567,7 @@ fn push_jobs(
 struct Writer {
     db: Db,
     clock: SharedClock,
-    hub: broadcast::Sender<Arc<str>>,
+    watchers: Arc<Watchers>,
     queue: Arc<Queue>,
     recent: Arc<Recent>,
 }
@@ -639,7 +642,7 @@ impl Writer {
             let ok = written.contains(&row.id);
             if ok {
                 remember(&self.recent, row);
-                let _ = self.hub.send(Arc::from(row.id.as_str()));
+                self.watchers.changed(&row.id);
             }
             let _ = p.reply.send(Ok(ok));
         }
@@ -669,22 +672,73 @@ fn clone_error(e: &Error) -> Error {
     }
 }
 
-/// Waits for an announcement about `id`, at most `limit` (announcements can be missed when the
-/// channel lags: callers re-read the database after every wake-up anyway).
-pub(super) async fn wait_for(rx: &mut broadcast::Receiver<Arc<str>>, id: &str, limit: Duration) {
-    let _ = tokio::time::timeout(limit, async {
-        loop {
-            match rx.recv().await {
-                Ok(t) if &*t == id => return,
-                Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(_)) => return,
-                Err(broadcast::error::RecvError::Closed) => {
-                    std::future::pending::<()>().await;
-                }
-            }
+/// Who waits on which task, so a change wakes only the waiters of that task (one channel for
+/// every task woke every waiter on every change: with many tasks in flight most wake-ups were
+/// for nothing).
+#[derive(Debug, Default)]
+struct Watchers(std::sync::Mutex<std::collections::HashMap<String, watch::Sender<u64>>>);
+
+impl Watchers {
+    fn map(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, watch::Sender<u64>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn watch(self: &Arc<Self>, id: &str) -> TaskWatch {
+        let rx = self
+            .map()
+            .entry(id.to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        TaskWatch {
+            rx,
+            id: id.to_owned(),
+            watchers: Arc::clone(self),
         }
-    })
-    .await;
+    }
+
+    /// Wakes the waiters of `id`, if there are any.
+    fn changed(&self, id: &str) {
+        if let Some(tx) = self.map().get(id) {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
+/// One waiter's view of the changes to one task.
+#[derive(Debug)]
+pub(super) struct TaskWatch {
+    rx: watch::Receiver<u64>,
+    id: String,
+    watchers: Arc<Watchers>,
+}
+
+impl TaskWatch {
+    /// Waits until the task has changed since the watch began or since the last call returned,
+    /// at most `limit`. A change can also come from another instance (PostgreSQL), so callers
+    /// read the database after every wake-up.
+    pub(super) async fn changed(&mut self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, async {
+            if self.rx.changed().await.is_err() {
+                // Not reached: the sender lives as long as its last receiver.
+                std::future::pending::<()>().await;
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for TaskWatch {
+    fn drop(&mut self) {
+        let mut map = self.watchers.map();
+        // The last waiter of this task leaves: forget the task.
+        if map.get(&self.id).is_some_and(|tx| tx.receiver_count() <= 1) {
+            map.remove(&self.id);
+        }
+    }
 }
 
 /// Whether a stored StreamResponse ends a stream (a status update to a terminal or
