@@ -47,7 +47,9 @@ pub enum Load {
     /// Send each message over SMTP: EHLO once per connection, then MAIL, RCPT, DATA and the
     /// message. When `pipelining` is set and the server's EHLO advertises PIPELINING (RFC
     /// 2920), MAIL, RCPT and DATA go out in one write and their replies are read together, as
-    /// Postfix and other MTAs do; otherwise each command waits for its reply. A session sends at
+    /// Postfix and other MTAs do, and from the second message of a session on they ride in the
+    /// write that ends the message before, as Exim sends; otherwise each command waits for its
+    /// reply. A session sends at
     /// most 100 messages, then QUIT, and the connection is made again.
     Smtp {
         /// Use PIPELINING when the server offers it.
@@ -514,15 +516,17 @@ async fn smtp(
                         && ehlo
                             .lines()
                             .any(|l| l.get(4..).is_some_and(|k| k.starts_with("PIPELINING")));
-                    for _ in 0..PER_SESSION {
-                        let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                        let Some(m) = next else {
-                            r.get_mut().write_all(b"QUIT\r\n").await.ok();
-                            break 'session;
-                        };
-                        let t = Instant::now();
+                    let pop = || queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                    let Some(mut m) = pop() else {
+                        r.get_mut().write_all(b"QUIT\r\n").await.ok();
+                        break 'session;
+                    };
+                    let (mut t, mut drained) = (Instant::now(), false);
+                    if pipelined {
+                        r.get_mut().write_all(group.as_bytes()).await.ok();
+                    }
+                    for sent in 1..=PER_SESSION {
                         if pipelined {
-                            r.get_mut().write_all(group.as_bytes()).await.ok();
                             for _ in commands.iter() {
                                 reply(&mut r).await;
                             }
@@ -532,17 +536,34 @@ async fn smtp(
                                 reply(&mut r).await;
                             }
                         }
+                        // Pipelined, the next message's MAIL, RCPT and DATA go out in the
+                        // write that ends this one (message content may open a group, RFC
+                        // 2920 §3.1; Exim sends this way).
+                        let following = if sent < PER_SESSION { pop() } else { None };
                         let mut data = m.into_bytes();
                         data.extend_from_slice(b"\r\n.\r\n");
+                        if pipelined && following.is_some() {
+                            data.extend_from_slice(group.as_bytes());
+                        }
+                        let written = Instant::now();
                         r.get_mut().write_all(&data).await.ok();
                         if reply(&mut r).await.starts_with("250") {
                             lat.push(t.elapsed());
                         } else {
                             errors += 1;
                         }
+                        let Some(f) = following else {
+                            drained = sent < PER_SESSION;
+                            break;
+                        };
+                        m = f;
+                        t = if pipelined { written } else { Instant::now() };
                     }
                     r.get_mut().write_all(b"QUIT\r\n").await.ok();
                     reply(&mut r).await;
+                    if drained {
+                        break;
+                    }
                 }
                 (lat, errors)
             })
