@@ -32,7 +32,7 @@ use switchboard::{Application, Config};
 use tokio_rustls::rustls::pki_types::PrivateKeyDer;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
