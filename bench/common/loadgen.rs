@@ -49,8 +49,7 @@ pub enum Load {
     /// 2920), MAIL, RCPT and DATA go out in one write and their replies are read together, as
     /// Postfix and other MTAs do, and from the second message of a session on they ride in the
     /// write that ends the message before, as Exim sends; otherwise each command waits for its
-    /// reply. A session sends at
-    /// most 100 messages, then QUIT, and the connection is made again.
+    /// reply. A session sends at most 100 messages, then QUIT, and the connection is made again.
     Smtp {
         /// Use PIPELINING when the server offers it.
         pipelining: bool,

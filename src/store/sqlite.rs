@@ -42,7 +42,8 @@ const SYNC_EVERY: Duration = Duration::from_millis(100);
 /// one a second keeps that out of most commits, and copies a page written many times once.
 const CHECKPOINT_EVERY: u32 = 10;
 
-/// WAL pages (4 KiB) past which the checkpointer makes sure the WAL starts over. A checkpoint
+/// WAL pages (4 KiB) past which the checkpointer, at its next checkpoint, makes sure the WAL
+/// starts over (between checkpoints the WAL grows with whatever is written). A checkpoint
 /// that runs beside the writer never catches up with it, so the WAL would grow without end;
 /// past this size the checkpointer holds the writer back for one more checkpoint, which then
 /// copies everything, and the next write starts the WAL from its beginning.

@@ -1290,9 +1290,7 @@ fn open_stream(
             {
                 return;
             }
-            let before = tokio::time::Instant::now();
-            watch.changed(Duration::from_secs(15)).await;
-            if before.elapsed() >= Duration::from_secs(15)
+            if !watch.changed(Duration::from_secs(15)).await
                 && tx
                     .send(Bytes::from_static(b": keep-alive\n\n"))
                     .await

@@ -676,12 +676,12 @@ fn clone_error(e: &Error) -> Error {
 /// every task woke every waiter on every change: with many tasks in flight most wake-ups were
 /// for nothing).
 #[derive(Debug, Default)]
-struct Watchers(std::sync::Mutex<std::collections::HashMap<String, watch::Sender<u64>>>);
+struct Watchers(std::sync::Mutex<std::collections::HashMap<String, watch::Sender<()>>>);
 
 impl Watchers {
     fn map(
         &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, watch::Sender<u64>>> {
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, watch::Sender<()>>> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -691,7 +691,7 @@ impl Watchers {
         let rx = self
             .map()
             .entry(id.to_owned())
-            .or_insert_with(|| watch::channel(0).0)
+            .or_insert_with(|| watch::channel(()).0)
             .subscribe();
         TaskWatch {
             rx,
@@ -703,7 +703,7 @@ impl Watchers {
     /// Wakes the waiters of `id`, if there are any.
     fn changed(&self, id: &str) {
         if let Some(tx) = self.map().get(id) {
-            tx.send_modify(|n| *n = n.wrapping_add(1));
+            tx.send_replace(());
         }
     }
 }
@@ -711,23 +711,24 @@ impl Watchers {
 /// One waiter's view of the changes to one task.
 #[derive(Debug)]
 pub(super) struct TaskWatch {
-    rx: watch::Receiver<u64>,
+    rx: watch::Receiver<()>,
     id: String,
     watchers: Arc<Watchers>,
 }
 
 impl TaskWatch {
     /// Waits until the task has changed since the watch began or since the last call returned,
-    /// at most `limit`. A change can also come from another instance (PostgreSQL), so callers
-    /// read the database after every wake-up.
-    pub(super) async fn changed(&mut self, limit: Duration) {
-        let _ = tokio::time::timeout(limit, async {
+    /// at most `limit`; whether it changed. A change can also come from another instance
+    /// (PostgreSQL), so callers read the database after every wake-up.
+    pub(super) async fn changed(&mut self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, async {
             if self.rx.changed().await.is_err() {
                 // Not reached: the sender lives as long as its last receiver.
                 std::future::pending::<()>().await;
             }
         })
-        .await;
+        .await
+        .is_ok()
     }
 }
 
