@@ -1,5 +1,10 @@
 //! Email: the Message-IDs switchboard has seen or sent (threading), and bounces that turn a
 //! delivered reply into a failed one.
+//!
+//! A Message-ID switchboard received is known by its dedupe key in `inbound_seen` (see
+//! [`inbound_key`]), which the pipeline stores with the message anyway; `email_message_ids`
+//! holds the ones it sent (and, from before that, received ones too). One index fewer per
+//! inbound message is one random-key B-tree page fewer to write.
 
 use super::{Arg, Db, Tx};
 use crate::error::Result;
@@ -15,6 +20,13 @@ pub struct KnownMessageId {
     pub stored_id: String,
     /// `in` or `out`.
     pub direction: String,
+}
+
+/// The dedupe key (`inbound_seen.external_id`) of a message `agent` received under
+/// `message_id`.
+#[must_use]
+pub fn inbound_key(agent: &str, message_id: &str) -> String {
+    format!("{agent}/{message_id}")
 }
 
 /// Records a Message-ID of `agent`'s thread (a second record of the same id is ignored), in
@@ -47,7 +59,8 @@ pub async fn remember(
     Ok(())
 }
 
-/// The known records among `ids` for `agent`, in no particular order.
+/// The known records among `ids` for `agent`, in no particular order: the Message-IDs it sent
+/// and the ones it received (found by their dedupe key, with the thread of the stored message).
 ///
 /// # Errors
 /// Database errors.
@@ -55,13 +68,27 @@ pub async fn lookup(db: &Db, agent: &str, ids: &[&str]) -> Result<Vec<KnownMessa
     if ids.is_empty() {
         return Ok(Vec::new());
     }
+    let keys: Vec<String> = ids.iter().map(|id| inbound_key(agent, id)).collect();
+    let first_key = 2 + ids.len();
+    // `substr` drops the `agent/` prefix of the dedupe key (1-based, on both engines).
     let sql = format!(
         "SELECT message_id, thread_key, stored_id, direction FROM email_message_ids \
-         WHERE agent = $1 AND message_id IN ({})",
-        super::in_list(ids.len(), 2)
+         WHERE agent = $1 AND message_id IN ({}) \
+         UNION ALL \
+         SELECT substr(s.external_id, CAST(${} AS INTEGER)) AS message_id, t.thread_key, \
+                s.message_id AS stored_id, 'in' AS direction \
+         FROM inbound_seen s JOIN messages m ON m.id = s.message_id \
+              JOIN threads t ON t.id = m.thread_id \
+         WHERE s.transport = 'email' AND s.external_id IN ({})",
+        super::in_list(ids.len(), 2),
+        first_key + ids.len(),
+        super::in_list(ids.len(), first_key),
     );
+    let skip = i64::try_from(agent.chars().count() + 2).unwrap_or(i64::MAX);
     let mut args = vec![Arg::Text(agent)];
     args.extend(ids.iter().map(|s| Arg::Text(s)));
+    args.extend(keys.iter().map(|k| Arg::Text(k)));
+    args.push(Arg::Int(skip));
     db.fetch_all(&sql, &args).await
 }
 

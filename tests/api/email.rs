@@ -1181,6 +1181,59 @@ async fn a_huge_references_header_is_accepted_and_threads() {
     app.stop().await;
 }
 
+on_both_engines!(a_reply_to_a_received_message_threads_through_its_message_id);
+async fn a_reply_to_a_received_message_threads_through_its_message_id(engine: Engine) {
+    let (mut app, helper, addr) = spawn_email_on(engine, None, |_| {}).await;
+    let mut r = Raw::connect(addr).await;
+    // `m2` answers `m1` with In-Reply-To only, as some clients do: its thread cannot come from
+    // a References root, only from knowing `m1`. `m1` also goes to `echo`: each agent keeps
+    // its own copy.
+    let mails = [
+        "From: bob@elsewhere.test\r\nTo: helper@agents.test\r\nMessage-ID: <m0@e.test>\r\n\r\nturn zero\r\n.\r\n",
+        "From: bob@elsewhere.test\r\nTo: helper@agents.test\r\nCc: echo@agents.test\r\nMessage-ID: <m1@e.test>\r\nIn-Reply-To: <m0@e.test>\r\nReferences: <m0@e.test>\r\n\r\nturn one\r\n.\r\n",
+        "From: bob@elsewhere.test\r\nTo: helper@agents.test\r\nMessage-ID: <m2@e.test>\r\nIn-Reply-To: <m1@e.test>\r\n\r\nturn two\r\n.\r\n",
+    ];
+    for (i, mail) in mails.iter().enumerate() {
+        let to: &[&str] = if i == 1 {
+            &["helper@agents.test", "echo@agents.test"]
+        } else {
+            &["helper@agents.test"]
+        };
+        transaction(&mut r, "bob@elsewhere.test", to).await;
+        r.send(mail.as_bytes()).await;
+        let got = r.reply().await;
+        assert!(got.starts_with("250"), "{got}");
+        // Each turn is seen before the next is sent, so the order below is the sending order.
+        wait_seen(&helper, i + 1).await;
+    }
+    let seen = wait_seen(&helper, 3).await;
+    let turn = |word: &str| {
+        seen.iter()
+            .find(|m| text_of(m).contains(word))
+            .unwrap_or_else(|| panic!("no turn {word}"))
+            .clone()
+    };
+    let (zero, one, two) = (turn("turn zero"), turn("turn one"), turn("turn two"));
+    assert_eq!(one.thread_id, zero.thread_id, "threaded by References");
+    assert_eq!(
+        two.thread_id, zero.thread_id,
+        "threaded by a received Message-ID"
+    );
+    assert_eq!(two.in_reply_to.as_deref(), Some(one.id.as_str()));
+    assert_eq!(one.in_reply_to.as_deref(), Some(zero.id.as_str()));
+    // A duplicate of `m2` (a retry) is stored once.
+    transaction(&mut r, "bob@elsewhere.test", &["helper@agents.test"]).await;
+    r.send(mails[2].as_bytes()).await;
+    assert!(r.reply().await.starts_with("250"));
+    assert!(r.cmd("QUIT").await.starts_with("221"));
+    assert_eq!(
+        stored_messages(&app).await,
+        4,
+        "three for helper, one for echo"
+    );
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unacceptable_from_address_is_refused_permanently() {
     let (mut app, _helper, addr) = spawn_email(None, |_| {}).await;

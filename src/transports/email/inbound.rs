@@ -309,15 +309,9 @@ impl Inbound {
             let name = agent.name.to_lowercase();
             let rows = MailRows {
                 blobs: std::mem::take(&mut new_blobs),
-                message_id: external.clone(),
-                agent: name.clone(),
-                thread_key: thread.key.clone(),
-                stored_id: msg.id.clone(),
             };
-            let (outcome, _) = self
-                .pipeline
-                .ingest_with(NAME, &format!("{name}/{external}"), msg, rows)
-                .await?;
+            let key = store::inbound_key(&name, &external);
+            let (outcome, _) = self.pipeline.ingest_with(NAME, &key, msg, rows).await?;
             first.get_or_insert(outcome.message_id);
         }
         Ok(first.unwrap_or_default())
@@ -523,13 +517,10 @@ impl Inbound {
 }
 
 /// What email stores with a message, in its ingest transaction: its bytes (the whole message,
-/// the attachments) and its Message-ID, by which later mail finds the thread.
+/// the attachments). Its Message-ID, by which later mail finds the thread, is the message's
+/// dedupe key ([`store::inbound_key`]), which ingest stores.
 struct MailRows {
     blobs: Vec<crate::blobs::NewBlob>,
-    message_id: String,
-    agent: String,
-    thread_key: String,
-    stored_id: String,
 }
 
 #[async_trait::async_trait]
@@ -538,16 +529,6 @@ impl crate::pipeline::IngestWrite for MailRows {
         for b in &self.blobs {
             b.store_in(tx, now).await?;
         }
-        store::remember(
-            tx,
-            &self.message_id,
-            &self.agent,
-            &self.thread_key,
-            &self.stored_id,
-            "in",
-            now,
-        )
-        .await?;
         Ok(true)
     }
 
