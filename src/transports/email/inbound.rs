@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::NAME;
@@ -16,7 +16,11 @@ use super::parse::{self, ParseError, ParsedMail};
 use super::session::Reply;
 use crate::agents::Agent;
 use crate::config::{EmailConfig, UnauthenticatedMail};
-use crate::message::NormalizedMessage;
+use crate::message::{
+    Assurance, Audience, AuthMethod, BytesRef, ContentAddressedBytes, EvidenceSource, Extra,
+    FilePart, IdentityEvidence, MentionRelay, NormalizedMessage, Part, Proof, ReceivedVia,
+    RecipientCapabilities, RecipientFieldRelay, Sender, TransportProof,
+};
 use crate::pipeline::Pipeline;
 use crate::store::email as store;
 
@@ -265,12 +269,16 @@ impl Inbound {
         for a in &mail.attachments {
             match blobs.prepare(&a.data, &a.mime) {
                 Ok(b) => {
-                    files.push(json!({
-                        "kind": "file",
-                        "name": a.name,
-                        "mime": a.mime,
-                        "size": a.data.len(),
-                        "bytes_ref": {"kind": "content_addressed", "algo": "sha256", "digest": b.digest},
+                    files.push(Part::File(FilePart {
+                        name: a.name.clone(),
+                        mime: a.mime.clone(),
+                        size: u64::try_from(a.data.len()).ok(),
+                        bytes_ref: BytesRef::ContentAddressed(ContentAddressedBytes {
+                            algo: "sha256".into(),
+                            digest: b.digest.clone(),
+                            url: None,
+                        }),
+                        extra: Extra::new(),
                     }));
                     new_blobs.push(b);
                 }
@@ -305,7 +313,7 @@ impl Inbound {
                 &files,
                 body.as_deref(),
                 dropped,
-            )?;
+            );
             let name = agent.name.to_lowercase();
             let rows = MailRows {
                 blobs: std::mem::take(&mut new_blobs),
@@ -370,10 +378,10 @@ impl Inbound {
         auth: &AuthOutcome,
         agent: &Agent,
         thread: &Thread,
-        files: &[Value],
+        files: &[Part],
         body: Option<&str>,
         dropped: usize,
-    ) -> crate::Result<NormalizedMessage> {
+    ) -> NormalizedMessage {
         let now = self.pipeline.clock().now();
         let from = mail.from.clone().or_else(|| {
             (!env.mail_from.is_empty()).then(|| parse::Mailbox {
@@ -388,43 +396,52 @@ impl Inbound {
             .dkim_pass
             .as_ref()
             .map(|(d, s)| format!("{s}._domainkey.{d}"));
-        let (auth_method, verified, identity) = if auth.dmarc_pass {
-            (
-                "email-dmarc",
-                true,
-                Some(json!({
-                    "subject": format!("mailto:{address}"),
-                    "method": "email-dmarc",
-                    "assurance": "address",
-                    "claims": {"dmarc": auth.dmarc, "aligned_by": if auth.dmarc_via_spf { "spf" } else { "dkim" }},
-                })),
-            )
-        } else if let Some((d, _)) = &auth.dkim_pass {
-            (
-                "email-dkim",
-                true,
-                Some(json!({
-                    "subject": format!("dns:{d}"),
-                    "method": "email-dkim",
-                    "assurance": "domain",
-                })),
-            )
-        } else {
-            ("none", false, None)
+        let evidence = |subject: String, method: AuthMethod, assurance, claims| IdentityEvidence {
+            id: None,
+            subject,
+            issuer: self.hostname.clone(),
+            method,
+            assurance,
+            audience: Audience::One(agent.address.clone()),
+            issued_at: now,
+            not_before: None,
+            expires_at: None,
+            on_behalf_of: None,
+            claims,
+            source: Some(EvidenceSource {
+                transport: Some(NAME.into()),
+                ..EvidenceSource::default()
+            }),
+            proof: Proof::Transport(TransportProof {
+                verified_by: self.hostname.clone(),
+                key_id: key_id.clone(),
+            }),
+            extra: Extra::new(),
         };
-        let identities = identity.map(|mut e| {
-            if let Value::Object(m) = &mut e {
-                m.insert("issuer".into(), json!(self.hostname));
-                m.insert("audience".into(), json!(agent.address));
-                m.insert("issued_at".into(), json!(now));
-                m.insert("source".into(), json!({"transport": NAME}));
-                m.insert(
-                    "proof".into(),
-                    json!({"type": "transport", "verified_by": self.hostname, "key_id": key_id}),
-                );
-            }
-            vec![e]
-        });
+        let (auth_method, identity) = if auth.dmarc_pass {
+            let mut claims = Extra::new();
+            claims.insert("dmarc".into(), json!(auth.dmarc));
+            let aligned_by = if auth.dmarc_via_spf { "spf" } else { "dkim" };
+            claims.insert("aligned_by".into(), json!(aligned_by));
+            let e = evidence(
+                format!("mailto:{address}"),
+                AuthMethod::EmailDmarc,
+                Assurance::Address,
+                Some(claims),
+            );
+            (AuthMethod::EmailDmarc, Some(e))
+        } else if let Some((d, _)) = &auth.dkim_pass {
+            let e = evidence(
+                format!("dns:{d}"),
+                AuthMethod::EmailDkim,
+                Assurance::Domain,
+                None,
+            );
+            (AuthMethod::EmailDkim, Some(e))
+        } else {
+            (AuthMethod::None, None)
+        };
+        let verified = identity.is_some();
         let mut text = mail.text.clone().unwrap_or_default();
         if thread.new
             && let Some(subject) = mail.subject.as_deref().filter(|s| !s.is_empty())
@@ -435,13 +452,13 @@ impl Inbound {
                 format!("Subject: {subject}\n\n{text}")
             };
         }
-        let mut parts = Vec::new();
+        let mut parts = Vec::with_capacity(1 + files.len());
         if !text.is_empty() {
-            parts.push(json!({"kind": "text", "mime": "text/plain", "content": text}));
+            parts.push(Part::text(text));
         }
         parts.extend(files.iter().cloned());
         if parts.is_empty() {
-            parts.push(json!({"kind": "text", "mime": "text/plain", "content": "(empty message)"}));
+            parts.push(Part::text("(empty message)"));
         }
         let rcpt_to: Vec<String> = env
             .rcpts
@@ -476,43 +493,42 @@ impl Inbound {
                 "tls": env.tls,
             },
         });
-        let mut sender = json!({
-            "address": address,
-            "auth_method": auth_method,
-            "verified": verified,
-        });
-        if let Value::Object(m) = &mut sender {
-            if let Some(n) = from.as_ref().and_then(|f| f.name.clone()) {
-                m.insert("display_name".into(), json!(n));
-            }
-            if verified && let Some(k) = &key_id {
-                m.insert("key_id".into(), json!(k));
-            }
-            if let Some(ids) = identities {
-                m.insert("identities".into(), json!(ids));
-            }
-        }
-        let mut msg = json!({
-            "id": uuid::Uuid::now_v7().to_string(),
-            "thread_id": thread.key,
-            "sender": sender,
-            "recipient": agent.address,
-            "parts": parts,
-            "recipient_capabilities": {
-                "mention_relay": {"kind": "recipient-field", "fields": ["to", "cc"]},
-                "formats": ["text/plain", "text/html"],
-                "attachments": true,
-                "streaming": false
+        let sender = Sender {
+            address,
+            display_name: from.and_then(|f| f.name),
+            profile: None,
+            auth_method,
+            verified,
+            key_id: key_id.filter(|_| verified),
+            identities: identity.map(|e| vec![e]),
+            extra: Extra::new(),
+        };
+        NormalizedMessage {
+            id: uuid::Uuid::now_v7().to_string(),
+            thread_id: thread.key.clone(),
+            in_reply_to: thread.parent.clone(),
+            sender,
+            recipient: agent.address.clone(),
+            parts,
+            history: None,
+            history_cache_breakpoint_after: None,
+            recipient_capabilities: RecipientCapabilities {
+                mention_relay: MentionRelay::RecipientField(RecipientFieldRelay {
+                    fields: vec!["to".into(), "cc".into()],
+                }),
+                agent_chain: None,
+                formats: vec!["text/plain".into(), "text/html".into()],
+                attachments: true,
+                streaming: false,
+                max_text_chars: None,
             },
-            "received_via": NAME,
-            "received_at": now,
-            "raw": raw,
-        });
-        if let (Some(p), Value::Object(m)) = (&thread.parent, &mut msg) {
-            m.insert("in_reply_to".into(), json!(p));
+            received_via: ReceivedVia::Email,
+            received_at: now,
+            raw,
+            policy_resolution: None,
+            received_trace: None,
+            extra: Extra::new(),
         }
-        serde_json::from_value(msg)
-            .map_err(|e| crate::Error::Invalid(format!("email mapping: {e}")))
     }
 }
 
