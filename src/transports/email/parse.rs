@@ -140,23 +140,32 @@ fn header_end(raw: &[u8]) -> usize {
 /// # Errors
 /// The first problem found.
 pub fn check_raw(raw: &[u8]) -> Result<(), ParseError> {
-    let mut line_len = 0usize;
-    for (i, &b) in raw.iter().enumerate() {
-        match b {
-            b'\n' if i == 0 || raw[i - 1] != b'\r' => return Err(ParseError::BareLineEnding),
-            b'\r' if raw.get(i + 1) != Some(&b'\n') => return Err(ParseError::BareLineEnding),
-            b'\n' => line_len = 0,
-            b'\r' => {}
-            _ => {
-                line_len += 1;
-                if line_len > MAX_LINE {
-                    return Err(ParseError::LineTooLong);
-                }
-            }
+    let mut start = 0;
+    // Each line ends at the first CR or LF after its start, which must be a CR followed by LF.
+    while let Some(len) = memchr::memchr2(b'\r', b'\n', &raw[start..]) {
+        if len > MAX_LINE {
+            return Err(ParseError::LineTooLong);
         }
+        let end = start + len;
+        if raw[end] != b'\r' || raw.get(end + 1) != Some(&b'\n') {
+            return Err(ParseError::BareLineEnding);
+        }
+        start = end + 2;
     }
-    for (name, _) in raw_headers(raw) {
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
+    if raw.len() - start > MAX_LINE {
+        return Err(ParseError::LineTooLong);
+    }
+    let head = &raw[..header_end(raw)];
+    for line in head.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            break;
+        }
+        if line.starts_with(b" ") || line.starts_with(b"\t") {
+            continue;
+        }
+        let name = line.split(|&b| b == b':').next().unwrap_or(line);
+        if name.is_empty() || !name.iter().all(|b| b.is_ascii_graphic() && *b != b':') {
             return Err(ParseError::BadHeaderName);
         }
     }
@@ -608,6 +617,29 @@ mod tests {
         );
         let long = format!("From: a@x.org\r\n\r\n{}\r\n", "a".repeat(999));
         assert_eq!(check_raw(long.as_bytes()), Err(ParseError::LineTooLong));
+        // 998 characters is the limit (RFC 5322 §2.1.1), the last line's too, ended or not.
+        let limit = format!(
+            "From: a@x.org\r\n\r\n{}\r\n{}",
+            "a".repeat(998),
+            "b".repeat(998)
+        );
+        assert_eq!(check_raw(limit.as_bytes()), Ok(()));
+        let tail = format!("From: a@x.org\r\n\r\nhi\r\n{}", "b".repeat(999));
+        assert_eq!(check_raw(tail.as_bytes()), Err(ParseError::LineTooLong));
+        // A CR at the very end, a lone LF first thing, a CR CR LF.
+        for bad in [
+            &b"From: a@x.org\r\n\r\nhi\r"[..],
+            b"\nFrom: a@x.org\r\n",
+            b"hi\r\r\n",
+        ] {
+            assert_eq!(check_raw(bad), Err(ParseError::BareLineEnding), "{bad:?}");
+        }
+        // Folded header lines are not names; 8-bit bytes in a name are refused.
+        assert_eq!(check_raw(b"Subject: a\r\n b\r\n\tc\r\n\r\nhi\r\n"), Ok(()));
+        assert_eq!(
+            check_raw(b"Fr\xc3\xb6m: a@x.org\r\n\r\nhi\r\n"),
+            Err(ParseError::BadHeaderName)
+        );
         assert_eq!(
             check_raw(&crlf("Fr om: a@x.org\n\nhi\n")),
             Err(ParseError::BadHeaderName)
