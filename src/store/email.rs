@@ -3,8 +3,8 @@
 //!
 //! A Message-ID switchboard received is known by its dedupe key in `inbound_seen` (see
 //! [`inbound_key`]), which the pipeline stores with the message anyway; `email_message_ids`
-//! holds the ones it sent (and, from before that, received ones too). One index fewer per
-//! inbound message is one random-key B-tree page fewer to write.
+//! gets the ones it sends (rows that earlier versions wrote for received mail are still read).
+//! One index fewer per inbound message is one random-key B-tree page fewer to write.
 
 use super::{Arg, Db, Tx};
 use crate::error::Result;
