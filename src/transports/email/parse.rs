@@ -106,13 +106,9 @@ pub struct Dsn {
 /// The unfolded header fields of a raw message, in order.
 #[must_use]
 pub fn raw_headers(raw: &[u8]) -> Vec<(String, String)> {
-    let end = header_end(raw);
-    let text = String::from_utf8_lossy(&raw[..end]);
     let mut out: Vec<(String, String)> = Vec::new();
-    for line in text.split("\r\n") {
-        if line.is_empty() {
-            break;
-        }
+    for line in header_lines(raw) {
+        let line = String::from_utf8_lossy(line);
         if line.starts_with([' ', '\t']) {
             if let Some(last) = out.last_mut() {
                 last.1.push(' ');
@@ -122,17 +118,28 @@ pub fn raw_headers(raw: &[u8]) -> Vec<(String, String)> {
         }
         match line.split_once(':') {
             Some((name, value)) => out.push((name.to_owned(), value.trim().to_owned())),
-            None => out.push((line.to_owned(), String::new())),
+            None => out.push((line.into_owned(), String::new())),
         }
     }
     out
 }
 
+/// The lines of the header block, without their CRLF, up to the blank line that ends it.
+fn header_lines(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = &raw[..header_end(raw)];
+    std::iter::from_fn(move || {
+        let (line, next) = match memchr::memmem::find(rest, b"\r\n") {
+            Some(at) => (&rest[..at], &rest[at + 2..]),
+            None => (rest, &rest[rest.len()..]),
+        };
+        rest = next;
+        (!line.is_empty()).then_some(line)
+    })
+}
+
 /// Where the header block ends (the offset of the blank line, or the end).
 fn header_end(raw: &[u8]) -> usize {
-    raw.windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(raw.len(), |p| p + 2)
+    memchr::memmem::find(raw, b"\r\n\r\n").map_or(raw.len(), |p| p + 2)
 }
 
 /// Checks the raw bytes before any parser sees them: line endings, line lengths, header names.
@@ -155,12 +162,7 @@ pub fn check_raw(raw: &[u8]) -> Result<(), ParseError> {
     if raw.len() - start > MAX_LINE {
         return Err(ParseError::LineTooLong);
     }
-    let head = &raw[..header_end(raw)];
-    for line in head.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            break;
-        }
+    for line in header_lines(raw) {
         if line.starts_with(b" ") || line.starts_with(b"\t") {
             continue;
         }
