@@ -69,26 +69,23 @@ pub async fn lookup(db: &Db, agent: &str, ids: &[&str]) -> Result<Vec<KnownMessa
         return Ok(Vec::new());
     }
     let keys: Vec<String> = ids.iter().map(|id| inbound_key(agent, id)).collect();
-    let first_key = 2 + ids.len();
-    // `substr` drops the `agent/` prefix of the dedupe key (1-based, on both engines).
+    // `substr` drops the `agent/` prefix of the dedupe key (1-based, in characters, on both
+    // engines).
     let sql = format!(
         "SELECT message_id, thread_key, stored_id, direction FROM email_message_ids \
          WHERE agent = $1 AND message_id IN ({}) \
          UNION ALL \
-         SELECT substr(s.external_id, CAST(${} AS INTEGER)) AS message_id, t.thread_key, \
+         SELECT substr(s.external_id, length($1) + 2) AS message_id, t.thread_key, \
                 s.message_id AS stored_id, 'in' AS direction \
          FROM inbound_seen s JOIN messages m ON m.id = s.message_id \
               JOIN threads t ON t.id = m.thread_id \
          WHERE s.transport = 'email' AND s.external_id IN ({})",
         super::in_list(ids.len(), 2),
-        first_key + ids.len(),
-        super::in_list(ids.len(), first_key),
+        super::in_list(ids.len(), 2 + ids.len()),
     );
-    let skip = i64::try_from(agent.chars().count() + 2).unwrap_or(i64::MAX);
     let mut args = vec![Arg::Text(agent)];
     args.extend(ids.iter().map(|s| Arg::Text(s)));
     args.extend(keys.iter().map(|k| Arg::Text(k)));
-    args.push(Arg::Int(skip));
     db.fetch_all(&sql, &args).await
 }
 
