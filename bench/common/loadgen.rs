@@ -520,7 +520,7 @@ async fn smtp(
                         r.get_mut().write_all(b"QUIT\r\n").await.ok();
                         break 'session;
                     };
-                    let (mut t, mut drained) = (Instant::now(), false);
+                    let mut t = Instant::now();
                     if pipelined {
                         r.get_mut().write_all(group.as_bytes()).await.ok();
                     }
@@ -552,7 +552,6 @@ async fn smtp(
                             errors += 1;
                         }
                         let Some(f) = following else {
-                            drained = sent < PER_SESSION;
                             break;
                         };
                         m = f;
@@ -560,7 +559,8 @@ async fn smtp(
                     }
                     r.get_mut().write_all(b"QUIT\r\n").await.ok();
                     reply(&mut r).await;
-                    if drained {
+                    // The queue only drains: empty now, it stays empty.
+                    if queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
                         break;
                     }
                 }
