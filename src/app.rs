@@ -18,14 +18,14 @@ use crate::http::{self, AppState};
 use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::net::HttpClient;
-use crate::pipeline::{Core, Pipeline};
+use crate::pipeline::{Core, Pipeline, Transport, TransportRegistry};
 use crate::queue::{Queue, kinds};
+use crate::site::Site;
 use crate::store::Db;
-use crate::transports::a2a::{self, A2aTransport, tasks as a2a_tasks, tasks::TaskEngine};
-use crate::transports::activitypub::{self, ActivityPub};
-use crate::transports::api::{ApiState, ApiTransport};
-use crate::transports::email::{self, EmailTransport};
-use crate::transports::{Transport, TransportRegistry};
+use crate::transports::{Parts, TransportModule, a2a, activitypub, api, email};
+
+/// How a transport is built: nothing when the configuration turns it off.
+type Build = fn(&Parts) -> Result<Option<Box<dyn TransportModule>>>;
 
 /// Extra wiring for tests and embedders.
 #[derive(Debug, Clone)]
@@ -93,179 +93,103 @@ impl Application {
             config.server.public_url = Some(format!("http://{http_addr}"));
         }
         config.check()?;
+        let site = Site::from_config(&config)?;
         let metrics_listener = bind(config.server.metrics_bind)?;
         let metrics_addr = metrics_listener
             .local_addr()
             .map_err(|e| Error::Startup(e.to_string()))?;
-        let domain = config
-            .domain()
-            .ok_or_else(|| Error::Config("server.public_url: no host".into()))?;
 
         let clock = opts.clock.clone();
         let db = Db::open(&config.database).await?;
         let http_client = HttpClient::new(config.net.clone(), clock.clone())
             .map_err(|e| Error::Startup(format!("HTTP client: {e}")))?;
         let mut agents =
-            AgentRegistry::from_config(&config.agents, &domain, &http_client, &clock, &db);
+            AgentRegistry::from_config(&config.agents, site.domain(), &http_client, &clock, &db);
         for (name, backend) in opts.agents {
             agents.insert(&name, None, None, backend);
         }
-        let keys = Keys::new(db.clone(), clock.clone());
-        let mut transports = TransportRegistry::default();
-        transports.register(Arc::new(ApiTransport::new(
-            &config.api,
-            http_client.clone(),
-            clock.clone(),
-        )));
         let queue = Queue::new(db.clone(), clock.clone(), config.queue.clone());
-        let a2a_engine = TaskEngine::new(db.clone(), clock.clone(), queue.clone());
-        if config.a2a.enabled {
-            transports.register(Arc::new(A2aTransport::new(a2a_engine.clone())));
+        let parts = Parts {
+            config: Arc::new(config.clone()),
+            site: site.clone(),
+            db: db.clone(),
+            clock: clock.clone(),
+            http: http_client,
+            keys: Keys::new(db.clone(), clock.clone()),
+            agents: Arc::new(agents),
+            blobs: BlobStore::new(db.clone(), clock.clone(), &config.media, site.base_url()),
+            queue: queue.clone(),
+            metrics: Arc::new(Metrics::new()),
+        };
+        // The order is the order routes are matched in: the busiest endpoints (A2A JSON-RPC,
+        // the inboxes) come first.
+        let builders: [Build; 4] = [a2a::build, activitypub::build, email::build, api::build];
+        let mut modules = Vec::new();
+        for build in builders {
+            modules.extend(build(&parts)?);
+        }
+        let mut registry = TransportRegistry::default();
+        for m in &modules {
+            registry.register(m.outbound());
         }
         for t in opts.transports {
-            transports.register(t);
-        }
-        let metrics = Arc::new(Metrics::new());
-        let public_url = config.public_url().map_err(Error::Config)?;
-        let blobs = BlobStore::new(
-            db.clone(),
-            clock.clone(),
-            &config.media,
-            public_url.as_str(),
-        );
-        let agents = Arc::new(agents);
-        let activitypub = ActivityPub::new(
-            &config,
-            activitypub::Parts {
-                db: db.clone(),
-                clock: clock.clone(),
-                http: http_client.clone(),
-                keys: keys.clone(),
-                agents: agents.clone(),
-                blobs: blobs.clone(),
-                queue: queue.clone(),
-            },
-        )?;
-        if activitypub.enabled() {
-            transports.register(Arc::new(activitypub.clone()));
-        }
-        if config.email.enabled {
-            transports.register(Arc::new(EmailTransport::new(
-                &config,
-                db.clone(),
-                blobs.clone(),
-                keys.clone(),
-                clock.clone(),
-            )?));
+            registry.register(t);
         }
         let pipeline = Pipeline::new(Core {
             db: db.clone(),
-            clock: clock.clone(),
+            clock,
             queue: queue.clone(),
-            agents,
-            transports,
-            metrics,
+            agents: parts.agents.clone(),
+            transports: registry,
+            metrics: parts.metrics.clone(),
             history: config.history,
-            blobs,
-            keys,
+            blobs: parts.blobs.clone(),
+            keys: parts.keys.clone(),
             recent: crate::store::messages::recent(),
         });
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let mut workers = Vec::new();
         if opts.workers {
-            workers.extend(queue.spawn_workers(
-                kinds::DISPATCH,
-                pipeline.dispatch_handler(),
-                shutdown_rx.clone(),
-            ));
-            workers.extend(queue.spawn_workers(
-                kinds::DELIVER,
-                pipeline.deliver_handler(),
-                shutdown_rx.clone(),
-            ));
-            workers.extend(queue.spawn_workers(
-                kinds::TURN_END,
-                pipeline.turn_end_handler(),
-                shutdown_rx.clone(),
-            ));
-            if activitypub.enabled() {
-                workers.extend(queue.spawn_workers(
-                    activitypub::JOB_KIND,
-                    activitypub.deliver_handler(),
-                    shutdown_rx.clone(),
-                ));
+            let mut jobs = vec![
+                (kinds::DISPATCH, pipeline.dispatch_handler()),
+                (kinds::DELIVER, pipeline.deliver_handler()),
+                (kinds::TURN_END, pipeline.turn_end_handler()),
+            ];
+            for m in &modules {
+                jobs.extend(m.jobs());
+            }
+            for (kind, handler) in jobs {
+                workers.extend(queue.spawn_workers(kind, handler, shutdown_rx.clone()));
             }
         }
-        if opts.workers && config.a2a.enabled {
-            let push = a2a::push::PushHandler::new(
-                db.clone(),
-                http_client.clone(),
-                pipeline.keys().clone(),
-                clock.clone(),
-                queue.clone(),
-                public_url.as_str().trim_end_matches('/').to_owned(),
-            );
-            workers.extend(queue.spawn_workers(
-                a2a::push::KIND,
-                Arc::new(push),
-                shutdown_rx.clone(),
-            ));
-        }
         workers.push(queue.spawn_housekeeping(shutdown_rx.clone()));
-        if config.a2a.enabled
-            && let Some(listener) =
-                a2a_tasks::spawn_listener(a2a_engine.clone(), shutdown_rx.clone())
-        {
-            workers.push(listener);
+        let mut routes = Vec::new();
+        let mut listeners = Vec::new();
+        for m in &modules {
+            let started = m.start(&pipeline, shutdown_rx.clone()).await?;
+            routes.extend(started.routes);
+            workers.extend(started.tasks);
+            listeners.extend(started.listeners);
         }
-        let smtp = if config.email.enabled {
-            let l = email::listen(&config, pipeline.clone(), shutdown_rx.clone()).await?;
-            workers.push(l.task);
-            Some(l.addr)
-        } else {
-            None
-        };
         if let Some(listener) = queue.spawn_listener(shutdown_rx) {
             workers.push(listener);
         }
-        let a2a_state = if config.a2a.enabled {
-            Some(a2a::build_state(
-                pipeline.clone(),
-                a2a_engine,
-                &config,
-                http_client.clone(),
-            )?)
-        } else {
-            None
-        };
 
         let state = AppState {
             pipeline: pipeline.clone(),
         };
-        let api_state = ApiState {
-            pipeline: pipeline.clone(),
-            token: config.api.token.clone(),
-        };
         let max_body = config.server.max_body_bytes;
         let grace = config.server.shutdown_grace_seconds;
         let app_state = state.clone();
-        let ap_pipeline = pipeline.clone();
         let server = HttpServer::new(move || {
-            let (s, a) = (app_state.clone(), api_state.clone());
-            let (ap, p) = (activitypub.clone(), ap_pipeline.clone());
-            let a2a_state = a2a_state.clone();
-            // Routes are matched in this order: the busiest endpoints (A2A JSON-RPC, the
-            // inboxes) come before the documents.
-            App::new()
-                .wrap(from_fn(http::track))
-                .configure(move |c| {
-                    if let Some(st) = a2a_state {
-                        a2a::server::configure(c, st);
-                    }
-                })
-                .configure(move |c| ap.configure(c, p))
-                .configure(move |c| http::configure(c, s, a, max_body))
+            let s = app_state.clone();
+            let mut app = App::new().wrap(from_fn(http::track));
+            for r in &routes {
+                let r = r.clone();
+                app = app.configure(move |c| r(c));
+            }
+            app.configure(move |c| http::configure(c, s, max_body))
         })
         .workers(config.server.workers.max(1))
         // Stream events and small answers go out at once, not after the peer's delayed ACK
@@ -289,11 +213,16 @@ impl Application {
         .run();
         let (server_handle, metrics_handle) = (server.handle(), metrics_server.handle());
         let server_tasks = vec![tokio::spawn(server), tokio::spawn(metrics_server)];
+        let smtp_addr = listeners
+            .iter()
+            .find(|(name, _)| *name == "smtp")
+            .map(|(_, a)| *a);
+        let domain = site.domain();
         tracing::info!(%http_addr, %metrics_addr, %domain, backend = ?db.backend(), "switchboard is up");
         Ok(Self {
             http_addr,
             metrics_addr,
-            smtp_addr: smtp,
+            smtp_addr,
             server: server_handle,
             metrics_server: metrics_handle,
             server_tasks,

@@ -99,6 +99,27 @@ impl From<crate::message::ValidationError> for Error {
 /// The result type of the library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What a peer answered to an outbound call, in its protocol's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerStatus {
+    /// An HTTP status code.
+    Http(u16),
+    /// An SMTP reply code.
+    Smtp(u16),
+}
+
+impl PeerStatus {
+    /// Whether the peer refused the request itself (HTTP 4xx, SMTP 5xx): it was reached and
+    /// answered, so this says nothing about its health.
+    #[must_use]
+    pub fn is_refusal(self) -> bool {
+        match self {
+            Self::Http(code) => (400..500).contains(&code),
+            Self::Smtp(code) => (500..600).contains(&code),
+        }
+    }
+}
+
 /// How an outbound call (agent backend, delivery, fetch) failed, which decides its retry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OutboundError {
@@ -109,12 +130,16 @@ pub enum OutboundError {
         reason: String,
         /// The peer's `Retry-After`, when it sent one.
         retry_after: Option<Duration>,
+        /// What the peer answered, when it answered.
+        status: Option<PeerStatus>,
     },
     /// Will fail again: other 4xx, refused targets, malformed answers.
     #[error("permanent failure: {reason}")]
     Permanent {
         /// What happened.
         reason: String,
+        /// What the peer answered, when it answered.
+        status: Option<PeerStatus>,
     },
 }
 
@@ -124,6 +149,7 @@ impl OutboundError {
         Self::Temporary {
             reason: reason.into(),
             retry_after: None,
+            status: None,
         }
     }
 
@@ -131,6 +157,49 @@ impl OutboundError {
     pub fn permanent(reason: impl Into<String>) -> Self {
         Self::Permanent {
             reason: reason.into(),
+            status: None,
         }
+    }
+
+    /// The same failure, recording what the peer answered.
+    #[must_use]
+    pub fn with_status(mut self, peer: PeerStatus) -> Self {
+        match &mut self {
+            Self::Temporary { status, .. } | Self::Permanent { status, .. } => *status = Some(peer),
+        }
+        self
+    }
+
+    /// What the peer answered, when it answered.
+    #[must_use]
+    pub fn status(&self) -> Option<PeerStatus> {
+        match self {
+            Self::Temporary { status, .. } | Self::Permanent { status, .. } => *status,
+        }
+    }
+
+    /// What happened (for operators' logs; never relayed to peers).
+    #[must_use]
+    pub fn reason(&self) -> &str {
+        match self {
+            Self::Temporary { reason, .. } | Self::Permanent { reason, .. } => reason,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_status_is_carried_and_classified() {
+        let e = OutboundError::permanent("HTTP 404").with_status(PeerStatus::Http(404));
+        assert_eq!(e.status(), Some(PeerStatus::Http(404)));
+        assert!(e.status().is_some_and(PeerStatus::is_refusal));
+        assert!(!PeerStatus::Http(503).is_refusal());
+        assert!(PeerStatus::Smtp(550).is_refusal());
+        assert!(!PeerStatus::Smtp(451).is_refusal());
+        assert_eq!(OutboundError::temporary("timeout").status(), None);
+        assert_eq!(e.reason(), "HTTP 404");
     }
 }

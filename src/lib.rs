@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod net;
 pub mod pipeline;
 pub mod queue;
+pub mod site;
 pub mod store;
 pub mod telemetry;
 pub mod transports;

@@ -1,24 +1,25 @@
-//! HTTP assembly: the public app (health, readiness, transport routes) and the metrics app on
-//! its own listener.
+//! HTTP assembly: the public app's own routes (health, readiness, media), the one rendering of
+//! core errors as HTTP responses, request metrics, and the metrics app on its own listener.
+//! Transports mount their routes beside these; this module imports none of them.
 
 use std::time::Instant;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
 use actix_web::middleware::Next;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpResponse, ResponseError, web};
 use serde_json::json;
 
 use crate::error::{Error, ErrorKind};
 use crate::pipeline::Pipeline;
 use crate::store::jobs;
-use crate::transports::api::{self, ApiState};
 
-/// Renders a core error as an HTTP response with a JSON body; internal detail stays in the logs.
+/// The HTTP status of an error class: the one mapping every HTTP-facing transport renders with
+/// (DESIGN.md §5).
 #[must_use]
-pub fn error_response(e: &Error) -> HttpResponse {
-    use actix_web::http::StatusCode;
-    let status = match e.kind() {
+pub fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
         ErrorKind::Invalid => StatusCode::BAD_REQUEST,
         ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
         ErrorKind::Forbidden => StatusCode::FORBIDDEN,
@@ -26,15 +27,33 @@ pub fn error_response(e: &Error) -> HttpResponse {
         ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::Temporary | ErrorKind::Permanent => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    if status.is_server_error() {
-        tracing::error!(error = ?e, "request failed");
     }
-    let mut resp = HttpResponse::build(status);
-    if status == StatusCode::UNAUTHORIZED {
-        resp.insert_header(("WWW-Authenticate", "Bearer"));
+}
+
+/// A core error as an HTTP response: the class's status, a JSON body with the error's
+/// displayable text; internal detail stays in the logs.
+impl ResponseError for Error {
+    fn status_code(&self) -> StatusCode {
+        status_of(self.kind())
     }
-    resp.json(json!({ "error": e.to_string() }))
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        if status.is_server_error() {
+            tracing::error!(error = ?self, "request failed");
+        }
+        let mut resp = HttpResponse::build(status);
+        if status == StatusCode::UNAUTHORIZED {
+            resp.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        resp.json(json!({ "error": self.to_string() }))
+    }
+}
+
+/// Renders a core error as an HTTP response ([`ResponseError`] for [`Error`]).
+#[must_use]
+pub fn error_response(e: &Error) -> HttpResponse {
+    ResponseError::error_response(e)
 }
 
 /// Shared state of the public app.
@@ -44,20 +63,13 @@ pub struct AppState {
     pub pipeline: Pipeline,
 }
 
-/// Configures the public app's routes and limits.
-pub fn configure(
-    cfg: &mut web::ServiceConfig,
-    state: AppState,
-    api_state: ApiState,
-    max_body: usize,
-) {
+/// Configures the public app's own routes (health, readiness, media) and limits.
+pub fn configure(cfg: &mut web::ServiceConfig, state: AppState, max_body: usize) {
     cfg.app_data(web::Data::new(state))
-        .app_data(web::Data::new(api_state))
         .app_data(web::PayloadConfig::new(max_body))
         .route("/healthz", web::get().to(healthz))
         .route("/readyz", web::get().to(readyz))
-        .route("/media/{digest}", web::get().to(media))
-        .configure(api::configure);
+        .route("/media/{digest}", web::get().to(media));
 }
 
 async fn healthz() -> HttpResponse {

@@ -22,7 +22,7 @@ pub use hmac::{
 
 use crate::clock::SharedClock;
 use crate::config::NetConfig;
-use crate::error::OutboundError;
+use crate::error::{OutboundError, PeerStatus};
 
 /// The outbound HTTP client.
 #[derive(Debug, Clone)]
@@ -189,9 +189,11 @@ pub fn classify_status(resp: &HttpResponse, now_ms: i64) -> Result<(), OutboundE
         return Err(OutboundError::Temporary {
             reason: format!("HTTP {}", s.as_u16()),
             retry_after: retry_after(&resp.headers, now_ms),
+            status: Some(PeerStatus::Http(s.as_u16())),
         });
     }
-    Err(OutboundError::permanent(format!("HTTP {}", s.as_u16())))
+    Err(OutboundError::permanent(format!("HTTP {}", s.as_u16()))
+        .with_status(PeerStatus::Http(s.as_u16())))
 }
 
 /// Parses `Retry-After` (delay seconds or an HTTP date).

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use futures_util::future::join_all;
 
+use super::{AfterCommit, Delivery};
 use super::{Core, DeliverJob, DispatchJob, TurnEndJob};
 use crate::error::{Error, OutboundError, Result};
 use crate::message::{
@@ -20,7 +21,6 @@ use crate::message::{
 use crate::queue::{JobHandler, kinds};
 use crate::store::jobs::{self, Finish, JobRow};
 use crate::store::messages::{self, DeliveryRecord, NewMessage, StoredMessage};
-use crate::transports::{AfterCommit, Delivery};
 
 fn payload<T: serde::de::DeserializeOwned>(job: &JobRow) -> std::result::Result<T, OutboundError> {
     serde_json::from_str(&job.payload)
@@ -85,7 +85,7 @@ struct Answer {
     /// The transport it goes out by.
     transport: String,
     /// The message answered (without history), when the transport delivers in the
-    /// transaction that stores the response ([`crate::transports::Transport::deliver_in`]).
+    /// transaction that stores the response ([`super::Transport::deliver_in`]).
     original: Option<NormalizedMessage>,
 }
 
@@ -239,7 +239,7 @@ impl DeliveredIn {
 
     fn detail(&self) -> Option<&str> {
         match &self.result {
-            Err(OutboundError::Permanent { reason }) => Some(reason),
+            Err(OutboundError::Permanent { reason, .. }) => Some(reason),
             _ => None,
         }
     }

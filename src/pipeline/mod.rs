@@ -2,19 +2,22 @@
 //! agent call, store the response and enqueue its delivery in one transaction) and delivery
 //! (through the originating transport, outcome recorded). A turn that ends without a response
 //! (the agent had nothing to say, or its dispatch failed for good) is told to transports that
-//! care ([`crate::transports::Transport::ends_turns`]) by a `turn_end` job enqueued in the same
+//! care ([`Transport::ends_turns`]) by a `turn_end` job enqueued in the same
 //! transaction.
 //!
-//! It talks to transports only through [`crate::transports::Transport`].
+//! It owns the contract with transports ([`Transport`], [`Delivery`], [`TransportRegistry`])
+//! and imports no transport.
 
 mod dispatch;
 mod ingest;
+mod transport;
 
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
 pub use ingest::{IngestOutcome, IngestWrite};
+pub use transport::{AfterCommit, Delivery, Transport, TransportRegistry};
 
 use crate::agents::AgentRegistry;
 use crate::blobs::BlobStore;
@@ -25,7 +28,6 @@ use crate::message::{HistoryPolicy, NormalizedMessage};
 use crate::metrics::Metrics;
 use crate::queue::{JobHandler, Queue};
 use crate::store::Db;
-use crate::transports::TransportRegistry;
 
 /// Payload of a `dispatch` job.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]

@@ -6,19 +6,22 @@
 //! any of the federated protocols) and is off unless `api.token` is set. Messages ingested here
 //! are operator-asserted: the operator vouches for the sender fields.
 
+use std::sync::Arc;
+
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 use reqwest::header::HeaderValue;
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
-use super::{Delivery, Transport};
+use super::{Parts, Started, TransportModule};
 use crate::clock::SharedClock;
 use crate::config::{ApiConfig, Secret};
-use crate::error::{Error, OutboundError};
+use crate::error::{Error, OutboundError, Result};
 use crate::http::error_response;
 use crate::message::NormalizedMessage;
 use crate::net::{HttpClient, HttpRequest as OutRequest, constant_time_eq, signed_headers};
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Delivery, Pipeline, Transport};
 use crate::store::messages;
 
 /// The transport name API messages are ingested under.
@@ -87,22 +90,66 @@ impl Transport for ApiTransport {
     }
 }
 
-/// State of the API handlers.
-#[derive(Debug, Clone)]
-pub struct ApiState {
-    /// Where messages go.
-    pub pipeline: Pipeline,
-    /// The bearer token; the API answers 404 without one.
-    pub token: Option<Secret>,
+/// The operator API as the application assembles it: always on, its routes answer 404 until
+/// `api.token` is set.
+#[derive(Debug)]
+pub struct Api {
+    outbound: Arc<ApiTransport>,
+    token: Option<Secret>,
 }
 
-/// Registers the API routes.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/api/v1/messages", web::post().to(post_message))
-        .route(
-            "/api/v1/messages/{id}/response",
-            web::get().to(get_response),
-        );
+/// Builds the API transport (always on).
+///
+/// # Errors
+/// None today; the signature is every transport's.
+pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
+    let cfg = &parts.config.api;
+    Ok(Some(Box::new(Api {
+        outbound: Arc::new(ApiTransport::new(
+            cfg,
+            parts.http.clone(),
+            parts.clock.clone(),
+        )),
+        token: cfg.token.clone(),
+    })))
+}
+
+#[async_trait::async_trait]
+impl TransportModule for Api {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn outbound(&self) -> Arc<dyn Transport> {
+        self.outbound.clone()
+    }
+
+    async fn start(&self, pipeline: &Pipeline, _: watch::Receiver<bool>) -> Result<Started> {
+        let state = ApiState {
+            pipeline: pipeline.clone(),
+            token: self.token.clone(),
+        };
+        Ok(Started {
+            routes: Some(Arc::new(move |cfg: &mut web::ServiceConfig| {
+                cfg.app_data(web::Data::new(state.clone()))
+                    .route("/api/v1/messages", web::post().to(post_message))
+                    .route(
+                        "/api/v1/messages/{id}/response",
+                        web::get().to(get_response),
+                    );
+            })),
+            ..Started::default()
+        })
+    }
+}
+
+/// State of the API handlers.
+#[derive(Debug, Clone)]
+struct ApiState {
+    /// Where messages go.
+    pipeline: Pipeline,
+    /// The bearer token; the API answers 404 without one.
+    token: Option<Secret>,
 }
 
 fn authorize(state: &ApiState, req: &HttpRequest) -> Result<(), Error> {

@@ -4,8 +4,8 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::{Delivery, Transport};
 use crate::error::OutboundError;
+use crate::pipeline::{Delivery, Transport};
 
 /// Records deliveries; can be told to fail the next few.
 #[derive(Debug)]

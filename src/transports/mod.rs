@@ -1,7 +1,11 @@
 //! Transports: each verifies and normalizes what arrives on its wire and hands it to
-//! [`crate::pipeline::Pipeline::ingest`], and renders and delivers responses through
-//! [`Transport::deliver`]. The pipeline knows them only through this trait, registered at
-//! start-up; no transport imports another.
+//! [`crate::pipeline::Pipeline::ingest`], and renders and delivers responses through its
+//! [`crate::pipeline::Transport`], the outbound contract the pipeline owns.
+//!
+//! Every transport has one shape, [`TransportModule`]: built from the shared [`Parts`], it hands
+//! the application its outbound half, the job kinds it runs, and, once the pipeline exists, its
+//! HTTP routes, listeners and background tasks ([`Started`]). `app.rs` builds the enabled ones
+//! in one loop. No transport imports another.
 
 pub mod a2a;
 pub mod activitypub;
@@ -9,124 +13,94 @@ pub mod api;
 pub mod email;
 pub mod memory;
 
-use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::error::OutboundError;
-use crate::message::{NormalizedMessage, NormalizedResponse, ResponseEvent};
+use actix_web::web;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
-/// One response to deliver, with the message it answers (for reply context: ids, addressing,
-/// threading headers).
+use crate::agents::AgentRegistry;
+use crate::blobs::BlobStore;
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::error::Result;
+use crate::keys::Keys;
+use crate::metrics::Metrics;
+use crate::net::HttpClient;
+use crate::pipeline::{Pipeline, Transport};
+use crate::queue::{JobHandler, Queue};
+use crate::site::Site;
+use crate::store::Db;
+
+/// What every transport is built from: the configuration, the site's names and the shared
+/// services (all cheap to clone).
 #[derive(Debug, Clone)]
-pub struct Delivery {
-    /// The delivery job's stable id: the same on every retry, so the far side can dedupe.
-    pub job_id: String,
-    /// This attempt's number (1-based).
-    pub attempt: i64,
-    /// What the agent said.
-    pub response: NormalizedResponse,
-    /// What it answers.
-    pub original: NormalizedMessage,
+pub struct Parts {
+    /// The effective configuration.
+    pub config: Arc<Config>,
+    /// The public URL and domains.
+    pub site: Site,
+    /// The database.
+    pub db: Db,
+    /// The clock.
+    pub clock: SharedClock,
+    /// The one guarded outbound HTTP client.
+    pub http: HttpClient,
+    /// Signing keys.
+    pub keys: Keys,
+    /// The hosted agents.
+    pub agents: Arc<AgentRegistry>,
+    /// Attachments.
+    pub blobs: BlobStore,
+    /// The job queue.
+    pub queue: Arc<Queue>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
 }
 
-/// What a transport does once the transaction it wrote a delivery in has committed.
-pub type AfterCommit = Box<dyn FnOnce() + Send>;
+/// Routes a transport mounts on the public HTTP app (called once per HTTP worker).
+pub type Routes = Arc<dyn Fn(&mut web::ServiceConfig) + Send + Sync>;
 
-/// The outbound half of a transport.
+/// What a transport runs once the pipeline exists.
+#[derive(Default)]
+pub struct Started {
+    /// Its routes on the public HTTP app, if it has any.
+    pub routes: Option<Routes>,
+    /// Its background tasks (listeners, watchers); awaited at shutdown.
+    pub tasks: Vec<JoinHandle<()>>,
+    /// The addresses it listens on besides the HTTP app, by name (`smtp`).
+    pub listeners: Vec<(&'static str, SocketAddr)>,
+}
+
+impl std::fmt::Debug for Started {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Started")
+            .field("routes", &self.routes.is_some())
+            .field("tasks", &self.tasks.len())
+            .field("listeners", &self.listeners)
+            .finish()
+    }
+}
+
+/// One transport, as the application assembles it.
 #[async_trait::async_trait]
-pub trait Transport: Send + Sync + std::fmt::Debug {
-    /// The name messages are ingested under and deliveries routed by.
-    fn name(&self) -> &str;
+pub trait TransportModule: Send + Sync {
+    /// The name its messages are ingested under (the `received_via` value).
+    fn name(&self) -> &'static str;
 
-    /// Renders and sends a response.
+    /// Its outbound half, which the pipeline delivers responses through.
+    fn outbound(&self) -> Arc<dyn Transport>;
+
+    /// The job kinds it runs besides the pipeline's, with their handlers.
+    fn jobs(&self) -> Vec<(&'static str, Arc<dyn JobHandler>)> {
+        Vec::new()
+    }
+
+    /// Starts its inbound side on `pipeline`: binds its listeners, spawns its background tasks
+    /// (which stop when `shutdown` turns true) and returns its routes.
     ///
     /// # Errors
-    /// Temporary failures are retried with backoff; permanent ones end the delivery.
-    async fn deliver(&self, delivery: &Delivery) -> Result<(), OutboundError>;
-
-    /// Whether deliveries are writes to switchboard's own database and nothing else (A2A: the
-    /// response becomes the task's status and artifacts). Such a response is delivered by
-    /// [`Transport::deliver_in`] in the transaction that stores it, without a delivery job.
-    fn delivers_in_transaction(&self) -> bool {
-        false
-    }
-
-    /// Delivers a response inside `tx`, the transaction that stores it; returns what to do once
-    /// that transaction has committed. Only called when [`Transport::delivers_in_transaction`].
-    ///
-    /// # Errors
-    /// Temporary failures hand the response to a delivery job instead; permanent ones end the
-    /// delivery.
-    async fn deliver_in(
-        &self,
-        tx: &mut crate::store::Tx,
-        delivery: &Delivery,
-    ) -> Result<AfterCommit, OutboundError> {
-        let _ = (tx, delivery);
-        Err(OutboundError::permanent(
-            "this transport delivers over the network",
-        ))
-    }
-
-    /// Whether [`Transport::progress`] does anything: only then are a streaming backend's
-    /// events forwarded while it answers.
-    fn wants_progress(&self) -> bool {
-        false
-    }
-
-    /// The agent reported part of its answer to `original` while producing it (best effort:
-    /// the final response is delivered by [`Transport::deliver`] as always). Called in order,
-    /// and every call returns before the final response is stored.
-    ///
-    /// # Errors
-    /// Logged and otherwise ignored.
-    async fn progress(
-        &self,
-        original: &NormalizedMessage,
-        event: &ResponseEvent,
-    ) -> Result<(), OutboundError> {
-        let _ = (original, event);
-        Ok(())
-    }
-
-    /// Whether [`Transport::unanswered`] does anything: only then does the pipeline schedule
-    /// it (a `turn_end` job) for messages whose turn ends without a response.
-    fn ends_turns(&self) -> bool {
-        false
-    }
-
-    /// The agent ended `original`'s turn without a response: it had nothing to say
-    /// (`failure` is `None`), or its dispatch failed for good (`failure` says why, for the
-    /// log; callers are told no internal detail). Most transports send nothing then; an A2A
-    /// task still has to reach a terminal state.
-    ///
-    /// # Errors
-    /// Temporary failures are retried with backoff.
-    async fn unanswered(
-        &self,
-        original: &NormalizedMessage,
-        failure: Option<&str>,
-    ) -> Result<(), OutboundError> {
-        let _ = (original, failure);
-        Ok(())
-    }
-}
-
-/// The transports of this instance, by name.
-#[derive(Debug, Default, Clone)]
-pub struct TransportRegistry {
-    by_name: HashMap<String, Arc<dyn Transport>>,
-}
-
-impl TransportRegistry {
-    /// Registers a transport (replacing one of the same name).
-    pub fn register(&mut self, t: Arc<dyn Transport>) {
-        self.by_name.insert(t.name().to_owned(), t);
-    }
-
-    /// The transport called `name`.
-    #[must_use]
-    pub fn get(&self, name: &str) -> Option<Arc<dyn Transport>> {
-        self.by_name.get(name).cloned()
-    }
+    /// A listener that cannot bind, unusable configuration.
+    async fn start(&self, pipeline: &Pipeline, shutdown: watch::Receiver<bool>) -> Result<Started>;
 }

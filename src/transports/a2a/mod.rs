@@ -18,38 +18,94 @@ pub mod wire;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use actix_web::web;
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
 use self::auth::Verifier;
 use self::card::{CardContext, RenderedCard};
 use self::server::A2aState;
-use crate::config::Config;
-use crate::error::Error;
-use crate::net::HttpClient;
+use super::{Parts, Started, TransportModule};
+use crate::error::{Error, Result};
 use crate::pipeline::Pipeline;
+use crate::queue::JobHandler;
 
 use self::mapping::{response_state, to_a2a_part};
 use self::tasks::{Change, TaskEngine, TaskWrites};
 use self::wire::TaskState;
-use super::{Delivery, Transport};
 use crate::error::OutboundError;
 use crate::message::{NormalizedMessage, ResponseEvent};
+use crate::pipeline::{AfterCommit, Delivery, Transport};
 use crate::store::a2a::TaskRow;
+
+/// The A2A transport as the application assembles it: the task engine its server and its
+/// outbound half share, and the parts its routes and push jobs are built from.
+#[derive(Debug)]
+pub struct A2a {
+    engine: TaskEngine,
+    parts: Parts,
+}
+
+/// Builds the A2A transport, or nothing when `a2a.enabled` is off.
+///
+/// # Errors
+/// None today; the signature is every transport's.
+pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
+    Ok(parts.config.a2a.enabled.then(|| {
+        Box::new(A2a {
+            engine: TaskEngine::new(parts.db.clone(), parts.clock.clone(), parts.queue.clone()),
+            parts: parts.clone(),
+        }) as Box<dyn TransportModule>
+    }))
+}
+
+#[async_trait::async_trait]
+impl TransportModule for A2a {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn outbound(&self) -> Arc<dyn Transport> {
+        Arc::new(A2aTransport::new(self.engine.clone()))
+    }
+
+    fn jobs(&self) -> Vec<(&'static str, Arc<dyn JobHandler>)> {
+        let p = &self.parts;
+        let push = push::PushHandler::new(
+            p.db.clone(),
+            p.http.clone(),
+            p.keys.clone(),
+            p.clock.clone(),
+            p.queue.clone(),
+            p.site.base_url().to_owned(),
+        );
+        vec![(push::KIND, Arc::new(push))]
+    }
+
+    /// Its routes (cards, JSON-RPC endpoints) and, on PostgreSQL, the listener that carries
+    /// task changes made by other instances to this one's streams.
+    async fn start(&self, pipeline: &Pipeline, shutdown: watch::Receiver<bool>) -> Result<Started> {
+        let state = build_state(pipeline.clone(), self.engine.clone(), &self.parts)?;
+        let tasks = tasks::spawn_listener(self.engine.clone(), shutdown)
+            .into_iter()
+            .collect();
+        Ok(Started {
+            routes: Some(Arc::new(move |cfg: &mut web::ServiceConfig| {
+                server::configure(cfg, state.clone());
+            })),
+            tasks,
+            ..Started::default()
+        })
+    }
+}
 
 /// Builds the state of the A2A routes: default agent, cards and their validators.
 ///
 /// # Errors
 /// [`Error::Config`] when no agent can answer at the hub.
-pub fn build_state(
-    pipeline: Pipeline,
-    engine: TaskEngine,
-    config: &Config,
-    http: HttpClient,
-) -> crate::Result<Arc<A2aState>> {
-    let pipeline_clock = pipeline.clock().clone();
-    let pipeline_domain = pipeline.agents().domain().to_owned();
-    let public_url = config.public_url().map_err(Error::Config)?;
-    let public_url = public_url.as_str().trim_end_matches('/').to_owned();
+fn build_state(pipeline: Pipeline, engine: TaskEngine, parts: &Parts) -> Result<Arc<A2aState>> {
+    let config = &parts.config;
+    let public_url = parts.site.base_url();
     let agents = pipeline.agents().all();
     let default_agent = config
         .a2a
@@ -61,7 +117,7 @@ pub fn build_state(
         .map(|a| a.name.clone())
         .ok_or_else(|| Error::Config("a2a: no agent to answer at the hub".into()))?;
     let ctx = CardContext {
-        public_url: &public_url,
+        public_url,
         cfg: &config.a2a,
     };
     let mut cards = HashMap::new();
@@ -83,7 +139,7 @@ pub fn build_state(
     let default_policy = policies.get(&default_agent.to_lowercase());
     let hub_card = RenderedCard::new(&card::hub_card(
         &ctx,
-        pipeline.agents().domain(),
+        parts.site.domain(),
         &agents,
         policies.values(),
         default_policy,
@@ -101,7 +157,7 @@ pub fn build_state(
         hub_card,
         cards,
         cards_modified,
-        verifier: Verifier::new(http, pipeline_clock, pipeline_domain.as_str()),
+        verifier: Verifier::new(parts.http.clone(), parts.clock.clone(), parts.site.domain()),
         policies,
     }))
 }
@@ -284,7 +340,7 @@ impl Transport for A2aTransport {
         &self,
         tx: &mut crate::store::Tx,
         d: &Delivery,
-    ) -> Result<super::AfterCommit, OutboundError> {
+    ) -> Result<AfterCommit, OutboundError> {
         let task_id = task_of(&d.original)?;
         let mut writes = TaskWrites::default();
         let outcome = self

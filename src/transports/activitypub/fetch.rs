@@ -102,7 +102,7 @@ pub(super) enum FetchError {
 impl From<OutboundError> for FetchError {
     fn from(e: OutboundError) -> Self {
         match e {
-            OutboundError::Permanent { reason } => Self::Permanent(reason),
+            OutboundError::Permanent { reason, .. } => Self::Permanent(reason),
             OutboundError::Temporary { reason, .. } => Self::Temporary(reason),
         }
     }

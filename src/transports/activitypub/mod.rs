@@ -7,11 +7,14 @@
 //! - [`store`]: the transport's tables.
 //! - `fetch`: signed, cached fetches of remote actors and keys (through the SSRF guard).
 //! - `documents`: WebFinger, actors, NodeInfo, collections, notes, profile pages.
-//! - `inbox`: the verified inbox (per agent and shared).
+//! - `inbox`: the inbox endpoints (per agent and shared): limits, replay check, refusals.
+//! - `verify`: authentication of requests and activities (HTTP signatures, object proofs).
+//! - `activities`: what verified activities do (notes wake agents, follows, deletes, edits).
 //! - `outbound`: replies as `Create(Note)` and the per-inbox delivery jobs.
 //!
 //! See `docs/protocols/activitypub.md` for the field-by-field mapping and what is verified.
 
+mod activities;
 mod documents;
 mod fetch;
 pub mod html;
@@ -19,8 +22,10 @@ mod inbox;
 pub mod mapping;
 mod outbound;
 pub mod proof;
+mod reject;
 pub mod sig;
 pub mod store;
+mod verify;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,14 +35,18 @@ use actix_web::web;
 pub use fetch::RemoteActor;
 pub use outbound::DeliverHandler;
 
+use tokio::sync::watch;
+
+use super::{Parts, Started, TransportModule};
 use crate::agents::AgentRegistry;
 use crate::blobs::BlobStore;
 use crate::clock::SharedClock;
-use crate::config::{ActivityPubConfig, Config};
+use crate::config::ActivityPubConfig;
+use crate::error::Result;
 use crate::keys::Keys;
 use crate::net::HttpClient;
-use crate::pipeline::Pipeline;
-use crate::queue::Queue;
+use crate::pipeline::{Pipeline, Transport};
+use crate::queue::{JobHandler, Queue};
 use crate::store::Db;
 
 /// The transport name messages are ingested under.
@@ -77,55 +86,30 @@ struct Inner {
     seen_cleanup: std::sync::atomic::AtomicI64,
 }
 
-/// What [`ActivityPub::new`] needs.
-#[derive(Debug, Clone)]
-pub struct Parts {
-    /// The database.
-    pub db: Db,
-    /// The clock.
-    pub clock: SharedClock,
-    /// The guarded outbound client.
-    pub http: HttpClient,
-    /// Signing keys.
-    pub keys: Keys,
-    /// Hosted agents.
-    pub agents: Arc<AgentRegistry>,
-    /// Attachments.
-    pub blobs: BlobStore,
-    /// The job queue.
-    pub queue: Arc<Queue>,
-}
-
 impl ActivityPub {
-    /// Builds the transport.
-    ///
-    /// # Errors
-    /// When the public URL is unusable.
-    pub fn new(config: &Config, parts: Parts) -> Result<Self, crate::Error> {
-        let url = config.public_url().map_err(crate::Error::Config)?;
-        let base = url.as_str().trim_end_matches('/').to_owned();
-        let domain = config
-            .domain()
-            .ok_or_else(|| crate::Error::Config("server.public_url: no host".into()))?;
-        Ok(Self {
+    /// Builds the transport from the shared parts.
+    #[must_use]
+    pub fn new(parts: &Parts) -> Self {
+        let site = &parts.site;
+        Self {
             inner: Arc::new(Inner {
-                cfg: config.activitypub.clone(),
-                base,
-                domain,
-                mail_domain: config.email.enabled.then(|| config.mail_domain()).flatten(),
-                allow_private: config.net.allow_private_addresses,
+                cfg: parts.config.activitypub.clone(),
+                base: site.base_url().to_owned(),
+                domain: site.domain().to_owned(),
+                mail_domain: site.mail_domain().map(str::to_owned),
+                allow_private: parts.config.net.allow_private_addresses,
                 seen_cleanup: std::sync::atomic::AtomicI64::new(0),
-                db: parts.db,
-                clock: parts.clock,
-                http: parts.http,
-                keys: parts.keys,
-                agents: parts.agents,
-                blobs: parts.blobs,
-                queue: parts.queue,
+                db: parts.db.clone(),
+                clock: parts.clock.clone(),
+                http: parts.http.clone(),
+                keys: parts.keys.clone(),
+                agents: parts.agents.clone(),
+                blobs: parts.blobs.clone(),
+                queue: parts.queue.clone(),
                 actors: Mutex::new(HashMap::new()),
                 hosts: Mutex::new(HashMap::new()),
             }),
-        })
+        }
     }
 
     /// Whether the transport is on.
@@ -134,27 +118,56 @@ impl ActivityPub {
         self.inner.cfg.enabled
     }
 
-    /// Registers the transport's routes (WebFinger, NodeInfo, actors, inboxes, collections,
-    /// notes), each handler reaching the pipeline through `pipeline`.
-    pub fn configure(&self, cfg: &mut web::ServiceConfig, pipeline: Pipeline) {
-        if !self.enabled() {
-            return;
-        }
-        let state = HttpState {
-            ap: self.clone(),
-            pipeline,
-        };
-        let limit = self.inner.cfg.max_body_bytes;
-        cfg.app_data(web::Data::new(state));
-        // The inboxes first: they take most requests.
-        inbox::routes(cfg, limit);
-        documents::routes(cfg);
-    }
-
     /// The job handler of [`JOB_KIND`].
     #[must_use]
     pub fn deliver_handler(&self) -> Arc<DeliverHandler> {
         Arc::new(DeliverHandler(self.clone()))
+    }
+}
+
+/// Builds the ActivityPub transport, or nothing when `activitypub.enabled` is off.
+///
+/// # Errors
+/// None today; the signature is every transport's.
+pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
+    Ok(parts
+        .config
+        .activitypub
+        .enabled
+        .then(|| Box::new(ActivityPub::new(parts)) as Box<dyn TransportModule>))
+}
+
+#[async_trait::async_trait]
+impl TransportModule for ActivityPub {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn outbound(&self) -> Arc<dyn Transport> {
+        Arc::new(self.clone())
+    }
+
+    fn jobs(&self) -> Vec<(&'static str, Arc<dyn JobHandler>)> {
+        vec![(JOB_KIND, self.deliver_handler())]
+    }
+
+    /// Its routes: WebFinger, NodeInfo, actors, inboxes, collections, notes, each handler
+    /// reaching the pipeline through `pipeline`.
+    async fn start(&self, pipeline: &Pipeline, _: watch::Receiver<bool>) -> Result<Started> {
+        let state = HttpState {
+            ap: self.clone(),
+            pipeline: pipeline.clone(),
+        };
+        let limit = self.inner.cfg.max_body_bytes;
+        Ok(Started {
+            routes: Some(Arc::new(move |cfg: &mut web::ServiceConfig| {
+                cfg.app_data(web::Data::new(state.clone()));
+                // The inboxes first: they take most requests.
+                inbox::routes(cfg, limit);
+                documents::routes(cfg);
+            })),
+            ..Started::default()
+        })
     }
 }
 

@@ -14,13 +14,13 @@ use serde_json::{Value, json};
 
 use super::mapping::{self, Recipient, ReplyPlan, iri, str_of};
 use super::{ActivityPub, Inner, JOB_KIND, NAME, store};
-use crate::error::{Error, OutboundError, Result};
+use crate::error::{Error, OutboundError, PeerStatus, Result};
 use crate::message::{BytesRef, Part, Visibility};
 use crate::net::HttpRequest;
+use crate::pipeline::{Delivery, Transport};
 use crate::queue::{Enqueued, JobHandler};
 use crate::store::Tx;
 use crate::store::jobs::{self, Finish, JobRow};
-use crate::transports::{Delivery, Transport};
 
 /// Payload of an `ap_deliver` job.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -263,7 +263,9 @@ impl Inner {
         let ok = match &result {
             Ok(()) => true,
             // A 4xx other than 408/429 is an answer, not an outage.
-            Err(OutboundError::Permanent { reason }) => reason.starts_with("HTTP 4"),
+            Err(e @ OutboundError::Permanent { .. }) => {
+                e.status().is_some_and(PeerStatus::is_refusal)
+            }
             Err(_) => false,
         };
         // A healthy host stays healthy without a write per delivery.

@@ -28,14 +28,14 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
-use super::{Delivery, Transport};
+use super::{Parts, Started, TransportModule};
 use crate::blobs::BlobStore;
 use crate::clock::SharedClock;
 use crate::config::{Config, EmailConfig, RelayTls, UnauthenticatedMail};
 use crate::error::{Error, OutboundError, Result};
 use crate::keys::Keys;
 use crate::message::{BytesRef, Part};
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Delivery, Pipeline, Transport};
 use crate::store::{Db, email as store};
 
 /// The transport name email is ingested under.
@@ -549,4 +549,61 @@ pub async fn listen(
     });
     tracing::info!(%addr, "SMTP listener is up");
     Ok(Listener { addr, task })
+}
+
+/// The email transport as the application assembles it: its outbound half (DKIM-signed
+/// replies) and, once the pipeline exists, the SMTP listener.
+pub struct Email {
+    outbound: Arc<EmailTransport>,
+    config: Arc<Config>,
+}
+
+impl std::fmt::Debug for Email {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Email")
+            .field("bind", &self.config.email.bind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the email transport, or nothing when `email.enabled` is off.
+///
+/// # Errors
+/// No mail domain; an unusable relay.
+pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
+    if !parts.config.email.enabled {
+        return Ok(None);
+    }
+    let outbound = EmailTransport::new(
+        &parts.config,
+        parts.db.clone(),
+        parts.blobs.clone(),
+        parts.keys.clone(),
+        parts.clock.clone(),
+    )?;
+    Ok(Some(Box::new(Email {
+        outbound: Arc::new(outbound),
+        config: parts.config.clone(),
+    })))
+}
+
+#[async_trait::async_trait]
+impl TransportModule for Email {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn outbound(&self) -> Arc<dyn Transport> {
+        self.outbound.clone()
+    }
+
+    /// Binds the SMTP listener.
+    async fn start(&self, pipeline: &Pipeline, shutdown: watch::Receiver<bool>) -> Result<Started> {
+        let l = listen(&self.config, pipeline.clone(), shutdown).await?;
+        Ok(Started {
+            tasks: vec![l.task],
+            listeners: vec![("smtp", l.addr)],
+            ..Started::default()
+        })
+    }
 }

@@ -261,10 +261,15 @@ pub fn dkim_txt_record(spki_der: &[u8]) -> String {
 pub fn classify(e: &lettre::transport::smtp::Error) -> crate::error::OutboundError {
     use crate::error::OutboundError;
     let reason = format!("relay: {e}");
-    if e.is_permanent() {
+    let err = if e.is_permanent() {
         OutboundError::permanent(reason)
     } else {
         OutboundError::temporary(reason)
+    };
+    // The reply code, when the server answered with one (its three digits).
+    match e.status().and_then(|code| code.to_string().parse().ok()) {
+        Some(code) => err.with_status(crate::error::PeerStatus::Smtp(code)),
+        None => err,
     }
 }
 

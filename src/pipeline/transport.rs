@@ -1,0 +1,127 @@
+//! The contract between the pipeline and the transports: [`Transport`], the outbound half every
+//! transport implements (render and deliver a response, and optionally stream progress or end
+//! a turn), [`Delivery`], what it is handed, and [`TransportRegistry`], where the pipeline finds
+//! a transport by the name messages were ingested under. The pipeline owns this contract and
+//! knows transports only through it; transports depend on the pipeline, never the reverse.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::OutboundError;
+use crate::message::{NormalizedMessage, NormalizedResponse, ResponseEvent};
+
+/// One response to deliver, with the message it answers (for reply context: ids, addressing,
+/// threading headers).
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The delivery job's stable id: the same on every retry, so the far side can dedupe.
+    pub job_id: String,
+    /// This attempt's number (1-based).
+    pub attempt: i64,
+    /// What the agent said.
+    pub response: NormalizedResponse,
+    /// What it answers.
+    pub original: NormalizedMessage,
+}
+
+/// What a transport does once the transaction it wrote a delivery in has committed.
+pub type AfterCommit = Box<dyn FnOnce() + Send>;
+
+/// The outbound half of a transport.
+#[async_trait::async_trait]
+pub trait Transport: Send + Sync + std::fmt::Debug {
+    /// The name messages are ingested under and deliveries routed by.
+    fn name(&self) -> &str;
+
+    /// Renders and sends a response.
+    ///
+    /// # Errors
+    /// Temporary failures are retried with backoff; permanent ones end the delivery.
+    async fn deliver(&self, delivery: &Delivery) -> Result<(), OutboundError>;
+
+    /// Whether deliveries are writes to switchboard's own database and nothing else (A2A: the
+    /// response becomes the task's status and artifacts). Such a response is delivered by
+    /// [`Transport::deliver_in`] in the transaction that stores it, without a delivery job.
+    fn delivers_in_transaction(&self) -> bool {
+        false
+    }
+
+    /// Delivers a response inside `tx`, the transaction that stores it; returns what to do once
+    /// that transaction has committed. Only called when [`Transport::delivers_in_transaction`].
+    ///
+    /// # Errors
+    /// Temporary failures hand the response to a delivery job instead; permanent ones end the
+    /// delivery.
+    async fn deliver_in(
+        &self,
+        tx: &mut crate::store::Tx,
+        delivery: &Delivery,
+    ) -> Result<AfterCommit, OutboundError> {
+        let _ = (tx, delivery);
+        Err(OutboundError::permanent(
+            "this transport delivers over the network",
+        ))
+    }
+
+    /// Whether [`Transport::progress`] does anything: only then are a streaming backend's
+    /// events forwarded while it answers.
+    fn wants_progress(&self) -> bool {
+        false
+    }
+
+    /// The agent reported part of its answer to `original` while producing it (best effort:
+    /// the final response is delivered by [`Transport::deliver`] as always). Called in order,
+    /// and every call returns before the final response is stored.
+    ///
+    /// # Errors
+    /// Logged and otherwise ignored.
+    async fn progress(
+        &self,
+        original: &NormalizedMessage,
+        event: &ResponseEvent,
+    ) -> Result<(), OutboundError> {
+        let _ = (original, event);
+        Ok(())
+    }
+
+    /// Whether [`Transport::unanswered`] does anything: only then does the pipeline schedule
+    /// it (a `turn_end` job) for messages whose turn ends without a response.
+    fn ends_turns(&self) -> bool {
+        false
+    }
+
+    /// The agent ended `original`'s turn without a response: it had nothing to say
+    /// (`failure` is `None`), or its dispatch failed for good (`failure` says why, for the
+    /// log; callers are told no internal detail). Most transports send nothing then; an A2A
+    /// task still has to reach a terminal state.
+    ///
+    /// # Errors
+    /// Temporary failures are retried with backoff.
+    async fn unanswered(
+        &self,
+        original: &NormalizedMessage,
+        failure: Option<&str>,
+    ) -> Result<(), OutboundError> {
+        let _ = (original, failure);
+        Ok(())
+    }
+}
+
+/// The transports of this instance, by name.
+#[derive(Debug, Default, Clone)]
+pub struct TransportRegistry {
+    by_name: HashMap<String, Arc<dyn Transport>>,
+}
+
+impl TransportRegistry {
+    /// Registers a transport (replacing one of the same name).
+    pub fn register(&mut self, t: Arc<dyn Transport>) {
+        self.by_name.insert(t.name().to_owned(), t);
+    }
+
+    /// The transport called `name`.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Transport>> {
+        self.by_name.get(name).cloned()
+    }
+}
