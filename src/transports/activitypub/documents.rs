@@ -326,7 +326,7 @@ async fn visible_note(
 ) -> Result<Value, HttpResponse> {
     let inner = std::sync::Arc::clone(&state.ap.inner);
     let note_id = format!("{}/notes/{id}", inner.actor_url(name));
-    let incoming = super::inbox::Incoming::from_request(req);
+    let incoming = super::verify::Incoming::from_request(req);
     on_main(state, async move {
         let Some(row) = store::object(&inner.db, &note_id).await? else {
             return Err(Error::NotFound("no such note".into()));
@@ -339,7 +339,7 @@ async fn visible_note(
             return Ok(json!({"id": note_id, "type": "Tombstone", "@gone": true}));
         }
         if row.public == 0 {
-            let signer = super::inbox::verify_http(&inner, &incoming, None)
+            let signer = super::verify::verify_http(&inner, &incoming, None)
                 .await
                 .map_err(|_| Error::NotFound("no such note".into()))?;
             if !mapping::audience(&note, &Value::Null)

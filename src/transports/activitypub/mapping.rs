@@ -8,7 +8,11 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::html;
-use crate::message::{Part, TextMime, Visibility};
+use crate::message::{
+    AddressingRelay, Audience, AuthMethod, Avatar, EvidenceSource, Extra, IdentityEvidence,
+    MentionRelay, NormalizedMessage, Part, Proof, ReceivedVia, RecipientCapabilities, Sender,
+    SenderProfile, TextMime, Timestamp, TransportProof, Visibility,
+};
 
 /// The public collection, in its three spellings.
 pub const PUBLIC: &str = "https://www.w3.org/ns/activitystreams#Public";
@@ -405,9 +409,251 @@ pub fn create_of(note: &Value) -> Value {
     })
 }
 
+/// A verified note that wakes one agent, with everything its NormalizedMessage is made of.
+#[derive(Debug)]
+pub struct WokenNote<'a> {
+    /// The message's id (UUIDv7).
+    pub id: String,
+    /// The verified activity (kept as `raw`).
+    pub activity: &'a Value,
+    /// The authenticated actor's IRI.
+    pub actor_id: &'a str,
+    /// Its `@user@host`.
+    pub actor_address: &'a str,
+    /// Its document (display name, username, profile URL, avatar).
+    pub actor_doc: &'a Value,
+    /// How it was authenticated.
+    pub method: AuthMethod,
+    /// The key that verified.
+    pub key_id: &'a str,
+    /// Who verified it: this server's domain.
+    pub verifier: &'a str,
+    /// The woken agent, `@name@domain`.
+    pub recipient: &'a str,
+    /// The thread key.
+    pub thread_key: &'a str,
+    /// The stored message this note answers, when known.
+    pub in_reply_to: Option<&'a str>,
+    /// Text and attachments.
+    pub parts: Vec<Part>,
+    /// Where the far side truncates a reply.
+    pub max_reply_chars: u64,
+    /// When it was received.
+    pub now: Timestamp,
+}
+
+/// The sender's profile from its actor document: presentation only, never authorization.
+fn profile_of(doc: &Value, actor_id: &str) -> SenderProfile {
+    let avatar = doc
+        .get("icon")
+        .and_then(|i| many(Some(i)).into_iter().next())
+        .and_then(|i| match i {
+            Value::String(s) => Some(Avatar {
+                url: s.clone(),
+                mime_type: None,
+                width: None,
+                height: None,
+            }),
+            o => str_of(o, "url").map(|u| Avatar {
+                url: u.to_owned(),
+                mime_type: str_of(o, "mediaType").map(str::to_owned),
+                width: None,
+                height: None,
+            }),
+        });
+    SenderProfile {
+        display_name: str_of(doc, "name")
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned),
+        username: str_of(doc, "preferredUsername").map(str::to_owned),
+        url: doc
+            .get("url")
+            .and_then(|u| many(Some(u)).into_iter().find_map(iri))
+            .map(str::to_owned),
+        avatar,
+        provider: Some("activitypub".into()),
+        provider_subject: Some(actor_id.to_owned()),
+        ..SenderProfile::default()
+    }
+}
+
+/// The NormalizedMessage of a woken note: the verified actor as sender, with one piece of
+/// identity evidence (the actor IRI, vouched for by this server's verification of its
+/// signature or proof), and ActivityPub's reply capabilities.
+#[must_use]
+pub fn note_message(n: WokenNote<'_>) -> NormalizedMessage {
+    let profile = profile_of(n.actor_doc, n.actor_id);
+    let evidence = IdentityEvidence {
+        id: None,
+        subject: n.actor_id.to_owned(),
+        issuer: n.verifier.to_owned(),
+        method: n.method.clone(),
+        assurance: crate::message::Assurance::Domain,
+        audience: Audience::One(n.recipient.to_owned()),
+        issued_at: n.now,
+        not_before: None,
+        expires_at: None,
+        on_behalf_of: None,
+        claims: None,
+        source: Some(EvidenceSource {
+            transport: Some(ReceivedVia::ActivityPub.as_str().to_owned()),
+            ..EvidenceSource::default()
+        }),
+        proof: Proof::Transport(TransportProof {
+            verified_by: n.verifier.to_owned(),
+            key_id: Some(n.key_id.to_owned()),
+        }),
+        extra: Extra::new(),
+    };
+    NormalizedMessage {
+        id: n.id,
+        thread_id: n.thread_key.to_owned(),
+        in_reply_to: n.in_reply_to.map(str::to_owned),
+        sender: Sender {
+            address: n.actor_address.to_owned(),
+            display_name: profile.display_name.clone(),
+            profile: Some(profile),
+            auth_method: n.method,
+            verified: true,
+            key_id: Some(n.key_id.to_owned()),
+            identities: Some(vec![evidence]),
+            extra: Extra::new(),
+        },
+        recipient: n.recipient.to_owned(),
+        parts: n.parts,
+        history: None,
+        history_cache_breakpoint_after: None,
+        recipient_capabilities: RecipientCapabilities {
+            mention_relay: MentionRelay::Addressing(AddressingRelay {
+                envelope_fields: vec!["to".into(), "cc".into()],
+                also_inline: true,
+            }),
+            agent_chain: None,
+            formats: vec!["text/html".into(), "text/plain".into()],
+            attachments: true,
+            streaming: false,
+            max_text_chars: Some(n.max_reply_chars),
+        },
+        received_via: ReceivedVia::ActivityPub,
+        received_at: n.now,
+        raw: n.activity.clone(),
+        policy_resolution: None,
+        received_trace: None,
+        extra: Extra::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_woken_note_becomes_a_message_with_the_verified_actor_as_evidence() {
+        let activity = json!({"id": "https://m.example/a/1", "type": "Create"});
+        let doc = json!({
+            "id": "https://m.example/users/alice",
+            "preferredUsername": "alice",
+            "name": "Alice",
+            "url": "https://m.example/@alice",
+            "icon": {"type": "Image", "url": "https://m.example/a.png", "mediaType": "image/png"},
+        });
+        let now = Timestamp::from_unix_millis(1_700_000_000_000);
+        let msg = note_message(WokenNote {
+            id: "m1".into(),
+            activity: &activity,
+            actor_id: "https://m.example/users/alice",
+            actor_address: "@alice@m.example",
+            actor_doc: &doc,
+            method: AuthMethod::ApHttpSignature,
+            key_id: "https://m.example/users/alice#main-key",
+            verifier: "sb.example",
+            recipient: "@helper@sb.example",
+            thread_key: "t1",
+            in_reply_to: Some("r0"),
+            parts: vec![Part::text("hi")],
+            max_reply_chars: 500,
+            now,
+        });
+        msg.validate().expect("valid");
+        let got = serde_json::to_value(&msg).expect("json");
+        let expected = json!({
+            "id": "m1",
+            "thread_id": "t1",
+            "in_reply_to": "r0",
+            "sender": {
+                "address": "@alice@m.example",
+                "display_name": "Alice",
+                "profile": {
+                    "display_name": "Alice",
+                    "username": "alice",
+                    "url": "https://m.example/@alice",
+                    "avatar": {"url": "https://m.example/a.png", "mime_type": "image/png"},
+                    "provider": "activitypub",
+                    "provider_subject": "https://m.example/users/alice",
+                },
+                "auth_method": "ap-http-signature",
+                "verified": true,
+                "key_id": "https://m.example/users/alice#main-key",
+                "identities": [{
+                    "subject": "https://m.example/users/alice",
+                    "issuer": "sb.example",
+                    "method": "ap-http-signature",
+                    "assurance": "domain",
+                    "audience": "@helper@sb.example",
+                    "issued_at": now,
+                    "source": {"transport": "activitypub"},
+                    "proof": {
+                        "type": "transport",
+                        "verified_by": "sb.example",
+                        "key_id": "https://m.example/users/alice#main-key",
+                    },
+                }],
+            },
+            "recipient": "@helper@sb.example",
+            "parts": [{"kind": "text", "mime": "text/plain", "content": "hi"}],
+            "recipient_capabilities": {
+                "mention_relay": {"kind": "addressing", "envelope_fields": ["to", "cc"], "also_inline": true},
+                "formats": ["text/html", "text/plain"],
+                "attachments": true,
+                "streaming": false,
+                "max_text_chars": 500,
+            },
+            "received_via": "activitypub",
+            "received_at": now,
+            "raw": activity,
+        });
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn an_actor_without_a_name_or_icon_has_a_bare_profile() {
+        let activity = json!({});
+        let doc = json!({"icon": "https://m.example/b.png", "name": ""});
+        let msg = note_message(WokenNote {
+            id: "m2".into(),
+            activity: &activity,
+            actor_id: "https://m.example/users/bob",
+            actor_address: "@bob@m.example",
+            actor_doc: &doc,
+            method: AuthMethod::ApObjectIntegrityProof,
+            key_id: "k",
+            verifier: "sb.example",
+            recipient: "@helper@sb.example",
+            thread_key: "t",
+            in_reply_to: None,
+            parts: vec![Part::text("x")],
+            max_reply_chars: 500,
+            now: Timestamp::from_unix_millis(0),
+        });
+        assert_eq!(msg.sender.display_name, None);
+        let profile = msg.sender.profile.expect("profile");
+        assert_eq!(profile.username, None);
+        assert_eq!(
+            profile.avatar.map(|a| a.url).as_deref(),
+            Some("https://m.example/b.png")
+        );
+        assert_eq!(msg.in_reply_to, None);
+    }
 
     #[test]
     fn addressing_rule_needs_both() {

@@ -5,6 +5,9 @@
 use crate::error::Result;
 use crate::store::{Arg, Db, Tx};
 
+/// Seen activity ids are kept this long: longer than any sender retries (Mastodon: about a week).
+pub const SEEN_RETENTION_MS: i64 = 14 * 86_400_000;
+
 /// One stored note (ours or received).
 #[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub struct ObjectRow {

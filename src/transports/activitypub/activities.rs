@@ -1,0 +1,422 @@
+//! What verified activities do: `Create` wakes agents (a note addressed to and mentioning them
+//! becomes a NormalizedMessage, stored with the note in one ingest transaction), `Follow` and
+//! `Undo` manage followers, `Delete` and `Update` keep stored notes and actors current.
+
+use serde_json::{Value, json};
+
+use super::fetch::FetchError;
+use super::mapping::{self, iri, str_of};
+use super::reject::Reject;
+use super::verify::Auth;
+use super::{Inner, NAME, store};
+use crate::message::Part;
+use crate::pipeline::Pipeline;
+
+pub(super) async fn forget_actor(inner: &Inner, actor: &str) -> Result<(), Reject> {
+    store::remove_follower(&inner.db, None, actor).await?;
+    store::delete_actor(&inner.db, actor).await?;
+    inner.forget(actor);
+    Ok(())
+}
+
+/// The object of an activity when it is embedded (and only then).
+fn embedded(activity: &Value) -> Option<&Value> {
+    activity.get("object").filter(|o| o.is_object())
+}
+
+/// Returns whether the activity id was recorded as seen (with the stored note).
+pub(super) async fn on_create(
+    inner: &Inner,
+    pipeline: &Pipeline,
+    activity: &Value,
+    activity_id: &str,
+    auth: &Auth,
+) -> Result<bool, Reject> {
+    let fetched;
+    let note = match activity.get("object") {
+        Some(o) if o.is_object() => o,
+        // Only the IRI: the note is fetched (signed, through the guarded client) from the
+        // actor's own host, and must be the document at that IRI.
+        Some(Value::String(iri)) => {
+            if mapping::host_of(iri) != mapping::host_of(&auth.actor.id) {
+                return Err(Reject(403, "the object is not on the actor's host".into()));
+            }
+            fetched = match inner.fetch_object(iri).await {
+                Ok(doc) => doc,
+                Err(FetchError::Gone) => return Ok(false),
+                Err(FetchError::Temporary(e)) => {
+                    return Err(Reject(503, format!("the object could not be fetched: {e}")));
+                }
+                Err(FetchError::Permanent(e)) => {
+                    return Err(Reject::invalid(format!(
+                        "the object could not be fetched: {e}"
+                    )));
+                }
+            };
+            &fetched
+        }
+        _ => return Ok(false),
+    };
+    if !matches!(
+        str_of(note, "type"),
+        Some("Note" | "Article" | "Page" | "Question")
+    ) {
+        return Ok(false);
+    }
+    // With the fetched note in place of its IRI, so `raw` holds it as replies expect
+    // (`inReplyTo`, visibility and mentions are read from `raw.object`).
+    let resolved = activity
+        .get("object")
+        .is_some_and(Value::is_string)
+        .then(|| {
+            let mut a = activity.clone();
+            a["object"] = note.clone();
+            a
+        });
+    let activity = resolved.as_ref().unwrap_or(activity);
+    let note_id = str_of(note, "id").ok_or_else(|| Reject::invalid("object has no id"))?;
+    let author = note
+        .get("attributedTo")
+        .and_then(|a| mapping::many(Some(a)).into_iter().find_map(iri));
+    if author != Some(auth.actor.id.as_str())
+        || mapping::host_of(note_id) != mapping::host_of(&auth.actor.id)
+    {
+        return Err(Reject(403, "the note is not the actor's".into()));
+    }
+    let woken: Vec<_> = inner
+        .agents
+        .all()
+        .into_iter()
+        .filter(|a| mapping::wakes(note, activity, &inner.actor_url(&a.name)))
+        .collect();
+    if woken.is_empty() {
+        return Ok(false);
+    }
+    let (thread_key, parent) = thread_of(inner, note).await;
+    let in_reply_to = parent.as_ref().and_then(|p| p.message_id.clone());
+    let parts = parts_of(inner, note).await;
+    let visibility = mapping::visibility_of(note, auth.actor.followers.as_deref());
+    let public = matches!(
+        visibility,
+        crate::message::Visibility::Public | crate::message::Visibility::Unlisted
+    );
+    forget_old_activity_ids(inner);
+    // The note and its activity id are stored with the first woken agent's copy of the message.
+    let mut note_rows = Some(NoteRows {
+        id: note_id.to_owned(),
+        agent: String::new(),
+        author: auth.actor.id.clone(),
+        message_id: String::new(),
+        thread_key: thread_key.clone(),
+        public,
+        body: note.to_string(),
+        activity_id: activity_id.to_owned(),
+    });
+    for agent in &woken {
+        let msg = mapping::note_message(mapping::WokenNote {
+            id: uuid::Uuid::now_v7().to_string(),
+            activity,
+            actor_id: &auth.actor.id,
+            actor_address: &auth.actor.address,
+            actor_doc: &auth.actor.doc,
+            method: auth.method.clone(),
+            key_id: &auth.key_id,
+            verifier: &inner.domain,
+            recipient: &agent.address,
+            thread_key: &thread_key,
+            in_reply_to: in_reply_to.as_deref(),
+            parts: parts.clone(),
+            max_reply_chars: inner.cfg.max_reply_chars,
+            now: inner.clock.now(),
+        });
+        let external = format!("{activity_id} {}", agent.name);
+        match note_rows.take() {
+            Some(mut rows) => {
+                rows.agent.clone_from(&agent.name);
+                rows.message_id.clone_from(&msg.id);
+                pipeline.ingest_with(NAME, &external, msg, rows).await?;
+            }
+            None => {
+                pipeline.ingest(NAME, &external, msg).await?;
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// How often activity ids older than [`store::SEEN_RETENTION_MS`] are forgotten.
+const SEEN_CLEANUP_EVERY_MS: i64 = 3_600_000;
+
+/// Forgets activity ids seen longer ago than [`store::SEEN_RETENTION_MS`], at most once per
+/// [`SEEN_CLEANUP_EVERY_MS`], in the background.
+fn forget_old_activity_ids(inner: &Inner) {
+    let now = inner.clock.now_ms();
+    let last = inner
+        .seen_cleanup
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if now - last < SEEN_CLEANUP_EVERY_MS
+        || inner
+            .seen_cleanup
+            .compare_exchange(
+                last,
+                now,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_err()
+    {
+        return;
+    }
+    let db = inner.db.clone();
+    tokio::spawn(async move {
+        match store::forget_seen_before(&db, now - store::SEEN_RETENTION_MS).await {
+            Ok(n) if n > 0 => tracing::debug!(n, "forgot old activity ids"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "forgetting old activity ids failed"),
+        }
+    });
+}
+
+/// What the inbox stores with a woken note's message, in its ingest transaction: the note
+/// (for threads, replies and edits) and its activity id (replays are acknowledged, not
+/// processed again).
+struct NoteRows {
+    id: String,
+    agent: String,
+    author: String,
+    message_id: String,
+    thread_key: String,
+    public: bool,
+    body: String,
+    activity_id: String,
+}
+
+#[async_trait::async_trait]
+impl crate::pipeline::IngestWrite for NoteRows {
+    async fn write(&mut self, tx: &mut crate::store::Tx, now: i64) -> crate::Result<bool> {
+        store::insert_object(
+            tx,
+            &store::NewObject {
+                id: &self.id,
+                kind: "in",
+                agent: &self.agent,
+                author: &self.author,
+                message_id: Some(&self.message_id),
+                thread_key: &self.thread_key,
+                public: self.public,
+                body: &self.body,
+            },
+            now,
+        )
+        .await?;
+        store::mark_seen_tx(tx, &self.activity_id, now).await?;
+        Ok(true)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+/// The conversation key and the known parent of a note: `context`/`conversation`, else the
+/// thread of a known parent, else the root of the `inReplyTo` chain (fetching at most
+/// `max_parent_fetches` unknown parents), else the note itself.
+async fn thread_of(inner: &Inner, note: &Value) -> (String, Option<store::ObjectRow>) {
+    let explicit = mapping::explicit_thread(note);
+    let Some(mut parent) = note.get("inReplyTo").and_then(iri).map(str::to_owned) else {
+        return (
+            explicit.unwrap_or_else(|| str_of(note, "id").unwrap_or_default().to_owned()),
+            None,
+        );
+    };
+    let known = store::object(&inner.db, &parent).await.ok().flatten();
+    if let Some(k) = &known {
+        return (explicit.unwrap_or_else(|| k.thread_key.clone()), known);
+    }
+    if let Some(e) = explicit {
+        return (e, None);
+    }
+    for _ in 0..inner.cfg.max_parent_fetches {
+        let Ok(doc) = inner.fetch_object(&parent).await else {
+            break;
+        };
+        if let Some(e) = mapping::explicit_thread(&doc) {
+            return (e, None);
+        }
+        match doc.get("inReplyTo").and_then(iri) {
+            Some(up) => {
+                if let Ok(Some(k)) = store::object(&inner.db, up).await {
+                    return (k.thread_key, None);
+                }
+                parent = up.to_owned();
+            }
+            None => break,
+        }
+    }
+    (parent, None)
+}
+
+/// Text and attachments of a note as parts. Attachments are downloaded into the blob store
+/// within the media size limit; what cannot be stored becomes a link.
+async fn parts_of(inner: &Inner, note: &Value) -> Vec<Part> {
+    let mut parts = Vec::new();
+    let text = mapping::note_text(note);
+    if !text.is_empty() {
+        parts.push(Part::text(text));
+    }
+    for a in mapping::attachments(note, inner.cfg.max_attachments) {
+        let link = || {
+            serde_json::from_value::<Part>(json!({"kind": "link", "url": a.url, "title": a.name}))
+                .ok()
+        };
+        if a.is_link {
+            parts.extend(link());
+            continue;
+        }
+        let stored = match inner.fetch_bytes(&a.url).await {
+            Ok((mt, bytes)) => {
+                let mime = a
+                    .mime
+                    .clone()
+                    .or(mt)
+                    .unwrap_or_else(|| "application/octet-stream".into());
+                match inner.blobs.put(&bytes, &mime).await {
+                    Ok(r) => serde_json::from_value::<Part>(json!({
+                        "kind": "file",
+                        "name": a.name,
+                        "mime": mime,
+                        "size": bytes.len(),
+                        "bytes_ref": {"kind": "content_addressed", "algo": r.algo, "digest": r.digest},
+                    }))
+                    .ok(),
+                    Err(e) => {
+                        tracing::debug!(error = %e, url = %a.url, "attachment not stored");
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, url = %a.url, "attachment not fetched");
+                None
+            }
+        };
+        parts.extend(stored.or_else(link));
+    }
+    if parts.is_empty() {
+        parts.push(Part::text(""));
+    }
+    parts
+}
+
+pub(super) async fn on_follow(inner: &Inner, activity: &Value, auth: &Auth) -> Result<(), Reject> {
+    let Some(target) = activity.get("object").and_then(iri) else {
+        return Err(Reject::invalid("Follow without object"));
+    };
+    let Some(agent) = inner.local_agent(target) else {
+        return Ok(());
+    };
+    let follow_id = str_of(activity, "id").unwrap_or_default();
+    let inbox = auth
+        .actor
+        .delivery_inbox()
+        .ok_or_else(|| Reject::invalid("the follower has no inbox"))?
+        .to_owned();
+    let now = inner.clock.now_ms();
+    store::add_follower(
+        &inner.db,
+        &agent.name,
+        &auth.actor.id,
+        &inbox,
+        follow_id,
+        now,
+    )
+    .await?;
+    let mut follow = activity.clone();
+    if let Some(m) = follow.as_object_mut() {
+        for k in ["@context", "proof", "signature"] {
+            m.remove(k);
+        }
+    }
+    let actor = inner.actor_url(&agent.name);
+    let accept = json!({
+        "@context": "https://www.w3.org/ns/activitystreams",
+        "id": format!("{actor}#accepts/{}", uuid::Uuid::now_v7()),
+        "type": "Accept",
+        "actor": actor,
+        "to": [auth.actor.id],
+        "object": follow,
+    });
+    let mut tx = inner.db.begin().await?;
+    let enqueued = super::outbound::enqueue(inner, &mut tx, &agent.name, &[inbox], &accept).await?;
+    tx.commit().await?;
+    inner.queue.hand_over(enqueued);
+    Ok(())
+}
+
+pub(super) async fn on_undo(inner: &Inner, activity: &Value, auth: &Auth) -> Result<(), Reject> {
+    let object = activity.get("object");
+    match object {
+        Some(o @ Value::Object(_)) => {
+            if str_of(o, "type") != Some("Follow") {
+                return Ok(());
+            }
+            if o.get("actor").and_then(iri) != Some(auth.actor.id.as_str()) {
+                return Err(Reject(403, "undoing someone else's Follow".into()));
+            }
+            let agent = o
+                .get("object")
+                .and_then(iri)
+                .and_then(|t| inner.local_agent(t));
+            store::remove_follower(
+                &inner.db,
+                agent.as_ref().map(|a| a.name.as_str()),
+                &auth.actor.id,
+            )
+            .await?;
+        }
+        Some(Value::String(_)) => {
+            // An Undo naming only the Follow's id: the actor unfollows.
+            store::remove_follower(&inner.db, None, &auth.actor.id).await?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+pub(super) async fn on_delete(inner: &Inner, activity: &Value, auth: &Auth) -> Result<(), Reject> {
+    let Some(target) = activity.get("object").and_then(iri) else {
+        return Ok(());
+    };
+    if target == auth.actor.id {
+        return forget_actor(inner, target).await;
+    }
+    store::delete_object(&inner.db, target, &auth.actor.id, inner.clock.now_ms()).await?;
+    Ok(())
+}
+
+pub(super) async fn on_update(inner: &Inner, activity: &Value, auth: &Auth) -> Result<(), Reject> {
+    let Some(obj) = embedded(activity) else {
+        return Ok(());
+    };
+    let Some(id) = str_of(obj, "id") else {
+        return Ok(());
+    };
+    if id == auth.actor.id {
+        // A profile update: refresh what we cached.
+        store::put_actor(&inner.db, id, &obj.to_string(), inner.clock.now_ms()).await?;
+        inner.forget(id);
+        return Ok(());
+    }
+    if obj.get("attributedTo").and_then(iri) != Some(auth.actor.id.as_str()) {
+        return Err(Reject(403, "the object is not the actor's".into()));
+    }
+    store::update_object(
+        &inner.db,
+        id,
+        &auth.actor.id,
+        &obj.to_string(),
+        inner.clock.now_ms(),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! The module rules of `docs/architecture.md`, checked on the source: which modules may import
+//! which, and that no module imports a module that imports it back (a folder's `mod.rs` and
+//! the files below it count as one family, whose members may use each other).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Every module of the crate, by path (`transports::email::inbound`), with its source.
+fn modules() -> BTreeMap<String, String> {
+    fn walk(dir: &Path, prefix: &[String], out: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                let mut p = prefix.to_vec();
+                p.push(name);
+                walk(&path, &p, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let mut p = prefix.to_vec();
+                if !matches!(name.as_str(), "mod" | "lib" | "main") {
+                    p.push(name);
+                }
+                if p.is_empty() {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.entry(p.join("::")).or_default().push_str(&text);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &[],
+        &mut out,
+    );
+    out
+}
+
+/// The leading lowercase path segments of `s` (`a::b::C` gives `a::b`).
+fn module_path(s: &str) -> Vec<String> {
+    let mut segs = Vec::new();
+    let mut rest = s;
+    loop {
+        let end = rest
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+            .unwrap_or(rest.len());
+        if end == 0 {
+            break;
+        }
+        segs.push(rest[..end].to_owned());
+        match rest[end..].strip_prefix("::") {
+            Some(r) if r.starts_with(|c: char| c.is_ascii_lowercase()) => rest = r,
+            _ => break,
+        }
+    }
+    segs
+}
+
+/// The module paths `text` names through `crate::`, `super::` and `self::`, as written in
+/// module `me` (a file's module, or a folder's for its `mod.rs`: `super::` is the parent of
+/// either).
+fn references(me: &str, text: &str) -> BTreeSet<Vec<String>> {
+    let here: Vec<String> = me.split("::").map(str::to_owned).collect();
+    // The module `super::` and `self::` are relative to.
+    let base_self = here.clone();
+    let mut base_super = here.clone();
+    base_super.pop();
+    let mut out = BTreeSet::new();
+    for (prefix, base) in [
+        ("crate::", Vec::new()),
+        ("super::", base_super),
+        ("self::", base_self),
+    ] {
+        let mut from = 0;
+        while let Some(i) = text[from..].find(prefix) {
+            let at = from + i;
+            from = at + prefix.len();
+            // `foo::super::` or an identifier ending in the prefix is not a path start.
+            if at > 0
+                && text[..at]
+                    .chars()
+                    .last()
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+            {
+                continue;
+            }
+            let rest = &text[from..];
+            let head = module_path(rest);
+            let mut full = base.clone();
+            full.extend(head.iter().cloned());
+            out.insert(full.clone());
+            // `prefix::a::{b, c::d}`: each member may name a submodule.
+            let after: usize = head.iter().map(|h| h.len() + 2).sum();
+            if let Some(group) = rest.get(after..).and_then(|r| r.strip_prefix('{')) {
+                let close = group.find('}').unwrap_or(group.len());
+                for member in group[..close].split(',') {
+                    let member = module_path(member.trim());
+                    if member.first().is_some_and(|m| m != "self") {
+                        let mut f = full.clone();
+                        f.extend(member);
+                        out.insert(f);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The dependency graph between modules: `a → b` when `a` names `b` (the longest known
+/// module prefix of each path it names).
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let mods = modules();
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (me, text) in &mods {
+        // Tests inside a file may reach anywhere.
+        let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+        for path in references(me, code) {
+            let target = (1..=path.len())
+                .rev()
+                .map(|n| path[..n].join("::"))
+                .find(|p| mods.contains_key(p));
+            if let Some(t) = target
+                && &t != me
+            {
+                g.entry(me.clone()).or_default().insert(t);
+            }
+        }
+    }
+    g
+}
+
+fn related(a: &str, b: &str) -> bool {
+    a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
+}
+
+#[test]
+fn no_module_imports_a_module_that_imports_it_back() {
+    let g = graph();
+    assert!(
+        g.get("transports::email::session")
+            .is_some_and(|s| !s.is_empty()),
+        "the scan finds imports: {g:?}"
+    );
+    let mut cycles = Vec::new();
+    for (a, targets) in &g {
+        for b in targets {
+            if a < b && !related(a, b) && g.get(b).is_some_and(|t| t.contains(a)) {
+                cycles.push(format!("{a} <-> {b}"));
+            }
+        }
+    }
+    assert!(
+        cycles.is_empty(),
+        "modules importing each other: {cycles:?}"
+    );
+}
+
+#[test]
+fn the_core_imports_no_transport_and_no_transport_imports_another() {
+    let g = graph();
+    let mut wrong = Vec::new();
+    for (a, targets) in &g {
+        let core = !a.starts_with("transports") && a != "app" && a != "main";
+        for b in targets {
+            if core && b.starts_with("transports") {
+                wrong.push(format!("{a} -> {b}"));
+            }
+            let family = |m: &str| m.split("::").take(2).collect::<Vec<_>>().join("::");
+            if a.starts_with("transports::")
+                && b.starts_with("transports::")
+                && family(a) != family(b)
+                && b != "transports"
+            {
+                wrong.push(format!("{a} -> {b}"));
+            }
+            if a.starts_with("message") && !b.starts_with("message") {
+                wrong.push(format!("{a} -> {b}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports against the module rules: {wrong:?}"
+    );
+}
+
+#[test]
+fn the_scanner_resolves_paths_the_way_rust_does() {
+    let r = references(
+        "transports::email::inbound",
+        "use super::session::{Reply, x};\nuse crate::store::{Db, email as store};\nfoo::super::bar",
+    );
+    assert!(r.contains(&vec!["transports".into(), "email".into(), "session".into()]));
+    assert!(r.contains(&vec!["store".into(), "email".into()]));
+    assert!(!r.iter().any(|p| p.contains(&"bar".to_owned())), "{r:?}");
+}
