@@ -4,7 +4,6 @@
 //! accepted.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use serde_json::json;
@@ -13,9 +12,10 @@ use sha2::{Digest, Sha256};
 use super::NAME;
 use super::auth::{AuthOutcome, Envelope, Verifier};
 use super::parse::{self, ParseError, ParsedMail};
-use super::session::Reply;
+use super::session::Receiver;
+use super::smtp::{Rcpt, Reply, SessionEnvelope};
 use crate::agents::Agent;
-use crate::config::{EmailConfig, UnauthenticatedMail};
+use crate::config::UnauthenticatedMail;
 use crate::message::{
     Assurance, Audience, AuthMethod, BytesRef, ContentAddressedBytes, EvidenceSource, Extra,
     FilePart, IdentityEvidence, MentionRelay, NormalizedMessage, Part, Proof, ReceivedVia,
@@ -24,75 +24,16 @@ use crate::message::{
 use crate::pipeline::Pipeline;
 use crate::store::email as store;
 
-/// Session limits.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Largest message.
-    pub max_message_bytes: usize,
-    /// Recipients per message.
-    pub max_recipients: usize,
-    /// Commands per session.
-    pub max_commands: usize,
-    /// Silence allowed.
-    pub idle_timeout_seconds: u64,
-    /// Whole session.
-    pub session_timeout_seconds: u64,
-    /// Multipart nesting.
-    pub max_mime_depth: usize,
-}
-
-impl From<&EmailConfig> for Limits {
-    fn from(c: &EmailConfig) -> Self {
-        Self {
-            max_message_bytes: c.max_message_bytes,
-            max_recipients: c.max_recipients,
-            max_commands: c.max_commands,
-            idle_timeout_seconds: c.idle_timeout_seconds,
-            session_timeout_seconds: c.session_timeout_seconds,
-            max_mime_depth: c.max_mime_depth,
-        }
-    }
-}
-
-/// An accepted recipient.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rcpt {
-    /// One of our agents, by local name.
-    Agent(String),
-    /// Our VERP bounce address: the response id whose delivery bounced.
-    Bounce(String),
-}
-
-/// The envelope of one transaction.
-#[derive(Debug, Clone)]
-pub struct SessionEnvelope {
-    /// The client.
-    pub peer: SocketAddr,
-    /// HELO/EHLO name.
-    pub helo: String,
-    /// MAIL FROM, empty for the null sender.
-    pub mail_from: String,
-    /// Accepted recipients.
-    pub rcpts: Vec<Rcpt>,
-    /// Whether the session is under TLS.
-    pub tls: bool,
-}
-
 /// The receiving side of the transport, shared by every session.
 pub struct Inbound {
     pub(super) pipeline: Pipeline,
     pub(super) verifier: Verifier,
-    pub(super) limits: Limits,
+    pub(super) max_mime_depth: usize,
     pub(super) mail_domain: String,
     pub(super) hostname: String,
     pub(super) policies: HashMap<String, UnauthenticatedMail>,
     pub(super) default_policy: UnauthenticatedMail,
-    pub(super) tls: Option<tokio_rustls::TlsAcceptor>,
     pub(super) max_blob_bytes: usize,
-    pub(super) data_budget: super::session::DataBudget,
-    /// Turns true when the server stops: sessions finish the message they are receiving, then
-    /// close with 421.
-    pub(super) shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for Inbound {
@@ -100,8 +41,7 @@ impl std::fmt::Debug for Inbound {
         f.debug_struct("Inbound")
             .field("mail_domain", &self.mail_domain)
             .field("hostname", &self.hostname)
-            .field("limits", &self.limits)
-            .field("tls", &self.tls.is_some())
+            .field("max_mime_depth", &self.max_mime_depth)
             .finish_non_exhaustive()
     }
 }
@@ -156,26 +96,25 @@ impl Inbound {
     }
 
     /// Handles a complete message; the reply is what the client is told after the dot.
-    pub async fn receive(&self, env: &SessionEnvelope, raw: &[u8]) -> Reply {
+    pub async fn receive(&self, env: &SessionEnvelope<'_>, raw: &[u8]) -> Reply {
         let metrics = self.pipeline.metrics();
         if let Err(e) = parse::check_raw(raw) {
             metrics.inbound(NAME, "invalid");
             return Reply::new(550, [5, 6, 0], e.to_string());
         }
-        let (mail, parsed) =
-            match parse::parse_with(raw, &env.mail_from, self.limits.max_mime_depth) {
-                Ok(m) => m,
-                Err(ParseError::Loop) => {
-                    metrics.inbound(NAME, "invalid");
-                    return Reply::new(554, [5, 4, 6], "Too many hops: mail loop detected");
-                }
-                Err(e) => {
-                    metrics.inbound(NAME, "invalid");
-                    return Reply::new(550, [5, 6, 0], e.to_string());
-                }
-            };
+        let (mail, parsed) = match parse::parse_with(raw, env.mail_from, self.max_mime_depth) {
+            Ok(m) => m,
+            Err(ParseError::Loop) => {
+                metrics.inbound(NAME, "invalid");
+                return Reply::new(554, [5, 4, 6], "Too many hops: mail loop detected");
+            }
+            Err(e) => {
+                metrics.inbound(NAME, "invalid");
+                return Reply::new(550, [5, 6, 0], e.to_string());
+            }
+        };
         let now = self.pipeline.clock().now_ms();
-        for r in &env.rcpts {
+        for r in env.rcpts {
             if let Rcpt::Bounce(response_id) = r
                 && let Some(dsn) = mail.dsn.as_ref().filter(|d| d.failed)
             {
@@ -220,8 +159,8 @@ impl Inbound {
                 &parsed,
                 &Envelope {
                     ip: env.peer.ip(),
-                    helo: &env.helo,
-                    mail_from: &env.mail_from,
+                    helo: env.helo,
+                    mail_from: env.mail_from,
                 },
             )
             .await;
@@ -255,7 +194,7 @@ impl Inbound {
 
     async fn store(
         &self,
-        env: &SessionEnvelope,
+        env: &SessionEnvelope<'_>,
         raw: &[u8],
         mail: &ParsedMail,
         auth: &AuthOutcome,
@@ -372,7 +311,7 @@ impl Inbound {
     #[allow(clippy::too_many_arguments)]
     fn normalize(
         &self,
-        env: &SessionEnvelope,
+        env: &SessionEnvelope<'_>,
         size: usize,
         mail: &ParsedMail,
         auth: &AuthOutcome,
@@ -529,6 +468,18 @@ impl Inbound {
             received_trace: None,
             extra: Extra::new(),
         }
+    }
+}
+
+/// The session asks the inbound side about recipients and hands it finished messages.
+impl Receiver for Inbound {
+    async fn rcpt(&self, address: &str) -> Result<Rcpt, Reply> {
+        self.resolve(address)
+            .ok_or_else(|| Reply::new(550, [5, 1, 1], "Mailbox unavailable"))
+    }
+
+    async fn message(&self, envelope: SessionEnvelope<'_>, raw: &[u8]) -> Reply {
+        self.receive(&envelope, raw).await
     }
 }
 

@@ -1,17 +1,20 @@
 //! Email: agents with mailboxes.
 //!
-//! Inbound, an SMTP listener ([`session`]) takes mail for `{agent}@{mail domain}`; after the
-//! final dot the message is checked and parsed ([`parse`]), authenticated with DKIM, SPF, DMARC
-//! and ARC ([`auth`]), mapped to a `NormalizedMessage` for every agent named in To or Cc and
-//! ingested ([`inbound`]); only then does the client get 250. Outbound, [`EmailTransport`]
-//! renders the agent's response as a threaded reply, signs it with DKIM and sends it through the
-//! configured relay ([`outbound`]).
+//! Inbound, an SMTP listener takes mail for `{agent}@{mail domain}`: the command grammar is a
+//! state machine without I/O ([`session`]), driven by one loop per connection ([`connection`]),
+//! both speaking the types of [`smtp`]. After the final dot the message is checked and parsed
+//! ([`parse`]), authenticated with DKIM, SPF, DMARC and ARC ([`auth`]), mapped to a
+//! `NormalizedMessage` for every agent named in To or Cc and ingested ([`inbound`]); only then
+//! does the client get 250. Outbound, [`EmailTransport`] renders the agent's response as a
+//! threaded reply, signs it with DKIM and sends it through the configured relay ([`outbound`]).
 
 pub mod auth;
+pub mod connection;
 pub mod inbound;
 pub mod outbound;
 pub mod parse;
 pub mod session;
+pub mod smtp;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -480,22 +483,26 @@ pub async fn listen(
             Some((a.name.to_lowercase(), p))
         })
         .collect::<HashMap<String, UnauthenticatedMail>>();
-    let data_budget = session::DataBudget::new(
+    let data_budget = smtp::DataBudget::new(
         cfg.max_data_memory_bytes,
         pipeline.metrics().smtp_data_bytes(),
     );
-    let ctx = Arc::new(inbound::Inbound {
+    let server = Arc::new(connection::Server::new(
+        hostname.clone(),
+        session::Limits::from(cfg),
+        data_budget,
+        tls_acceptor(cfg)?,
+        shutdown.clone(),
+    ));
+    let inbound = Arc::new(inbound::Inbound {
         pipeline,
         verifier,
-        limits: inbound::Limits::from(cfg),
+        max_mime_depth: cfg.max_mime_depth,
         mail_domain,
         hostname,
         policies,
         default_policy: cfg.unauthenticated,
-        tls: tls_acceptor(cfg)?,
         max_blob_bytes: config.media.max_bytes,
-        data_budget,
-        shutdown: shutdown.clone(),
     });
     let listener = TcpListener::bind(cfg.bind)
         .await
@@ -532,9 +539,10 @@ pub async fn listen(
                 });
                 continue;
             };
-            let ctx = Arc::clone(&ctx);
+            let server = Arc::clone(&server);
+            let inbound = Arc::clone(&inbound);
             running.spawn(async move {
-                session::serve(stream, peer, ctx).await;
+                connection::serve(stream, peer, &server, &*inbound).await;
                 drop(permit);
             });
         }

@@ -1,539 +1,443 @@
-//! The SMTP session: a state machine over any byte stream (TCP, or TLS after STARTTLS), with
-//! commands parsed by `smtp-proto`. Every read is under the idle timeout and the session under
-//! its wall-clock limit; commands per session and recipients per message are capped; DATA ends
-//! only on `<CRLF>.<CRLF>` (a bare LF never ends it), and a message over the size limit is read
-//! to its end without being kept and answered 552. Bodies being received draw on one memory
-//! budget shared by every session ([`DataBudget`]); a message that would go over it is read to
-//! its end without being kept and answered `452 4.3.1`, so the client retries later.
+//! The SMTP session as a state machine that holds no socket: bytes go in through
+//! [`Session::ingest`], reply lines come out in a buffer the caller writes, and the returned
+//! [`Flow`] says whether to read on, start TLS or close. Commands are parsed by `smtp-proto`.
+//! What needs the rest of the server (whether a recipient is ours, what becomes of a finished
+//! message) is asked of a [`Receiver`]; the connection loop ([`super::connection`]) does the
+//! reading and writing, the timeouts, the TLS handshake and the shutdown.
 //!
-//! After `220` to STARTTLS, whatever the client sent behind the command in the same packet is
-//! discarded unread, then the TLS handshake starts and the session begins anew (no HELO, no
-//! transaction): plaintext commands cannot be injected into the encrypted session.
+//! Commands per session and recipients per message are capped; DATA ends only on
+//! `<CRLF>.<CRLF>` (a bare LF never ends it), and a message over the size limit is read to its
+//! end without being kept and answered 552. Bodies being received draw on one memory budget
+//! shared by every session ([`DataBudget`]); a message that would go over it is read to its end
+//! without being kept and answered `452 4.3.1`, so the client retries later.
+//!
+//! Every command found in the bytes of one [`Session::ingest`] is answered into the same buffer,
+//! so the replies to a pipelined group (RFC 2920), the reply after a final dot and the replies to
+//! the next message's commands sent behind it included, leave in one write.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
 
-use prometheus_client::metrics::gauge::Gauge;
 use smtp_proto::request::receiver::{DataReceiver, DummyDataReceiver, RequestReceiver};
 use smtp_proto::{
     EXT_8BIT_MIME, EXT_ENHANCED_STATUS_CODES, EXT_PIPELINING, EXT_SIZE, EXT_SMTP_UTF8,
     EXT_START_TLS, EhloResponse, Request,
 };
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
 
-use super::inbound::{Inbound, Rcpt, SessionEnvelope};
+use super::smtp::{DataBudget, Held, Rcpt, Reply, SessionEnvelope};
+use crate::config::EmailConfig;
 
-/// One SMTP reply line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    /// Basic code.
-    pub code: u16,
-    /// Enhanced status code (RFC 3463).
-    pub esc: [u8; 3],
-    /// Text.
-    pub text: String,
-}
+#[cfg(test)]
+mod tests;
 
-impl Reply {
-    /// A reply.
-    #[must_use]
-    pub fn new(code: u16, esc: [u8; 3], text: impl Into<String>) -> Self {
-        Self {
-            code,
-            esc,
-            text: text.into(),
-        }
-    }
-
-    fn write(&self, out: &mut Vec<u8>) {
-        let [a, b, c] = self.esc;
-        out.extend_from_slice(format!("{} {a}.{b}.{c} {}\r\n", self.code, self.text).as_bytes());
-    }
-}
-
-/// Memory for message bodies being received, shared by every session, counted in KiB.
+/// Session limits.
 #[derive(Debug, Clone)]
-pub struct DataBudget {
-    kib: Arc<Semaphore>,
-    gauge: Gauge,
+pub struct Limits {
+    /// Largest message.
+    pub max_message_bytes: usize,
+    /// Recipients per message.
+    pub max_recipients: usize,
+    /// Commands per session.
+    pub max_commands: usize,
+    /// Silence allowed.
+    pub idle_timeout_seconds: u64,
+    /// Whole session.
+    pub session_timeout_seconds: u64,
 }
 
-/// Memory is taken from the budget in steps of this many KiB, not per read.
-const BUDGET_STEP_KIB: usize = 64;
-
-impl DataBudget {
-    /// A budget of `bytes`, whose use is shown by `gauge`.
-    #[must_use]
-    pub fn new(bytes: usize, gauge: &Gauge) -> Self {
-        let kib = (bytes / 1024).clamp(1, Semaphore::MAX_PERMITS);
+impl From<&EmailConfig> for Limits {
+    fn from(c: &EmailConfig) -> Self {
         Self {
-            kib: Arc::new(Semaphore::new(kib)),
-            gauge: gauge.clone(),
+            max_message_bytes: c.max_message_bytes,
+            max_recipients: c.max_recipients,
+            max_commands: c.max_commands,
+            idle_timeout_seconds: c.idle_timeout_seconds,
+            session_timeout_seconds: c.session_timeout_seconds,
         }
     }
 }
 
-/// The part of the budget one message body holds; given back when dropped.
-struct Held {
-    budget: DataBudget,
-    permit: Option<OwnedSemaphorePermit>,
-    kib: usize,
+/// What every session of a listener shares.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The name the server greets with and answers HELO and EHLO with.
+    pub hostname: String,
+    /// The limits.
+    pub limits: Limits,
+    /// Whether STARTTLS is offered (outside TLS).
+    pub starttls: bool,
+    /// Memory for message bodies being received.
+    pub budget: DataBudget,
 }
 
-impl Held {
-    fn new(budget: &DataBudget) -> Self {
-        Self {
-            budget: budget.clone(),
-            permit: None,
-            kib: 0,
-        }
+/// What the session asks of the rest of the server.
+///
+/// Both methods are awaited inside [`Session::ingest`], in command order, so their answers are
+/// written in order among the other replies of a pipelined group.
+pub trait Receiver: Sync {
+    /// Whether mail for `address` (the RCPT TO path, without its angle brackets) is taken: the
+    /// recipient it names, or the reply that refuses it.
+    fn rcpt(&self, address: &str) -> impl Future<Output = Result<Rcpt, Reply>> + Send;
+
+    /// A complete message (dot-stuffing undone, the final dot gone) with the envelope it came
+    /// with; the reply is what the client is told after the final dot.
+    fn message(
+        &self,
+        envelope: SessionEnvelope<'_>,
+        raw: &[u8],
+    ) -> impl Future<Output = Reply> + Send;
+}
+
+/// What the connection does once the replies in the buffer are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Read on.
+    Read,
+    /// The client asked for STARTTLS and was told `220`: drop whatever it sent behind the
+    /// command unread, run the TLS handshake, then call [`Session::tls_started`].
+    StartTls,
+    /// Close the connection (after QUIT, or past the command cap).
+    Close,
+}
+
+/// One SMTP session, from the greeting to the close, without its socket.
+pub struct Session<'a, R> {
+    settings: &'a Settings,
+    receiver: &'a R,
+    parser: RequestReceiver,
+    mode: Mode,
+    state: State,
+}
+
+impl<R> std::fmt::Debug for Session<'_, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("peer", &self.state.peer)
+            .field("tls", &self.state.tls)
+            .field("helo", &self.state.helo)
+            .field("mail_from", &self.state.mail_from)
+            .field("rcpts", &self.state.rcpts)
+            .field("commands", &self.state.commands)
+            .field("receiving_data", &!matches!(self.mode, Mode::Command))
+            .finish_non_exhaustive()
     }
-
-    /// Grows the share to cover `len` bytes; false when the budget has no room.
-    fn cover(&mut self, len: usize) -> bool {
-        let need = len.div_ceil(1024);
-        if need <= self.kib {
-            return true;
-        }
-        let want = need.next_multiple_of(BUDGET_STEP_KIB) - self.kib;
-        let Some(more) = u32::try_from(want)
-            .ok()
-            .and_then(|n| Arc::clone(&self.budget.kib).try_acquire_many_owned(n).ok())
-        else {
-            return false;
-        };
-        match &mut self.permit {
-            Some(p) => p.merge(more),
-            None => self.permit = Some(more),
-        }
-        self.kib += want;
-        self.budget
-            .gauge
-            .inc_by(i64::try_from(want * 1024).unwrap_or(i64::MAX));
-        true
-    }
 }
 
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.budget
-            .gauge
-            .dec_by(i64::try_from(self.kib * 1024).unwrap_or(i64::MAX));
-    }
-}
-
-/// What a run of the loop ended with.
-enum Next<S> {
-    Done,
-    StartTls(S),
-}
-
-/// The per-session state.
-struct Session {
-    ctx: Arc<Inbound>,
+/// What the session knows of its client and the transaction under way.
+struct State {
     peer: SocketAddr,
     tls: bool,
     helo: Option<String>,
     mail_from: Option<String>,
     rcpts: Vec<Rcpt>,
     commands: usize,
-    deadline: Instant,
 }
 
+/// What the next bytes are.
 enum Mode {
+    /// Commands.
     Command,
+    /// A message body being kept, with its share of the memory budget.
     Data(DataReceiver, Vec<u8>, Held),
-    /// Reading a message that is not kept, to its end; then this reply.
+    /// A message body that is not kept, read to its end; then this reply.
     Skip(DummyDataReceiver, Reply),
 }
 
-/// Serves one connection to its end.
-pub async fn serve<S>(stream: S, peer: SocketAddr, ctx: Arc<Inbound>)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
-{
-    let deadline = Instant::now() + Duration::from_secs(ctx.limits.session_timeout_seconds);
-    let mut s = Session {
-        ctx: Arc::clone(&ctx),
-        peer,
-        tls: false,
-        helo: None,
-        mail_from: None,
-        rcpts: Vec::new(),
-        commands: 0,
-        deadline,
-    };
-    let next = match s.run(stream, true).await {
-        Ok(n) => n,
-        Err(e) => {
-            tracing::debug!(%peer, error = %e, "SMTP session ended");
-            return;
+/// What a command leads to, beyond its reply.
+enum Step {
+    /// The reply is written; the next command follows.
+    Next,
+    /// `DATA` was accepted: the message body follows.
+    Data,
+    /// `STARTTLS` was accepted.
+    StartTls,
+    /// `QUIT`.
+    Quit,
+}
+
+impl<'a, R: Receiver> Session<'a, R> {
+    /// A new session with the client at `peer`, before the greeting.
+    #[must_use]
+    pub fn new(settings: &'a Settings, receiver: &'a R, peer: SocketAddr) -> Self {
+        Self {
+            settings,
+            receiver,
+            parser: RequestReceiver::default(),
+            mode: Mode::Command,
+            state: State {
+                peer,
+                tls: false,
+                helo: None,
+                mail_from: None,
+                rcpts: Vec::new(),
+                commands: 0,
+            },
         }
-    };
-    if let Next::StartTls(stream) = next {
-        let Some(acceptor) = ctx.tls.clone() else {
-            return;
-        };
-        let left = s.deadline.saturating_duration_since(Instant::now());
-        let tls = match tokio::time::timeout(left, acceptor.accept(stream)).await {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => {
-                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                return;
+    }
+
+    /// Appends the `220` greeting to `out`.
+    pub fn greeting(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"220 ");
+        out.extend_from_slice(self.settings.hostname.as_bytes());
+        out.extend_from_slice(b" ESMTP switchboard\r\n");
+    }
+
+    /// Whether a message body is being received (kept or not): the session is not between
+    /// messages.
+    #[must_use]
+    pub fn receiving_data(&self) -> bool {
+        !matches!(self.mode, Mode::Command)
+    }
+
+    /// The TLS handshake after [`Flow::StartTls`] succeeded: the session begins anew, with no
+    /// HELO, no transaction and nothing of the plaintext left to parse. The command count goes
+    /// on.
+    pub fn tls_started(&mut self) {
+        self.state.tls = true;
+        self.state.helo = None;
+        self.state.reset();
+        self.parser = RequestReceiver::default();
+        self.mode = Mode::Command;
+    }
+
+    /// Takes the bytes the client sent, appending the replies they call for to `out` in order.
+    /// The returned [`Flow`] says what to do once `out` is written; after [`Flow::StartTls`]
+    /// and [`Flow::Close`] the bytes not yet read are dropped.
+    pub async fn ingest(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Flow {
+        let limits = &self.settings.limits;
+        let mut iter = bytes.iter();
+        loop {
+            match &mut self.mode {
+                Mode::Data(rx, msg, held) => {
+                    let done = rx.ingest(&mut iter, msg);
+                    let refusal = if msg.len() > limits.max_message_bytes {
+                        Some(Reply::new(552, [5, 3, 4], "Message too big for system"))
+                    } else if !held.cover(msg.len()) {
+                        tracing::warn!(peer = %self.state.peer, "SMTP body memory budget exhausted; message deferred");
+                        Some(Reply::new(
+                            452,
+                            [4, 3, 1],
+                            "Insufficient system storage, try again later",
+                        ))
+                    } else {
+                        None
+                    };
+                    if let Some(reply) = refusal {
+                        // Not kept: the rest of the body is read and dropped, then refused.
+                        if done {
+                            self.mode = Mode::Command;
+                            reply.write(out);
+                            self.state.reset();
+                        } else {
+                            self.mode = Mode::Skip(DummyDataReceiver::new_data(rx), reply);
+                        }
+                        continue;
+                    }
+                    if !done {
+                        return Flow::Read;
+                    }
+                    // The budget stays held while the message is checked and stored.
+                    let Mode::Data(_, raw, held) = std::mem::replace(&mut self.mode, Mode::Command)
+                    else {
+                        continue;
+                    };
+                    let reply = self.receiver.message(self.state.envelope(), &raw).await;
+                    drop(raw);
+                    drop(held);
+                    reply.write(out);
+                    self.state.reset();
+                }
+                Mode::Skip(rx, reply) => {
+                    if !rx.ingest(&mut iter) {
+                        return Flow::Read;
+                    }
+                    reply.write(out);
+                    self.mode = Mode::Command;
+                    self.state.reset();
+                }
+                Mode::Command => {
+                    let max_commands = limits.max_commands;
+                    let req = match self.parser.ingest(&mut iter) {
+                        Ok(req) => req,
+                        Err(smtp_proto::Error::NeedsMoreData { .. }) => return Flow::Read,
+                        Err(e) => {
+                            self.state.commands += 1;
+                            syntax_reply(&e).write(out);
+                            if self.state.flooding(max_commands, out) {
+                                return Flow::Close;
+                            }
+                            continue;
+                        }
+                    };
+                    self.state.commands += 1;
+                    if self.state.flooding(max_commands, out) {
+                        return Flow::Close;
+                    }
+                    match self
+                        .state
+                        .command(req, self.settings, self.receiver, out)
+                        .await
+                    {
+                        Step::Next => {}
+                        Step::Data => {
+                            out.extend_from_slice(
+                                b"354 Start mail input; end with <CRLF>.<CRLF>\r\n",
+                            );
+                            self.mode = Mode::Data(
+                                data_receiver(),
+                                Vec::with_capacity(8192),
+                                self.settings.budget.hold(),
+                            );
+                        }
+                        Step::StartTls => {
+                            Reply::new(220, [2, 0, 0], "Ready to start TLS").write(out);
+                            // Anything pipelined behind STARTTLS is dropped unread.
+                            return Flow::StartTls;
+                        }
+                        Step::Quit => {
+                            Reply::new(221, [2, 0, 0], "Bye").write(out);
+                            return Flow::Close;
+                        }
+                    }
+                }
             }
-            Err(_) => return,
-        };
-        s.tls = true;
-        s.helo = None;
-        s.reset();
-        if let Err(e) = s.run(tls, false).await {
-            tracing::debug!(%peer, error = %e, "SMTP session ended");
         }
     }
 }
 
-impl Session {
+impl State {
+    /// Ends the transaction (not the HELO).
     fn reset(&mut self) {
         self.mail_from = None;
         self.rcpts.clear();
     }
 
-    async fn run<S>(&mut self, mut stream: S, greet: bool) -> std::io::Result<Next<S>>
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send,
-    {
-        let hostname = self.ctx.hostname.clone();
-        if greet {
-            self.send(
-                &mut stream,
-                format!("220 {hostname} ESMTP switchboard\r\n").as_bytes(),
-            )
-            .await?;
-        }
-        let idle = Duration::from_secs(self.ctx.limits.idle_timeout_seconds);
-        let max_size = self.ctx.limits.max_message_bytes;
-        let mut receiver = RequestReceiver::default();
-        let mut mode = Mode::Command;
-        let mut buf = vec![0u8; 8192];
-        let mut out = Vec::with_capacity(512);
-        let mut shutdown = self.ctx.shutdown.clone();
-        loop {
-            if *shutdown.borrow() && matches!(mode, Mode::Command) {
-                // Between messages: nothing is lost by closing; the client sends the rest
-                // to another instance or later.
-                self.send(
-                    &mut stream,
-                    b"421 4.3.2 Service shutting down, try again later\r\n",
-                )
-                .await?;
-                return Ok(Next::Done);
-            }
-            let now = Instant::now();
-            if now >= self.deadline {
-                self.send(
-                    &mut stream,
-                    b"421 4.4.2 Session time limit reached, closing\r\n",
-                )
-                .await?;
-                return Ok(Next::Done);
-            }
-            let wait = idle.min(self.deadline - now);
-            let between_messages = matches!(mode, Mode::Command) && !*shutdown.borrow();
-            let read = tokio::select! {
-                r = tokio::time::timeout(wait, stream.read(&mut buf)) => r,
-                // A message being received is finished first.
-                changed = shutdown.changed(), if between_messages => {
-                    if changed.is_err() {
-                        // The server is gone without a word: nothing more can be stored.
-                        return Ok(Next::Done);
-                    }
-                    continue;
-                }
-            };
-            let n = match read {
-                Ok(Ok(0)) => return Ok(Next::Done),
-                Ok(Ok(n)) => n,
-                Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    self.send(&mut stream, b"421 4.4.2 Timeout, closing connection\r\n")
-                        .await?;
-                    return Ok(Next::Done);
-                }
-            };
-            let mut iter = buf[..n].iter();
-            loop {
-                match &mut mode {
-                    Mode::Data(rx, msg, held) => {
-                        let done = rx.ingest(&mut iter, msg);
-                        let refusal = if msg.len() > max_size {
-                            Some(Reply::new(552, [5, 3, 4], "Message too big for system"))
-                        } else if !held.cover(msg.len()) {
-                            tracing::warn!(peer = %self.peer, "SMTP body memory budget exhausted; message deferred");
-                            Some(Reply::new(
-                                452,
-                                [4, 3, 1],
-                                "Insufficient system storage, try again later",
-                            ))
-                        } else {
-                            None
-                        };
-                        if let Some(reply) = refusal {
-                            // Not kept: the rest of the body is read and dropped, then refused.
-                            if done {
-                                mode = Mode::Command;
-                                reply.write(&mut out);
-                                self.reset();
-                            } else {
-                                mode = Mode::Skip(DummyDataReceiver::new_data(rx), reply);
-                            }
-                            continue;
-                        }
-                        if done {
-                            let raw = std::mem::take(msg);
-                            // The budget stays held while the message is checked and stored.
-                            let Mode::Data(_, _, held) =
-                                std::mem::replace(&mut mode, Mode::Command)
-                            else {
-                                continue;
-                            };
-                            let reply = self.finish_message(&raw).await;
-                            drop(raw);
-                            drop(held);
-                            reply.write(&mut out);
-                            self.reset();
-                            continue;
-                        }
-                        break;
-                    }
-                    Mode::Skip(rx, reply) => {
-                        if rx.ingest(&mut iter) {
-                            reply.write(&mut out);
-                            mode = Mode::Command;
-                            self.reset();
-                            continue;
-                        }
-                        break;
-                    }
-                    Mode::Command => {
-                        let req = match receiver.ingest(&mut iter) {
-                            Ok(req) => req,
-                            Err(smtp_proto::Error::NeedsMoreData { .. }) => break,
-                            Err(e) => {
-                                self.commands += 1;
-                                syntax_reply(&e).write(&mut out);
-                                if self.flooding(&mut stream, &mut out).await? {
-                                    return Ok(Next::Done);
-                                }
-                                continue;
-                            }
-                        };
-                        self.commands += 1;
-                        if self.flooding(&mut stream, &mut out).await? {
-                            return Ok(Next::Done);
-                        }
-                        match self.command(req, &hostname) {
-                            Action::Reply(r) => r.write(&mut out),
-                            Action::Ehlo(bytes) => out.extend_from_slice(&bytes),
-                            Action::Data => {
-                                out.extend_from_slice(
-                                    b"354 Start mail input; end with <CRLF>.<CRLF>\r\n",
-                                );
-                                mode = Mode::Data(
-                                    data_receiver(),
-                                    Vec::with_capacity(8192),
-                                    Held::new(&self.ctx.data_budget),
-                                );
-                            }
-                            Action::StartTls => {
-                                Reply::new(220, [2, 0, 0], "Ready to start TLS").write(&mut out);
-                                self.send(&mut stream, &out).await?;
-                                // Anything pipelined behind STARTTLS is dropped unread.
-                                return Ok(Next::StartTls(stream));
-                            }
-                            Action::Quit => {
-                                Reply::new(221, [2, 0, 0], "Bye").write(&mut out);
-                                self.send(&mut stream, &out).await?;
-                                return Ok(Next::Done);
-                            }
-                        }
-                    }
-                }
-            }
-            if !out.is_empty() {
-                self.send(&mut stream, &out).await?;
-                out.clear();
-            }
+    /// The envelope of the transaction under way.
+    fn envelope(&self) -> SessionEnvelope<'_> {
+        SessionEnvelope {
+            peer: self.peer,
+            helo: self.helo.as_deref().unwrap_or_default(),
+            mail_from: self.mail_from.as_deref().unwrap_or_default(),
+            rcpts: &self.rcpts,
+            tls: self.tls,
         }
     }
 
-    /// Writes and flushes `bytes`, within the idle timeout and the session deadline: a client
-    /// that does not read its replies cannot hold the session (and its permit) forever. A
-    /// write that does not finish in time ends the session with an error.
-    async fn send<S>(&self, stream: &mut S, bytes: &[u8]) -> std::io::Result<()>
-    where
-        S: AsyncWrite + Unpin,
-    {
-        let idle = Duration::from_secs(self.ctx.limits.idle_timeout_seconds);
-        write_within(stream, bytes, idle, self.deadline).await
-    }
-
-    /// Past the command cap: says so and closes.
-    async fn flooding<S>(&mut self, stream: &mut S, out: &mut Vec<u8>) -> std::io::Result<bool>
-    where
-        S: AsyncWrite + Unpin,
-    {
-        if self.commands <= self.ctx.limits.max_commands {
-            return Ok(false);
+    /// Past the command cap: says so, and the session closes.
+    fn flooding(&self, max_commands: usize, out: &mut Vec<u8>) -> bool {
+        if self.commands <= max_commands {
+            return false;
         }
         Reply::new(421, [4, 7, 0], "Too many commands, closing connection").write(out);
-        self.send(stream, out).await?;
-        Ok(true)
+        true
     }
 
-    fn command(&mut self, req: Request<std::borrow::Cow<'_, str>>, hostname: &str) -> Action {
-        let ctx = Arc::clone(&self.ctx);
-        let limits = &ctx.limits;
-        match req {
+    /// Runs one command, writing its reply to `out` unless the returned [`Step`] says
+    /// otherwise.
+    async fn command<R: Receiver>(
+        &mut self,
+        req: Request<Cow<'_, str>>,
+        settings: &Settings,
+        receiver: &R,
+        out: &mut Vec<u8>,
+    ) -> Step {
+        let limits = &settings.limits;
+        let reply = match req {
             Request::Ehlo { host } => {
                 self.helo = Some(host.into_owned());
                 self.reset();
-                let mut r = EhloResponse::new(hostname);
+                let mut r = EhloResponse::new(settings.hostname.as_str());
                 r.capabilities = EXT_PIPELINING
                     | EXT_SIZE
                     | EXT_8BIT_MIME
                     | EXT_SMTP_UTF8
                     | EXT_ENHANCED_STATUS_CODES;
-                if self.ctx.tls.is_some() && !self.tls {
+                if settings.starttls && !self.tls {
                     r.capabilities |= EXT_START_TLS;
                 }
                 r.size = limits.max_message_bytes;
-                let mut bytes = Vec::new();
-                if r.write(&mut bytes).is_err() {
-                    return Action::Reply(Reply::new(451, [4, 3, 0], "Try again later"));
+                let start = out.len();
+                if r.write(&mut *out).is_ok() {
+                    return Step::Next;
                 }
-                Action::Ehlo(bytes)
+                out.truncate(start);
+                Reply::new(451, [4, 3, 0], "Try again later")
             }
             Request::Helo { host } => {
                 self.helo = Some(host.into_owned());
                 self.reset();
-                Action::Reply(Reply::new(250, [2, 0, 0], hostname))
+                Reply::new(250, [2, 0, 0], settings.hostname.clone())
             }
             Request::Mail { from } => {
                 if self.helo.is_none() {
-                    return Action::Reply(Reply::new(
-                        503,
-                        [5, 5, 1],
-                        "Polite people say EHLO first",
-                    ));
+                    Reply::new(503, [5, 5, 1], "Polite people say EHLO first")
+                } else if self.mail_from.is_some() {
+                    Reply::new(503, [5, 5, 1], "Sender already given")
+                } else if from.size > limits.max_message_bytes {
+                    Reply::new(552, [5, 3, 4], "Message too big for system")
+                } else {
+                    self.mail_from = Some(from.address.trim().to_owned());
+                    Reply::new(250, [2, 1, 0], "OK")
                 }
-                if self.mail_from.is_some() {
-                    return Action::Reply(Reply::new(503, [5, 5, 1], "Sender already given"));
-                }
-                if from.size > limits.max_message_bytes {
-                    return Action::Reply(Reply::new(552, [5, 3, 4], "Message too big for system"));
-                }
-                self.mail_from = Some(from.address.trim().to_owned());
-                Action::Reply(Reply::new(250, [2, 1, 0], "OK"))
             }
             Request::Rcpt { to } => {
                 if self.mail_from.is_none() {
-                    return Action::Reply(Reply::new(503, [5, 5, 1], "MAIL first"));
-                }
-                match self.ctx.resolve(&to.address) {
-                    Some(r) if self.rcpts.contains(&r) => {
-                        Action::Reply(Reply::new(250, [2, 1, 5], "OK"))
+                    Reply::new(503, [5, 5, 1], "MAIL first")
+                } else {
+                    match receiver.rcpt(&to.address).await {
+                        Ok(r) if self.rcpts.contains(&r) => Reply::new(250, [2, 1, 5], "OK"),
+                        Ok(_) if self.rcpts.len() >= limits.max_recipients => {
+                            Reply::new(452, [4, 5, 3], "Too many recipients")
+                        }
+                        Ok(r) => {
+                            self.rcpts.push(r);
+                            Reply::new(250, [2, 1, 5], "OK")
+                        }
+                        Err(refusal) => refusal,
                     }
-                    Some(_) if self.rcpts.len() >= limits.max_recipients => {
-                        Action::Reply(Reply::new(452, [4, 5, 3], "Too many recipients"))
-                    }
-                    Some(r) => {
-                        self.rcpts.push(r);
-                        Action::Reply(Reply::new(250, [2, 1, 5], "OK"))
-                    }
-                    None => Action::Reply(Reply::new(550, [5, 1, 1], "Mailbox unavailable")),
                 }
             }
             Request::Data => {
                 if self.mail_from.is_none() {
-                    Action::Reply(Reply::new(503, [5, 5, 1], "MAIL first"))
+                    Reply::new(503, [5, 5, 1], "MAIL first")
                 } else if self.rcpts.is_empty() {
-                    Action::Reply(Reply::new(554, [5, 5, 1], "No valid recipients"))
+                    Reply::new(554, [5, 5, 1], "No valid recipients")
                 } else {
-                    Action::Data
+                    return Step::Data;
                 }
             }
             Request::Rset => {
                 self.reset();
-                Action::Reply(Reply::new(250, [2, 0, 0], "OK"))
+                Reply::new(250, [2, 0, 0], "OK")
             }
-            Request::Noop { .. } => Action::Reply(Reply::new(250, [2, 0, 0], "OK")),
-            Request::Quit => Action::Quit,
+            Request::Noop { .. } => Reply::new(250, [2, 0, 0], "OK"),
+            Request::Quit => return Step::Quit,
             Request::Vrfy { .. } | Request::Expn { .. } => {
-                Action::Reply(Reply::new(502, [5, 5, 1], "Command disabled"))
+                Reply::new(502, [5, 5, 1], "Command disabled")
             }
             Request::StartTls => {
                 if self.tls {
-                    Action::Reply(Reply::new(504, [5, 7, 4], "Already in TLS"))
-                } else if self.ctx.tls.is_none() {
-                    Action::Reply(Reply::new(502, [5, 7, 0], "TLS not available"))
+                    Reply::new(504, [5, 7, 4], "Already in TLS")
+                } else if !settings.starttls {
+                    Reply::new(502, [5, 7, 0], "TLS not available")
                 } else {
-                    Action::StartTls
+                    return Step::StartTls;
                 }
             }
-            Request::Help { .. } => Action::Reply(Reply::new(
+            Request::Help { .. } => Reply::new(
                 214,
                 [2, 0, 0],
                 "EHLO HELO MAIL RCPT DATA RSET NOOP QUIT STARTTLS",
-            )),
+            ),
             Request::Lhlo { .. }
             | Request::Bdat { .. }
             | Request::Auth { .. }
             | Request::Etrn { .. }
             | Request::Atrn { .. }
-            | Request::Burl { .. } => {
-                Action::Reply(Reply::new(502, [5, 5, 1], "Command not implemented"))
-            }
-        }
-    }
-
-    async fn finish_message(&self, raw: &[u8]) -> Reply {
-        let env = SessionEnvelope {
-            peer: self.peer,
-            helo: self.helo.clone().unwrap_or_default(),
-            mail_from: self.mail_from.clone().unwrap_or_default(),
-            rcpts: self.rcpts.clone(),
-            tls: self.tls,
+            | Request::Burl { .. } => Reply::new(502, [5, 5, 1], "Command not implemented"),
         };
-        self.ctx.receive(&env, raw).await
-    }
-}
-
-/// Writes and flushes `bytes` within `idle` and before `deadline`, else a `TimedOut` error.
-async fn write_within<S>(
-    stream: &mut S,
-    bytes: &[u8],
-    idle: Duration,
-    deadline: Instant,
-) -> std::io::Result<()>
-where
-    S: AsyncWrite + Unpin,
-{
-    // A zero wait still lets a write that completes at once through (the future is polled
-    // before the timer), so the closing 421 past the deadline is still sent.
-    let wait = idle.min(deadline.saturating_duration_since(Instant::now()));
-    let write = async {
-        stream.write_all(bytes).await?;
-        stream.flush().await
-    };
-    match tokio::time::timeout(wait, write).await {
-        Ok(r) => r,
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "writing a reply timed out",
-        )),
+        reply.write(out);
+        Step::Next
     }
 }
 
@@ -548,14 +452,7 @@ fn data_receiver() -> DataReceiver {
     rx
 }
 
-enum Action {
-    Reply(Reply),
-    Ehlo(Vec<u8>),
-    Data,
-    StartTls,
-    Quit,
-}
-
+/// The reply to a command that does not parse.
 fn syntax_reply(e: &smtp_proto::Error) -> Reply {
     use smtp_proto::Error as E;
     match e {
@@ -584,60 +481,5 @@ fn syntax_reply(e: &smtp_proto::Error) -> Reply {
         E::NeedsMoreData { .. } | E::InvalidResponse { .. } => {
             Reply::new(500, [5, 5, 2], "Syntax error")
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use tokio::time::Instant;
-
-    use super::{data_receiver, write_within};
-
-    #[tokio::test]
-    async fn a_client_that_does_not_read_cannot_block_a_write() {
-        // The peer never reads: the 8-byte pipe fills and the write must give up.
-        let (mut ours, _theirs) = tokio::io::duplex(8);
-        let far = Instant::now() + Duration::from_secs(3600);
-        let err = write_within(&mut ours, &[b'x'; 64], Duration::from_millis(50), far)
-            .await
-            .err();
-        assert_eq!(err.map(|e| e.kind()), Some(std::io::ErrorKind::TimedOut));
-        // The session deadline bounds it too.
-        let soon = Instant::now() + Duration::from_millis(50);
-        let err = write_within(&mut ours, &[b'x'; 64], Duration::from_secs(3600), soon)
-            .await
-            .err();
-        assert_eq!(err.map(|e| e.kind()), Some(std::io::ErrorKind::TimedOut));
-        // A write that fits goes through.
-        let (mut ours, _theirs) = tokio::io::duplex(64);
-        assert!(
-            write_within(&mut ours, b"250 OK\r\n", Duration::ZERO, far)
-                .await
-                .is_ok()
-        );
-    }
-
-    fn feed(input: &[u8]) -> (bool, Vec<u8>) {
-        let mut rx = data_receiver();
-        let mut msg = Vec::new();
-        let done = rx.ingest(&mut input.iter(), &mut msg);
-        (done, msg)
-    }
-
-    #[test]
-    fn an_empty_body_ends_at_the_first_dot() {
-        assert_eq!(feed(b".\r\n"), (true, Vec::new()));
-    }
-
-    #[test]
-    fn a_stuffed_first_line_loses_one_dot() {
-        assert_eq!(feed(b"..x\r\nb\r\n.\r\n"), (true, b".x\r\nb\r\n".to_vec()));
-    }
-
-    #[test]
-    fn a_body_without_leading_dot_is_unchanged() {
-        assert_eq!(feed(b"a\r\n.\r\n"), (true, b"a\r\n".to_vec()));
     }
 }
