@@ -17,7 +17,6 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
 
-use super::webhook::SseReader;
 use super::{AgentBackend, Progress};
 use crate::config::Secret;
 use crate::error::OutboundError;
@@ -26,6 +25,7 @@ use crate::message::{
     NormalizedResponse, Part, PartEvent, ResponseEvent, ResponseState, TextMime, TextPart,
     UrlBytes,
 };
+use crate::net::sse::{self, SseReader};
 use crate::net::{HttpClient, HttpRequest};
 use crate::store::{Db, messages};
 
@@ -171,14 +171,14 @@ impl A2aAgent {
         // The remote's artifact chunks are reported as they arrive: text as deltas, other
         // parts whole. An update that replaces an artifact already begun (`append: false` on a
         // known id, as a streamed answer's final artifact does) adds nothing new.
-        let mut reader = SseReader::default();
+        let mut reader = SseReader::new();
         let mut begun: std::collections::HashSet<String> = std::collections::HashSet::new();
         let mut observe = |_: &reqwest::header::HeaderMap, chunk: &[u8]| {
             let Some(report) = progress.filter(|_| stream) else {
                 return;
             };
-            for data in reader.feed(chunk) {
-                let Ok(env) = serde_json::from_str::<Value>(&data) else {
+            for event in reader.feed(chunk) {
+                let Ok(env) = serde_json::from_str::<Value>(&event.data) else {
                     continue;
                 };
                 let Some(update) = env.pointer("/result/artifactUpdate") else {
@@ -223,11 +223,7 @@ impl A2aAgent {
             .await?;
         self.http.classify_status(&resp)?;
         let envelopes: Vec<Value> = if resp.media_type() == "text/event-stream" {
-            String::from_utf8_lossy(&resp.body)
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .filter_map(|d| serde_json::from_str(d.trim()).ok())
-                .collect()
+            stream_envelopes(&resp.body)
         } else {
             vec![
                 serde_json::from_slice(&resp.body)
@@ -249,6 +245,15 @@ impl A2aAgent {
         }
         Ok(results)
     }
+}
+
+/// The JSON-RPC envelopes of an event-stream answer, one per event; events whose data is not
+/// JSON are skipped.
+fn stream_envelopes(body: &[u8]) -> Vec<Value> {
+    sse::parse(body)
+        .into_iter()
+        .filter_map(|event| serde_json::from_str(&event.data).ok())
+        .collect()
 }
 
 /// A contract part as a 1.0 Part (media are passed by their signed URL).
@@ -558,5 +563,15 @@ mod tests {
             Some(Part::Link(_))
         ));
         assert!(from_remote_part(&json!({"raw": "%%"})).is_none());
+    }
+
+    #[test]
+    fn stream_envelopes_join_multi_line_data() {
+        let body = b"id: 1\ndata: {\"jsonrpc\": \"2.0\",\ndata:  \"result\": {\"n\": 1}}\n\n: keep-alive\n\nid: 2\r\ndata: {\"result\": {\"n\": 2}}\r\n\r\ndata: not json\n\n";
+        let numbers: Vec<Value> = stream_envelopes(body)
+            .iter()
+            .map(|e| e["result"]["n"].clone())
+            .collect();
+        assert_eq!(numbers, [json!(1), json!(2)], "one envelope per event");
     }
 }

@@ -14,6 +14,7 @@ use crate::error::OutboundError;
 use crate::message::{
     Extra, NormalizedMessage, NormalizedResponse, Part, ResponseEvent, TextMime, TextPart,
 };
+use crate::net::sse::{self, SseReader};
 use crate::net::{HttpClient, HttpRequest, signed_headers};
 
 /// An agent behind an HTTP endpoint.
@@ -76,7 +77,7 @@ impl WebhookAgent {
     ) -> Result<Option<NormalizedResponse>, OutboundError> {
         let body = serde_json::to_vec(msg).map_err(|e| OutboundError::permanent(e.to_string()))?;
         let headers = signed_headers(&self.secret, self.clock.now_ms(), &body);
-        let mut reader = SseReader::default();
+        let mut reader = SseReader::new();
         // Events of a 200 event stream are reported as their lines arrive; malformed ones are
         // skipped here and refused when the whole stream is read below.
         let mut observe = |headers: &reqwest::header::HeaderMap, chunk: &[u8]| {
@@ -88,9 +89,9 @@ impl WebhookAgent {
             if !streaming {
                 return;
             }
-            for data in reader.feed(chunk) {
+            for event in reader.feed(chunk) {
                 if let Ok(ev @ (ResponseEvent::Delta(_) | ResponseEvent::Part(_))) =
-                    serde_json::from_str::<ResponseEvent>(&data)
+                    serde_json::from_str::<ResponseEvent>(&event.data)
                 {
                     report(ev);
                 }
@@ -134,58 +135,13 @@ impl WebhookAgent {
     }
 }
 
-/// Splits an event-stream body, as it grows, into the `data` of each complete event (an event
-/// ends at a blank line; `data:` lines of one event are joined with newlines).
-#[derive(Debug, Default)]
-pub(crate) struct SseReader {
-    buf: Vec<u8>,
-}
-
-impl SseReader {
-    /// Adds `chunk`; returns the data of every event it completed, in order.
-    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<String> {
-        self.buf.extend_from_slice(chunk);
-        let mut out = Vec::new();
-        while let Some((end, next)) = blank_line(&self.buf) {
-            let block: Vec<u8> = self.buf.drain(..next).collect();
-            let text = String::from_utf8_lossy(&block[..end]);
-            let mut data = String::new();
-            for line in text.lines().map(|l| l.trim_end_matches('\r')) {
-                if let Some(rest) = line.strip_prefix("data:") {
-                    if !data.is_empty() {
-                        data.push('\n');
-                    }
-                    data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
-                }
-            }
-            if !data.is_empty() {
-                out.push(data);
-            }
-        }
-        out
-    }
-}
-
-/// Where the first blank line is: (end of the event's text, start of what follows).
-fn blank_line(buf: &[u8]) -> Option<(usize, usize)> {
-    buf.iter().enumerate().find_map(|(i, b)| {
-        if *b != b'\n' {
-            return None;
-        }
-        match (buf.get(i + 1), buf.get(i + 2)) {
-            (Some(b'\n'), _) => Some((i, i + 2)),
-            (Some(b'\r'), Some(b'\n')) => Some((i, i + 3)),
-            _ => None,
-        }
-    })
-}
-
 /// Folds an SSE stream of ResponseEvents into the final response.
 ///
 /// `delta` text is appended to the current text part, `part` events add parts (a tool call with
 /// an id already seen replaces the earlier one), and `done` gives the response, whose parts fall
 /// back to the accumulated ones when it has none. A stream that ends without `done` but with
-/// content is a completed response; an empty one is a temporary failure.
+/// content is a completed response; an empty one is a temporary failure. An event the stream
+/// did not end with a blank line is discarded, as the event-stream format says.
 ///
 /// # Errors
 /// Malformed events are permanent failures.
@@ -193,11 +149,11 @@ pub fn parse_event_stream(
     body: &[u8],
     msg: &NormalizedMessage,
 ) -> Result<Option<NormalizedResponse>, OutboundError> {
-    let text = std::str::from_utf8(body)
-        .map_err(|_| OutboundError::permanent("event stream is not UTF-8"))?;
+    if std::str::from_utf8(body).is_err() {
+        return Err(OutboundError::permanent("event stream is not UTF-8"));
+    }
     let mut parts: Vec<Part> = Vec::new();
     let mut done: Option<Value> = None;
-    let mut data = String::new();
     let mut apply = |data: &str, parts: &mut Vec<Part>| -> Result<(), OutboundError> {
         if data.is_empty() {
             return Ok(());
@@ -229,18 +185,9 @@ pub fn parse_event_stream(
         }
         Ok(())
     };
-    for line in text.lines() {
-        if line.is_empty() {
-            apply(&data, &mut parts)?;
-            data.clear();
-        } else if let Some(rest) = line.strip_prefix("data:") {
-            if !data.is_empty() {
-                data.push('\n');
-            }
-            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
-        }
+    for event in sse::parse(body) {
+        apply(&event.data, &mut parts)?;
     }
-    apply(&data, &mut parts)?;
     match done {
         Some(mut value) => {
             let empty = value
@@ -260,38 +207,5 @@ pub fn parse_event_stream(
         None => Err(OutboundError::temporary(
             "event stream ended without content",
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::SseReader;
-
-    #[test]
-    fn events_split_across_chunks_come_out_whole_and_in_order() {
-        let stream = b": a comment\r\ndata: {\"type\":\"delta\",\"text\":\"Hel\"}\r\n\r\ndata: {\"type\":\"delta\",\ndata: \"text\":\"lo\"}\n\nevent: x\ndata: {\"type\":\"done\"}\n\n";
-        // Every way of cutting the stream in two gives the same events.
-        for cut in 0..stream.len() {
-            let mut r = SseReader::default();
-            let mut got = r.feed(&stream[..cut]);
-            got.extend(r.feed(&stream[cut..]));
-            assert_eq!(
-                got,
-                [
-                    "{\"type\":\"delta\",\"text\":\"Hel\"}",
-                    "{\"type\":\"delta\",\n\"text\":\"lo\"}",
-                    "{\"type\":\"done\"}",
-                ],
-                "cut at {cut}"
-            );
-        }
-        // Byte by byte, and an unfinished event stays buffered.
-        let mut r = SseReader::default();
-        let mut got = Vec::new();
-        for b in b"data: one\n\ndata: two" {
-            got.extend(r.feed(&[*b]));
-        }
-        assert_eq!(got, ["one"]);
-        assert_eq!(r.feed(b"\n\n"), ["two"]);
     }
 }

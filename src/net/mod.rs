@@ -8,6 +8,7 @@
 
 mod guard;
 mod hmac;
+pub mod sse;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,40 @@
+//! The method table: authenticates the caller, checks the per-agent endpoint's policy, and
+//! runs the operation a call names.
+
+use std::sync::Arc;
+
+use super::A2aState;
+use super::envelope::{Call, Reply};
+use super::push_config::{create_push, delete_push, get_push, list_push};
+use super::send::send;
+use super::tasks::{cancel_task, get_task, list_tasks, subscribe};
+use crate::transports::a2a::wire::{METHOD_NOT_FOUND, RpcError, UNSUPPORTED_OPERATION};
+
+pub(super) async fn dispatch(state: Arc<A2aState>, mut call: Call) -> Result<Reply, RpcError> {
+    call.caller = state
+        .authenticate(call.authorization.as_deref(), call.agent.as_deref())
+        .await?;
+    if let Some(agent) = &call.agent {
+        state.admit(&call.caller, agent)?;
+    }
+    match call.method {
+        "SendMessage" => send(&state, call, false).await,
+        "SendStreamingMessage" => send(&state, call, true).await,
+        "GetTask" => get_task(&state, &call).await.map(Reply::Json),
+        "ListTasks" => list_tasks(&state, &call).await.map(Reply::Json),
+        "CancelTask" => cancel_task(&state, &call).await.map(Reply::Json),
+        "SubscribeToTask" => subscribe(&state, &call).await,
+        "GetExtendedAgentCard" => Err(RpcError::new(
+            UNSUPPORTED_OPERATION,
+            "This agent declares no extended agent card",
+        )),
+        "CreateTaskPushNotificationConfig" => create_push(&state, &call).await.map(Reply::Json),
+        "GetTaskPushNotificationConfig" => get_push(&state, &call).await.map(Reply::Json),
+        "ListTaskPushNotificationConfigs" => list_push(&state, &call).await.map(Reply::Json),
+        "DeleteTaskPushNotificationConfig" => delete_push(&state, &call).await.map(Reply::Json),
+        other => Err(RpcError::new(
+            METHOD_NOT_FOUND,
+            format!("Method not found: {other}"),
+        )),
+    }
+}

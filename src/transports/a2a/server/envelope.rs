@@ -1,0 +1,303 @@
+//! The JSON-RPC envelope: reads a call off HTTP (media type, body size, the JSON-RPC 2.0
+//! request object, proto field names, the method's generation and the requested A2A version),
+//! reads its parameters, and writes its result, error or stream back, with the 401 challenge
+//! for a refused token.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use bytes::Bytes;
+use futures_util::StreamExt as _;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use super::A2aState;
+use super::dispatch::dispatch;
+use crate::transports::a2a::auth::Caller;
+use crate::transports::a2a::tasks::internal;
+use crate::transports::a2a::wire::{
+    self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, RpcError, VERSION_NOT_SUPPORTED, Version,
+};
+
+/// One parsed call.
+#[derive(Debug)]
+pub(super) struct Call {
+    pub(super) id: Value,
+    pub(super) method: &'static str,
+    pub(super) version: Version,
+    pub(super) params: Map<String, Value>,
+    pub(super) caller: Caller,
+    /// The per-agent endpoint's agent; `None` at the hub.
+    pub(super) agent: Option<String>,
+    pub(super) idempotency_key: Option<String>,
+    pub(super) last_event_id: Option<i64>,
+    pub(super) authorization: Option<String>,
+}
+
+/// What a call produced.
+pub(super) enum Reply {
+    Json(Value),
+    Stream(mpsc::Receiver<Bytes>),
+}
+
+fn header(req: &HttpRequest, name: &str) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().to_owned())
+}
+
+fn json_reply(v: &Value) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(v.to_string())
+}
+
+async fn read_body(mut payload: web::Payload, max: usize) -> Result<Vec<u8>, RpcError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk =
+            chunk.map_err(|_| RpcError::new(INVALID_REQUEST, "the request body is unreadable"))?;
+        if body.len() + chunk.len() > max {
+            return Err(RpcError::invalid_field(
+                "body",
+                format!("the request body exceeds {max} bytes"),
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The version a request asks for: header, else query parameter; `""` when absent.
+fn requested_version(req: &HttpRequest) -> String {
+    if let Some(v) = header(req, "a2a-version") {
+        return v;
+    }
+    url::form_urlencoded::parse(req.query_string().as_bytes())
+        .find(|(k, _)| k.eq_ignore_ascii_case("a2a-version"))
+        .map(|(_, v)| v.trim().to_owned())
+        .unwrap_or_default()
+}
+
+pub(super) async fn serve(
+    state: web::Data<A2aState>,
+    req: HttpRequest,
+    payload: web::Payload,
+    agent: Option<String>,
+) -> HttpResponse {
+    // JSON-RPC travels as JSON: a body declared as something else is refused outright.
+    if let Some(ct) = header(&req, "content-type") {
+        let mime = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if !(mime == "application/json" || mime.ends_with("+json") || mime.is_empty()) {
+            return HttpResponse::UnsupportedMediaType()
+                .content_type("text/plain")
+                .body("JSON-RPC requests must be application/json");
+        }
+    }
+    let body = match read_body(payload, state.max_body).await {
+        Ok(b) => b,
+        Err(e) => return json_reply(&wire::error_envelope(&Value::Null, &e, Version::V1)),
+    };
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(_) => {
+            let e = RpcError::new(PARSE_ERROR, "Parse error: the body is not JSON");
+            return json_reply(&wire::error_envelope(&Value::Null, &e, Version::V1));
+        }
+    };
+    let id = value.get("id").cloned().unwrap_or(Value::Null);
+    let id = if matches!(id, Value::String(_) | Value::Number(_) | Value::Null) {
+        id
+    } else {
+        Value::Null
+    };
+    let bad_envelope = |why: &str| {
+        let e = RpcError::new(INVALID_REQUEST, format!("Invalid request: {why}"));
+        json_reply(&wire::error_envelope(&id, &e, Version::V1))
+    };
+    let Some(obj) = value.as_object() else {
+        return bad_envelope("the body is not a JSON-RPC request object");
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return bad_envelope("jsonrpc must be \"2.0\"");
+    }
+    if !matches!(
+        obj.get("id"),
+        None | Some(Value::String(_) | Value::Number(_) | Value::Null)
+    ) {
+        return bad_envelope("id must be a string, a number or null");
+    }
+    let Some(method_name) = obj.get("method").and_then(Value::as_str) else {
+        return bad_envelope("method must be a string");
+    };
+    let mut params = match obj.get("params") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return bad_envelope("params must be an object"),
+    };
+    camelize_params(&mut params);
+    let Some((method, generation)) = wire::canonical_method(method_name) else {
+        let e = RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method_name}"));
+        return json_reply(&wire::error_envelope(&id, &e, Version::V1));
+    };
+    let version = requested_version(&req);
+    let supported = match version.as_str() {
+        "" => generation == Version::V03,
+        "1.0" | "1" | "0.3" => true,
+        _ => false,
+    };
+    if !supported {
+        let shown = if version.is_empty() {
+            "0.3"
+        } else {
+            version.as_str()
+        };
+        let e = RpcError::new(
+            VERSION_NOT_SUPPORTED,
+            format!(
+                "A2A version '{shown}' is not supported for {method_name}; this server speaks 1.0 (A2A-Version: 1.0) and 0.3"
+            ),
+        );
+        return json_reply(&wire::error_envelope(&id, &e, generation));
+    }
+    let call = Call {
+        id: id.clone(),
+        method,
+        version: generation,
+        params,
+        caller: Caller::anonymous(),
+        agent,
+        authorization: header(&req, "authorization"),
+        idempotency_key: header(&req, "idempotency-key").filter(|k| !k.is_empty()),
+        last_event_id: header(&req, "last-event-id").and_then(|v| v.parse().ok()),
+    };
+    let st = state.clone().into_inner();
+    let outcome = state
+        .pipeline
+        .on_main(async move { Ok(dispatch(st, call).await) })
+        .await;
+    match outcome {
+        Ok(Ok(Reply::Json(result))) => json_reply(&wire::result_envelope(&id, result)),
+        Ok(Ok(Reply::Stream(rx))) => {
+            let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|b| (Ok::<_, actix_web::Error>(b), rx))
+            });
+            HttpResponse::build(StatusCode::OK)
+                .content_type("text/event-stream")
+                .insert_header(("Cache-Control", "no-cache"))
+                .insert_header(("X-Accel-Buffering", "no"))
+                .streaming(stream)
+        }
+        Ok(Err(e)) if e.code == wire::UNAUTHENTICATED => {
+            let challenge = format!(
+                "Bearer realm=\"switchboard\", error=\"invalid_token\", error_description=\"{}\"",
+                e.message.replace('"', "'")
+            );
+            HttpResponse::Unauthorized()
+                .insert_header(("WWW-Authenticate", challenge))
+                .content_type("application/json")
+                .body(
+                    wire::error_envelope(
+                        &id,
+                        &RpcError::new(INVALID_REQUEST, "Unauthenticated"),
+                        generation,
+                    )
+                    .to_string(),
+                )
+        }
+        Ok(Err(e)) => json_reply(&wire::error_envelope(&id, &e, generation)),
+        Err(e) => {
+            let e = internal(&e);
+            json_reply(&wire::error_envelope(&id, &e, generation))
+        }
+    }
+}
+
+pub(super) fn param_str<'a>(
+    params: &'a Map<String, Value>,
+    key: &str,
+) -> Result<Option<&'a str>, RpcError> {
+    match params.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(RpcError::invalid_field(key, "must be a string")),
+    }
+}
+
+pub(super) fn param_usize(
+    params: &Map<String, Value>,
+    key: &str,
+) -> Result<Option<usize>, RpcError> {
+    match params.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| RpcError::invalid_field(key, "must be a non-negative integer")),
+    }
+}
+
+/// ProtoJSON parsers accept the proto field names too: turns the snake_case keys of the
+/// request's own objects (params, configuration, message, parts, push config) into camelCase.
+/// Free-form members (`metadata`, `data`) are left alone.
+fn camelize_params(params: &mut Map<String, Value>) {
+    fn camel(k: &str) -> String {
+        let mut out = String::with_capacity(k.len());
+        let mut upper = false;
+        for c in k.chars() {
+            if c == '_' {
+                upper = true;
+            } else if upper {
+                out.extend(c.to_uppercase());
+                upper = false;
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+    fn keys(m: &mut Map<String, Value>) {
+        if !m.keys().any(|k| k.contains('_')) {
+            return;
+        }
+        let old = std::mem::take(m);
+        for (k, v) in old {
+            if k.contains('_') {
+                m.insert(camel(&k), v);
+            } else {
+                m.insert(k, v);
+            }
+        }
+    }
+    keys(params);
+    for nested in [
+        "configuration",
+        "message",
+        "authentication",
+        "pushNotificationConfig",
+    ] {
+        if let Some(Value::Object(m)) = params.get_mut(nested) {
+            keys(m);
+        }
+    }
+    if let Some(Value::Object(cfg)) = params.get_mut("configuration") {
+        for nested in ["taskPushNotificationConfig", "pushNotificationConfig"] {
+            if let Some(Value::Object(m)) = cfg.get_mut(nested) {
+                keys(m);
+            }
+        }
+    }
+    if let Some(Value::Array(parts)) = params.get_mut("message").and_then(|m| m.get_mut("parts")) {
+        for p in parts {
+            if let Value::Object(m) = p {
+                keys(m);
+            }
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The JSON-RPC server: envelope and version checks, method dispatch, the A2A operations over
+//! the durable task store, SSE streams, and the agent card routes.
+//!
+//! Layout: `envelope` reads a call (HTTP, the JSON-RPC envelope, the A2A version) and writes
+//! its answer; `dispatch` authenticates the caller and picks the operation; `send` takes a
+//! message (with `turn`: what a turn hands the pipeline), `tasks` reads, lists, cancels and
+//! resubscribes to tasks (the operations; the durable store is [`super::tasks`]),
+//! `push_config` keeps push notification configs; `stream` writes the SSE answers. This module
+//! holds the routes and their shared state.
+
+mod dispatch;
+mod envelope;
+mod push_config;
+mod send;
+mod stream;
+mod tasks;
+mod turn;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde_json::json;
+
+use self::envelope::serve;
+use super::auth::{Caller, Verifier};
+use super::card::RenderedCard;
+use super::tasks::TaskEngine;
+use super::wire::{self, RpcError};
+use crate::config::{A2aAuthConfig, A2aConfig};
+use crate::pipeline::Pipeline;
+
+/// State of the A2A routes.
+#[derive(Debug)]
+pub struct A2aState {
+    /// Where messages go.
+    pub pipeline: Pipeline,
+    /// The task store.
+    pub engine: TaskEngine,
+    /// Settings.
+    pub cfg: A2aConfig,
+    /// The agent the hub answers for by default.
+    pub default_agent: String,
+    /// Largest request body.
+    pub max_body: usize,
+    /// The hub card.
+    pub hub_card: RenderedCard,
+    /// Per-agent cards, by lower-case name.
+    pub cards: HashMap<String, RenderedCard>,
+    /// `Last-Modified` of the cards (the start of this process).
+    pub cards_modified: String,
+    /// Checks bearer tokens.
+    pub verifier: Verifier,
+    /// Who may call each agent, by lower-case name (public when absent).
+    pub policies: HashMap<String, A2aAuthConfig>,
+}
+
+impl A2aState {
+    fn policy(&self, agent: &str) -> &A2aAuthConfig {
+        static PUBLIC: A2aAuthConfig = A2aAuthConfig::Public;
+        self.policies.get(&agent.to_lowercase()).unwrap_or(&PUBLIC)
+    }
+
+    /// Refuses a caller the agent's policy does not admit.
+    fn admit(&self, caller: &Caller, agent: &str) -> Result<(), RpcError> {
+        if caller.admitted_by(self.policy(agent)) {
+            Ok(())
+        } else {
+            Err(RpcError::new(
+                wire::UNAUTHENTICATED,
+                format!("{agent} requires a bearer token from a trusted issuer"),
+            ))
+        }
+    }
+
+    /// The caller behind `authorization`: anonymous without one, else a verified principal.
+    async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        agent: Option<&str>,
+    ) -> Result<Caller, RpcError> {
+        let Some(value) = authorization else {
+            return Ok(Caller::anonymous());
+        };
+        let policies: Vec<&A2aAuthConfig> = match agent {
+            Some(a) => vec![self.policy(a)],
+            None => self.policies.values().collect(),
+        };
+        if policies.iter().all(|p| matches!(p, A2aAuthConfig::Public)) {
+            // Nobody here checks tokens: a credential meant for something else is ignored.
+            return Ok(Caller::anonymous());
+        }
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| RpcError::new(wire::UNAUTHENTICATED, "use Authorization: Bearer"))?;
+        self.verifier.verify(token, &policies).await.map_err(|e| {
+            tracing::info!(reason = %e, "A2A bearer token refused");
+            RpcError::new(wire::UNAUTHENTICATED, "invalid token")
+        })
+    }
+}
+
+/// Registers the A2A routes.
+pub fn configure(cfg: &mut web::ServiceConfig, state: Arc<A2aState>) {
+    cfg.app_data(web::Data::from(state))
+        .route("/.well-known/agent-card.json", web::get().to(hub_card))
+        .route("/.well-known/agent-card/{name}", web::get().to(agent_card))
+        .route("/agents/{name}/agent-card.json", web::get().to(agent_card))
+        .route("/.well-known/jwks.json", web::get().to(jwks))
+        .route("/a2a", web::post().to(hub_rpc))
+        .route("/a2a/", web::post().to(hub_rpc))
+        .route("/agents/{name}/a2a", web::post().to(agent_rpc))
+        .route("/agents/{name}/a2a/", web::post().to(agent_rpc));
+}
+
+fn card_response(state: &A2aState, req: &HttpRequest, card: &RenderedCard) -> HttpResponse {
+    let cache = format!("public, max-age={}", state.cfg.card_max_age_seconds);
+    let matches = req
+        .headers()
+        .get("if-none-match")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|t| t.trim() == card.etag || t.trim() == "*")
+        });
+    let mut resp = if matches {
+        HttpResponse::NotModified()
+    } else {
+        HttpResponse::Ok()
+    };
+    resp.insert_header(("Cache-Control", cache))
+        .insert_header(("ETag", card.etag.clone()))
+        .insert_header(("Last-Modified", state.cards_modified.clone()));
+    if matches {
+        resp.finish()
+    } else {
+        resp.content_type("application/json")
+            .body(card.body.clone())
+    }
+}
+
+async fn hub_card(state: web::Data<A2aState>, req: HttpRequest) -> HttpResponse {
+    card_response(&state, &req, &state.hub_card)
+}
+
+async fn agent_card(
+    state: web::Data<A2aState>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> HttpResponse {
+    match state.cards.get(&path.into_inner().to_lowercase()) {
+        Some(card) => card_response(&state, &req, card),
+        None => HttpResponse::NotFound().json(json!({"error": "no such agent"})),
+    }
+}
+
+async fn jwks(state: web::Data<A2aState>) -> HttpResponse {
+    let keys = state.pipeline.keys().clone();
+    match state
+        .pipeline
+        .on_main(async move { super::push::jwks(&keys).await })
+        .await
+    {
+        Ok(doc) => HttpResponse::Ok()
+            .insert_header(("Cache-Control", "public, max-age=300"))
+            .content_type("application/jwk-set+json")
+            .body(doc.to_string()),
+        Err(e) => crate::http::error_response(&e),
+    }
+}
+
+async fn hub_rpc(state: web::Data<A2aState>, req: HttpRequest, body: web::Payload) -> HttpResponse {
+    serve(state, req, body, None).await
+}
+
+async fn agent_rpc(
+    state: web::Data<A2aState>,
+    req: HttpRequest,
+    body: web::Payload,
+    path: web::Path<String>,
+) -> HttpResponse {
+    let name = path.into_inner();
+    match state.pipeline.agents().get(&name) {
+        Some(a) => serve(state, req, body, Some(a.name.clone())).await,
+        None => HttpResponse::NotFound().json(json!({"error": "no such agent"})),
+    }
+}

@@ -1,0 +1,152 @@
+//! What a message turn hands the pipeline: the agent it goes to, its stored attachments, its
+//! NormalizedMessage and history entry, and the answer when the pipeline refuses it.
+
+use serde_json::{Value, json};
+
+use super::A2aState;
+use super::envelope::Call;
+use crate::error::Error;
+use crate::message::{
+    BytesRef, Extra, FilePart, MentionRelay, NoRelay, NormalizedMessage, Part, ReceivedVia,
+    RecipientCapabilities,
+};
+use crate::store::a2a::TaskRow;
+use crate::transports::a2a::mapping::{self, InPart};
+use crate::transports::a2a::tasks::internal;
+use crate::transports::a2a::wire::{self, RpcError, WireMessage};
+
+/// The leading `@name` (or `@name@domain`) of the first text part, if it names a local agent.
+pub(super) fn addressed_agent(state: &A2aState, parts: &[Value]) -> Option<String> {
+    let text = parts
+        .iter()
+        .find_map(|p| p.get("text").and_then(Value::as_str))?;
+    let first = text.split_whitespace().next()?;
+    let handle = first.strip_prefix('@')?;
+    let (name, domain) = match handle.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (handle, None),
+    };
+    let name = name.trim_end_matches([',', ':']);
+    let agents = state.pipeline.agents();
+    if domain.is_some_and(|d| {
+        !d.trim_end_matches([',', ':'])
+            .eq_ignore_ascii_case(agents.domain())
+    }) {
+        return None;
+    }
+    agents.get(name).map(|a| a.name.clone())
+}
+
+/// Stores attachments and builds the contract parts.
+pub(super) async fn store_parts(
+    state: &A2aState,
+    parts: Vec<InPart>,
+) -> Result<Vec<Part>, RpcError> {
+    let mut out = Vec::with_capacity(parts.len());
+    for p in parts {
+        match p {
+            InPart::Ready(p) => out.push(*p),
+            InPart::Bytes { data, mime, name } => {
+                let stored =
+                    state
+                        .pipeline
+                        .blobs()
+                        .put(&data, &mime)
+                        .await
+                        .map_err(|e| match e {
+                            Error::TooLarge(why) => RpcError::invalid_field("message.parts", why),
+                            other => internal(&other),
+                        })?;
+                out.push(Part::File(FilePart {
+                    name,
+                    mime,
+                    size: u64::try_from(data.len()).ok(),
+                    bytes_ref: BytesRef::ContentAddressed(stored),
+                    extra: Extra::new(),
+                }));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The wire message as it goes into the task's history.
+pub(super) fn history_message(raw: &Value, task_id: &str, context_id: &str) -> Value {
+    let mut m = raw.clone();
+    if let Some(obj) = m.as_object_mut() {
+        obj.insert("taskId".into(), json!(task_id));
+        obj.insert("contextId".into(), json!(context_id));
+    }
+    m
+}
+
+/// Why a message was refused, when the caller may be told (its own fault).
+pub(super) fn refusal(e: &Error) -> Option<String> {
+    match e {
+        Error::Invalid(why) | Error::TooLarge(why) => Some(why.clone()),
+        _ => None,
+    }
+}
+
+/// The JSON-RPC error for a message ingest refused or could not take.
+pub(super) fn not_ingested(e: &Error) -> RpcError {
+    match refusal(e) {
+        Some(why) => RpcError::invalid_field("message", why),
+        None => internal(e),
+    }
+}
+
+/// The NormalizedMessage of a turn of task `row`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn turn_message(
+    state: &A2aState,
+    call: &Call,
+    msg: &WireMessage,
+    raw: &Value,
+    row: &TaskRow,
+    id: String,
+    parts: Vec<Part>,
+    in_reply_to: Option<String>,
+    now: i64,
+    streaming: bool,
+) -> Result<NormalizedMessage, RpcError> {
+    let agent = state
+        .pipeline
+        .agents()
+        .get(&row.agent)
+        .ok_or_else(|| RpcError::new(wire::INTERNAL_ERROR, "the task's agent is gone"))?;
+    Ok(NormalizedMessage {
+        id,
+        thread_id: format!("{}\n{}", row.owner, row.context_id),
+        in_reply_to,
+        sender: call.caller.sender.clone(),
+        recipient: agent.address.clone(),
+        parts,
+        history: None,
+        history_cache_breakpoint_after: None,
+        recipient_capabilities: RecipientCapabilities {
+            mention_relay: MentionRelay::None(NoRelay {}),
+            agent_chain: mapping::agent_chain(msg.metadata.as_ref()),
+            formats: vec![
+                "text/plain".into(),
+                "text/markdown".into(),
+                "application/json".into(),
+            ],
+            attachments: true,
+            streaming,
+            max_text_chars: None,
+        },
+        received_via: ReceivedVia::A2a,
+        received_at: crate::message::Timestamp::from_unix_millis(now),
+        raw: json!({
+            "taskId": row.id,
+            "contextId": row.context_id,
+            "method": call.method,
+            "message": raw,
+            "metadata": call.params.get("metadata"),
+        }),
+        policy_resolution: None,
+        received_trace: None,
+        extra: Extra::new(),
+    })
+}
