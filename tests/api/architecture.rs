@@ -108,15 +108,30 @@ fn references(me: &str, text: &str) -> BTreeSet<Vec<String>> {
     out
 }
 
+/// The code of a module's source: comments (doc links are not imports) and the inline test
+/// module at its end (tests may reach anywhere) left out.
+fn code_of(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with("mod tests {") && out.trim_end().ends_with("#[cfg(test)]") {
+            break;
+        }
+        if !t.starts_with("//") {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// The dependency graph between modules: `a → b` when `a` names `b` (the longest known
 /// module prefix of each path it names).
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
     let mods = modules();
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (me, text) in &mods {
-        // Tests inside a file may reach anywhere.
-        let code = text.split("#[cfg(test)]").next().unwrap_or(text);
-        for path in references(me, code) {
+        for path in references(me, &code_of(text)) {
             let target = (1..=path.len())
                 .rev()
                 .map(|n| path[..n].join("::"))
@@ -195,4 +210,12 @@ fn the_scanner_resolves_paths_the_way_rust_does() {
     assert!(r.contains(&vec!["transports".into(), "email".into(), "session".into()]));
     assert!(r.contains(&vec!["store".into(), "email".into()]));
     assert!(!r.iter().any(|p| p.contains(&"bar".to_owned())), "{r:?}");
+    let code = code_of(
+        "use a::b;\n/// [`super::x`]\nfn f() {}\n#[cfg(test)]\nmod tests;\nuse c::d;\n#[cfg(test)]\nmod tests {\n    use super::y;\n}\n",
+    );
+    assert!(
+        !code.contains("super::x") && !code.contains("super::y"),
+        "{code}"
+    );
+    assert!(code.contains("use c::d;"), "{code}");
 }

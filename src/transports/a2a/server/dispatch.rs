@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::A2aState;
-use super::envelope::{Call, Reply};
+use super::call::{Call, Reply};
 use super::push_config::{create_push, delete_push, get_push, list_push};
 use super::send::send;
 use super::tasks::{cancel_task, get_task, list_tasks, subscribe};

@@ -5,39 +5,17 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
-use bytes::Bytes;
 use futures_util::StreamExt as _;
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
 
 use super::A2aState;
+use super::call::{Call, Reply};
 use super::dispatch::dispatch;
 use crate::transports::a2a::auth::Caller;
 use crate::transports::a2a::tasks::internal;
 use crate::transports::a2a::wire::{
     self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, RpcError, VERSION_NOT_SUPPORTED, Version,
 };
-
-/// One parsed call.
-#[derive(Debug)]
-pub(super) struct Call {
-    pub(super) id: Value,
-    pub(super) method: &'static str,
-    pub(super) version: Version,
-    pub(super) params: Map<String, Value>,
-    pub(super) caller: Caller,
-    /// The per-agent endpoint's agent; `None` at the hub.
-    pub(super) agent: Option<String>,
-    pub(super) idempotency_key: Option<String>,
-    pub(super) last_event_id: Option<i64>,
-    pub(super) authorization: Option<String>,
-}
-
-/// What a call produced.
-pub(super) enum Reply {
-    Json(Value),
-    Stream(mpsc::Receiver<Bytes>),
-}
 
 fn header(req: &HttpRequest, name: &str) -> Option<String> {
     req.headers()
@@ -215,31 +193,6 @@ pub(super) async fn serve(
             let e = internal(&e);
             json_reply(&wire::error_envelope(&id, &e, generation))
         }
-    }
-}
-
-pub(super) fn param_str<'a>(
-    params: &'a Map<String, Value>,
-    key: &str,
-) -> Result<Option<&'a str>, RpcError> {
-    match params.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(RpcError::invalid_field(key, "must be a string")),
-    }
-}
-
-pub(super) fn param_usize(
-    params: &Map<String, Value>,
-    key: &str,
-) -> Result<Option<usize>, RpcError> {
-    match params.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .and_then(|n| usize::try_from(n).ok())
-            .map(Some)
-            .ok_or_else(|| RpcError::invalid_field(key, "must be a non-negative integer")),
     }
 }
 

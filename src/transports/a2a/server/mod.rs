@@ -8,6 +8,7 @@
 //! `push_config` keeps push notification configs; `stream` writes the SSE answers. This module
 //! holds the routes and their shared state.
 
+mod call;
 mod dispatch;
 mod envelope;
 mod push_config;

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::A2aState;
-use super::envelope::{Call, param_str};
+use super::call::{Call, param_str};
 use super::tasks::visible_task;
 use crate::error::Error;
 use crate::store::a2a::{self as sql, TaskRow};

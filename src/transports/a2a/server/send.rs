@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::A2aState;
-use super::envelope::{Call, Reply, param_usize};
+use super::call::{Call, Reply, param_usize};
 use super::push_config::{parse_push_config, store_push_config};
 use super::stream::open_stream;
 use super::tasks::{render_task, task_result, visible_task};

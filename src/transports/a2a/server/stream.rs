@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::A2aState;
-use super::envelope::{Call, Reply};
+use super::call::{Call, Reply};
 use crate::transports::a2a::tasks::ends_stream;
 use crate::transports::a2a::wire::{self, TaskState, Version};
 

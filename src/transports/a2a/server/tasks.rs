@@ -7,7 +7,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use super::A2aState;
-use super::envelope::{Call, Reply, param_str, param_usize};
+use super::call::{Call, Reply, param_str, param_usize};
 use super::stream::open_stream;
 use crate::store::a2a::{self as sql, TaskFilter, TaskRow};
 use crate::transports::a2a::tasks::{Change, TaskEngine, internal};

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::A2aState;
-use super::envelope::Call;
+use super::call::Call;
 use crate::error::Error;
 use crate::message::{
     BytesRef, Extra, FilePart, MentionRelay, NoRelay, NormalizedMessage, Part, ReceivedVia,
