@@ -117,7 +117,13 @@ impl Application {
             http_client.clone(),
             clock.clone(),
         )));
-        let queue = Queue::new(db.clone(), clock.clone(), config.queue.clone());
+        let metrics = Arc::new(Metrics::new());
+        let queue = Queue::new(
+            db.clone(),
+            clock.clone(),
+            config.queue.clone(),
+            metrics.clone(),
+        );
         let a2a_engine = TaskEngine::new(db.clone(), clock.clone(), queue.clone());
         if config.a2a.enabled {
             transports.register(Arc::new(A2aTransport::new(a2a_engine.clone())));
@@ -125,7 +131,6 @@ impl Application {
         for t in opts.transports {
             transports.register(t);
         }
-        let metrics = Arc::new(Metrics::new());
         let public_url = config.public_url().map_err(Error::Config)?;
         let blobs = BlobStore::new(
             db.clone(),

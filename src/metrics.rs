@@ -145,7 +145,7 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a finished job attempt.
+    /// Counts a finished job attempt (recorded by the queue for every kind).
     pub fn job(&self, kind: &str, outcome: &str) {
         self.jobs
             .get_or_create(&vec![

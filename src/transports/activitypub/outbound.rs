@@ -19,7 +19,7 @@ use crate::message::{BytesRef, Part, Visibility};
 use crate::net::HttpRequest;
 use crate::queue::{Enqueued, JobHandler};
 use crate::store::Tx;
-use crate::store::jobs::{self, Finish, JobRow};
+use crate::store::jobs::JobRow;
 use crate::transports::{Delivery, Transport};
 
 /// Payload of an `ap_deliver` job.
@@ -340,16 +340,10 @@ impl JobHandler for DeliverHandler {
         .await;
         let now = inner.clock.now_ms();
         let mut tx = inner.db.begin().await?;
-        for (job, r) in batch.iter().zip(results) {
-            let finish = match r {
-                Ok(()) => Finish::Done,
-                Err(e) => {
-                    tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "ActivityPub delivery failed");
-                    inner.queue.finish_for_error(job, &e)
-                }
-            };
-            jobs::finish(&mut tx, &job.id, owner, &finish, now).await?;
-        }
-        tx.commit().await
+        let finished = inner
+            .queue
+            .finish(&mut tx, owner, batch, &results, now)
+            .await?;
+        inner.queue.commit(tx, finished).await
     }
 }
