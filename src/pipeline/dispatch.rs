@@ -520,8 +520,15 @@ impl JobHandler for DeliverHandler {
             .queue
             .finish(&mut tx, owner, batch, &attempts, now)
             .await?;
+        // A transport that only schedules its sending counts each of its own attempts.
         for (i, a) in attempts.iter().enumerate() {
-            finished.count_delivery(i, &a.transport);
+            let counts_own = core
+                .transports
+                .get(&a.transport)
+                .is_some_and(|t| t.sends_in_jobs());
+            if !counts_own {
+                finished.count_delivery(i, &a.transport);
+            }
         }
         let mut records = Vec::new();
         let mut latencies = Vec::new();

@@ -283,6 +283,10 @@ impl Transport for ActivityPub {
         NAME
     }
 
+    fn sends_in_jobs(&self) -> bool {
+        true
+    }
+
     async fn deliver(&self, d: &Delivery) -> std::result::Result<(), OutboundError> {
         let inner = &self.inner;
         let (agent, create, inboxes, public, thread_key) = inner.build_reply(d).await?;
@@ -324,7 +328,8 @@ impl Transport for ActivityPub {
     }
 }
 
-/// Handles `ap_deliver` jobs: one signed POST each, outcomes committed together.
+/// Handles `ap_deliver` jobs: one signed POST each, outcomes committed together, each POST
+/// counted as a delivery attempt of this transport.
 #[derive(Debug)]
 pub struct DeliverHandler(pub(super) ActivityPub);
 
@@ -340,10 +345,14 @@ impl JobHandler for DeliverHandler {
         .await;
         let now = inner.clock.now_ms();
         let mut tx = inner.db.begin().await?;
-        let finished = inner
+        let mut finished = inner
             .queue
             .finish(&mut tx, owner, batch, &results, now)
             .await?;
+        // Each job is one POST: one delivery attempt of this transport.
+        for i in 0..batch.len() {
+            finished.count_delivery(i, NAME);
+        }
         inner.queue.commit(tx, finished).await
     }
 }
