@@ -218,11 +218,8 @@ impl Application {
             ));
         }
         workers.push(queue.spawn_housekeeping(shutdown_rx.clone()));
-        if config.a2a.enabled
-            && let Some(listener) =
-                a2a_tasks::spawn_listener(a2a_engine.clone(), shutdown_rx.clone())
-        {
-            workers.push(listener);
+        if config.a2a.enabled {
+            a2a_tasks::listen(&a2a_engine, &queue);
         }
         let smtp = if config.email.enabled {
             let l = email::listen(&config, pipeline.clone(), shutdown_rx.clone()).await?;

@@ -23,6 +23,10 @@ use crate::metrics::Metrics;
 use crate::store::jobs::{self, Finish, JobRow, NewJob};
 use crate::store::{Db, NOTIFY_CHANNEL, Tx};
 
+pub mod listen;
+
+pub use listen::Listener;
+
 /// The job kinds of the core pipeline.
 pub mod kinds {
     /// Call the agent for an inbound message.
@@ -54,6 +58,8 @@ pub struct Queue {
     wakers: std::sync::Mutex<HashMap<String, Arc<Notify>>>,
     local: std::sync::Mutex<HashMap<&'static str, Local>>,
     metrics: Arc<Metrics>,
+    /// Channels registered for this instance's one `LISTEN` connection, until it starts.
+    listener: std::sync::Mutex<Option<Listener>>,
 }
 
 /// The result of one job's attempt, as [`Queue::finish`] needs it: whether it failed, and why.
@@ -158,6 +164,7 @@ impl Queue {
             wakers: std::sync::Mutex::new(HashMap::new()),
             local: std::sync::Mutex::new(HashMap::new()),
             metrics,
+            listener: std::sync::Mutex::new(Some(Listener::new())),
         })
     }
 
@@ -571,44 +578,38 @@ impl Queue {
         }
     }
 
-    /// On PostgreSQL, listens for job notifications from every instance and wakes local
-    /// workers. Reconnects after errors.
+    /// Hands every notification on the PostgreSQL channel `channel` from any instance to
+    /// `handler`, through this instance's one `LISTEN` connection ([`Queue::spawn_listener`];
+    /// register before it starts). Nothing on SQLite, which has no other instance.
+    pub fn on_notify(&self, channel: &str, handler: listen::Handler) {
+        if self.db.postgres_pool().is_none() {
+            return;
+        }
+        match &mut *self.listening() {
+            Some(listener) => listener.on(channel, handler),
+            None => tracing::error!(channel, "registered after the listener started; not heard"),
+        }
+    }
+
+    fn listening(&self) -> std::sync::MutexGuard<'_, Option<Listener>> {
+        self.listener
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// On PostgreSQL, starts this instance's one `LISTEN` connection: job notifications from
+    /// every instance wake local workers, and the notifications of every channel registered
+    /// with [`Queue::on_notify`] go to their handlers. Reconnects after errors; stops on
+    /// `shutdown`, whatever it is waiting for.
     pub fn spawn_listener(
         self: &Arc<Self>,
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: watch::Receiver<bool>,
     ) -> Option<JoinHandle<()>> {
+        let mut listener = self.listening().take().unwrap_or_default();
         let pool = self.db.postgres_pool()?.clone();
         let q = Arc::clone(self);
-        Some(tokio::spawn(async move {
-            loop {
-                let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "LISTEN connection failed; retrying");
-                        tokio::select! {
-                            () = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                            _ = shutdown.changed() => return,
-                        }
-                    }
-                };
-                if let Err(e) = listener.listen(NOTIFY_CHANNEL).await {
-                    tracing::warn!(error = %e, "LISTEN failed; retrying");
-                    continue;
-                }
-                loop {
-                    tokio::select! {
-                        n = listener.recv() => match n {
-                            Ok(n) => q.wake(n.payload()),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
-                                break;
-                            }
-                        },
-                        _ = shutdown.changed() => return,
-                    }
-                }
-            }
-        }))
+        listener.on(NOTIFY_CHANNEL, Arc::new(move |kind: &str| q.wake(kind)));
+        Some(listener.spawn(pool, listen::RECONNECT_PAUSE, shutdown))
     }
 }
 

@@ -758,41 +758,15 @@ pub fn ends_stream(event: &Value) -> bool {
         .is_some_and(TaskState::ends_turn)
 }
 
-/// Forwards `NOTIFY switchboard_a2a` from other instances to local waiters (PostgreSQL only).
-pub fn spawn_listener(
-    engine: TaskEngine,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) -> Option<tokio::task::JoinHandle<()>> {
-    let pool = engine.db.postgres_pool()?.clone();
-    Some(tokio::spawn(async move {
-        loop {
-            let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::warn!(error = %e, "A2A listener cannot connect; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
-            if let Err(e) = listener.listen(sql::NOTIFY_CHANNEL).await {
-                tracing::warn!(error = %e, "A2A LISTEN failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-            loop {
-                tokio::select! {
-                    _ = shutdown.changed() => return,
-                    n = listener.recv() => match n {
-                        Ok(n) => engine.announce(n.payload()),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "A2A listener lost its connection");
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-    }))
+/// Forwards `NOTIFY switchboard_a2a` from other instances to local waiters (PostgreSQL only),
+/// through the instance's one `LISTEN` connection (register before
+/// [`Queue::spawn_listener`] starts it).
+pub fn listen(engine: &TaskEngine, queue: &Queue) {
+    let engine = engine.clone();
+    queue.on_notify(
+        sql::NOTIFY_CHANNEL,
+        Arc::new(move |task_id: &str| engine.announce(task_id)),
+    );
 }
 
 #[cfg(test)]
