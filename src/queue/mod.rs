@@ -442,7 +442,7 @@ impl Queue {
                 return;
             }
             // Jobs committed by the tasks that run next join this batch (see
-            // `store::gather`).
+            // `store::group_commit`).
             tokio::task::yield_now().await;
             let claimed = self.next_batch(kind, batch_size, &mut last_claim).await;
             match claimed {
