@@ -108,7 +108,13 @@ impl Application {
         for (name, backend) in opts.agents {
             agents.insert(&name, None, None, backend);
         }
-        let queue = Queue::new(db.clone(), clock.clone(), config.queue.clone());
+        let metrics = Arc::new(Metrics::new());
+        let queue = Queue::new(
+            db.clone(),
+            clock.clone(),
+            config.queue.clone(),
+            metrics.clone(),
+        );
         let parts = Parts {
             config: Arc::new(config.clone()),
             site: site.clone(),
@@ -119,7 +125,7 @@ impl Application {
             agents: Arc::new(agents),
             blobs: BlobStore::new(db.clone(), clock.clone(), &config.media, site.base_url()),
             queue: queue.clone(),
-            metrics: Arc::new(Metrics::new()),
+            metrics,
         };
         // The order is the order routes are matched in: the busiest endpoints (A2A JSON-RPC,
         // the inboxes) come first.
@@ -172,6 +178,7 @@ impl Application {
             workers.extend(started.tasks);
             listeners.extend(started.listeners);
         }
+        // After every transport has registered its notification channels.
         if let Some(listener) = queue.spawn_listener(shutdown_rx) {
             workers.push(listener);
         }

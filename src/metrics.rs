@@ -75,7 +75,7 @@ impl Metrics {
         );
         registry.register(
             "deliveries",
-            "Delivery attempts by transport and outcome (delivered, retry, failed)",
+            "Delivery attempts by transport and outcome (delivered, retry, failed; email also bounced)",
             deliveries.clone(),
         );
         registry.register(
@@ -145,7 +145,7 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a finished job attempt.
+    /// Counts a finished job attempt (recorded by the queue for every kind).
     pub fn job(&self, kind: &str, outcome: &str) {
         self.jobs
             .get_or_create(&vec![
@@ -155,7 +155,9 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a delivery attempt.
+    /// Counts a delivery attempt through `transport` and its outcome: `delivered`, `retry` (a
+    /// temporary failure, tried again later), `failed` (refused for good, or out of attempts), or
+    /// `bounced` (email reported undeliverable later).
     pub fn delivery(&self, transport: &str, outcome: &str) {
         self.deliveries
             .get_or_create(&vec![

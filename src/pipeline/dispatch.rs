@@ -19,7 +19,7 @@ use crate::message::{
     Timestamp,
 };
 use crate::queue::{JobHandler, kinds};
-use crate::store::jobs::{self, Finish, JobRow};
+use crate::store::jobs::{Finish, JobRow};
 use crate::store::messages::{self, DeliveryRecord, NewMessage, StoredMessage};
 
 fn payload<T: serde::de::DeserializeOwned>(job: &JobRow) -> std::result::Result<T, OutboundError> {
@@ -303,14 +303,10 @@ impl JobHandler for DispatchHandler {
 
         let now = core.clock.now_ms();
         let mut tx = core.db.begin().await?;
-        let done: Vec<&str> = batch
-            .iter()
-            .zip(&results)
-            .filter(|(_, r)| r.is_ok())
-            .map(|(j, _)| j.id.as_str())
-            .collect();
-        let owned = jobs::finish_done_many(&mut tx, &done, owner, now).await?;
-        let mut outcomes = vec!["done"; owned.len()];
+        let mut finished = core
+            .queue
+            .finish(&mut tx, owner, batch, &results, now)
+            .await?;
         let mut answers = Vec::new();
         // Turns that end here without a response, for transports that need to know.
         let mut ended: Vec<TurnEndJob> = Vec::new();
@@ -321,11 +317,15 @@ impl JobHandler for DispatchHandler {
                 .and_then(|row| core.transports.get(&row.transport))
                 .is_some_and(|t| t.ends_turns())
         };
-        for ((job, result), payload) in batch.iter().zip(results).zip(&jobs) {
+        for (i, (result, payload)) in results.into_iter().zip(&jobs).enumerate() {
             let message_id = payload.as_ref().ok().map(|p| p.message_id.as_str());
-            match result {
-                Ok(Some(answer)) if owned.contains(&job.id) => answers.push(answer),
-                Ok(None) if owned.contains(&job.id) => {
+            // A job whose lease was lost has no end here: it applies nothing.
+            let Some(end) = finished.end(i) else {
+                continue;
+            };
+            match (result, end) {
+                (Ok(Some(answer)), _) => answers.push(answer),
+                (Ok(None), _) => {
                     if let Some(id) = message_id.filter(|id| ends_turns(id)) {
                         ended.push(TurnEndJob {
                             message_id: id.to_owned(),
@@ -333,22 +333,15 @@ impl JobHandler for DispatchHandler {
                         });
                     }
                 }
-                Ok(_) => tracing::warn!(job = %job.id, "lease lost; another worker owns this job"),
-                Err(e) => {
-                    tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "dispatch failed");
-                    let finish = core.queue.finish_for_error(job, &e);
-                    if jobs::finish(&mut tx, &job.id, owner, &finish, now).await? {
-                        outcomes.push(finish.label());
-                        if let (Finish::Dead { error }, Some(id)) = (&finish, message_id)
-                            && ends_turns(id)
-                        {
-                            ended.push(TurnEndJob {
-                                message_id: id.to_owned(),
-                                failure: Some(error.clone()),
-                            });
-                        }
+                (Err(_), Finish::Dead { error }) => {
+                    if let Some(id) = message_id.filter(|id| ends_turns(id)) {
+                        ended.push(TurnEndJob {
+                            message_id: id.to_owned(),
+                            failure: Some(error.clone()),
+                        });
                     }
                 }
+                (Err(_), _) => {}
             }
         }
         let bodies = answers
@@ -419,15 +412,14 @@ impl JobHandler for DispatchHandler {
             .queue
             .enqueue(&mut tx, kinds::TURN_END, &turn_ends, now)
             .await?;
-        tx.commit().await?;
+        for d in &delivered {
+            finished.count_delivery_outcome(&d.transport, d.outcome());
+        }
+        core.queue.commit(tx, finished).await?;
         for m in stored {
             core.recent.put(&m.id.clone(), Arc::new(m));
         }
-        for o in outcomes {
-            core.metrics.job(kinds::DISPATCH, o);
-        }
         for d in delivered {
-            core.metrics.delivery(&d.transport, d.outcome());
             if let Ok(after) = d.result {
                 core.metrics.end_to_end(now - d.received_at.unix_millis());
                 after();
@@ -524,48 +516,30 @@ impl JobHandler for DeliverHandler {
 
         let now = core.clock.now_ms();
         let mut tx = core.db.begin().await?;
-        let done: Vec<&str> = batch
-            .iter()
-            .zip(&attempts)
-            .filter(|(_, a)| a.result.is_ok())
-            .map(|(j, _)| j.id.as_str())
-            .collect();
-        let owned = jobs::finish_done_many(&mut tx, &done, owner, now).await?;
+        let mut finished = core
+            .queue
+            .finish(&mut tx, owner, batch, &attempts, now)
+            .await?;
+        // A transport that only schedules its sending counts each of its own attempts.
+        for (i, a) in attempts.iter().enumerate() {
+            let counts_own = core
+                .transports
+                .get(&a.transport)
+                .is_some_and(|t| t.sends_in_jobs());
+            if !counts_own {
+                finished.count_delivery(i, &a.transport);
+            }
+        }
         let mut records = Vec::new();
-        let mut outcomes = Vec::new();
-        let errors: Vec<Option<Finish>> = batch
-            .iter()
-            .zip(&attempts)
-            .map(|(job, a)| {
-                a.result
-                    .as_ref()
-                    .err()
-                    .map(|e| core.queue.finish_for_error(job, e))
-            })
-            .collect();
-        for ((job, a), finish) in batch.iter().zip(&attempts).zip(&errors) {
-            let outcome = match (finish, &a.result) {
-                (None, _) if owned.contains(&job.id) => "delivered",
-                (None, _) => {
-                    tracing::warn!(job = %job.id, "lease lost; another worker owns this job");
-                    continue;
-                }
-                (Some(f), Err(e)) => {
-                    tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "delivery failed");
-                    if !jobs::finish(&mut tx, &job.id, owner, f, now).await? {
-                        continue;
-                    }
-                    if matches!(f, Finish::Dead { .. }) {
-                        "failed"
-                    } else {
-                        "retry"
-                    }
-                }
-                (Some(_), Ok(())) => continue,
+        let mut latencies = Vec::new();
+        for (i, (job, a)) in batch.iter().zip(&attempts).enumerate() {
+            let Some(end) = finished.end(i) else {
+                continue;
             };
+            let outcome = crate::queue::delivery_outcome(end);
             if outcome != "retry" {
-                let detail = match finish {
-                    Some(Finish::Dead { error }) => Some(error.as_str()),
+                let detail = match end {
+                    Finish::Dead { error } => Some(error.as_str()),
                     _ => None,
                 };
                 records.push(DeliveryRecord {
@@ -577,23 +551,22 @@ impl JobHandler for DeliverHandler {
                     detail,
                 });
             }
-            outcomes.push((a.transport.clone(), outcome, a.received_at));
-        }
-        messages::record_deliveries(&mut tx, &records, now).await?;
-        tx.commit().await?;
-        for (transport, outcome, received_at) in outcomes {
-            let job_outcome = match outcome {
-                "delivered" => "done",
-                "failed" => "dead",
-                _ => "retry",
-            };
-            core.metrics.job(kinds::DELIVER, job_outcome);
-            core.metrics.delivery(&transport, outcome);
-            if let (Some(at), "delivered") = (received_at, outcome) {
-                core.metrics.end_to_end(now - at.unix_millis());
+            if let (Some(at), "delivered") = (a.received_at, outcome) {
+                latencies.push(now - at.unix_millis());
             }
         }
+        messages::record_deliveries(&mut tx, &records, now).await?;
+        core.queue.commit(tx, finished).await?;
+        for ms in latencies {
+            core.metrics.end_to_end(ms);
+        }
         Ok(())
+    }
+}
+
+impl crate::queue::Attempted for Attempt {
+    fn error(&self) -> Option<&OutboundError> {
+        self.result.as_ref().err()
     }
 }
 
@@ -632,14 +605,10 @@ impl JobHandler for TurnEndHandler {
         let results = join_all(jobs.iter().map(|job| self.run(job, &rows))).await;
         let now = core.clock.now_ms();
         let mut tx = core.db.begin().await?;
-        let outcomes = core
+        let finished = core
             .queue
-            .finish_batch(&mut tx, owner, batch, &results, now)
+            .finish(&mut tx, owner, batch, &results, now)
             .await?;
-        tx.commit().await?;
-        for o in outcomes {
-            core.metrics.job(kinds::TURN_END, o);
-        }
-        Ok(())
+        core.queue.commit(tx, finished).await
     }
 }

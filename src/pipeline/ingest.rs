@@ -64,24 +64,11 @@ pub(super) struct Pending {
     pub(super) reply: oneshot::Sender<Result<(IngestOutcome, Option<Write>)>>,
 }
 
-pub(super) async fn writer(core: Arc<Core>, mut rx: mpsc::Receiver<Pending>) {
-    while let Some(mut batch) = crate::store::gather(&mut rx, MAX_BATCH).await {
-        match commit(&core, &mut batch).await {
-            Ok(committed) => answer(&core, batch, committed),
-            Err(e) if batch.len() > 1 => {
-                // One bad message must not fail the others: retry each on its own.
-                tracing::warn!(error = %e, n = batch.len(), "batched ingest failed; committing one by one");
-                for p in batch {
-                    let mut one = vec![p];
-                    match commit(&core, &mut one).await {
-                        Ok(committed) => answer(&core, one, committed),
-                        Err(e) => fail(one, e),
-                    }
-                }
-            }
-            Err(e) => fail(batch, e),
-        }
-    }
+/// Commits pending messages for the group-commit writer ([`crate::store::group_commit`]).
+struct Ingest(Arc<Core>);
+
+pub(super) async fn writer(core: Arc<Core>, rx: mpsc::Receiver<Pending>) {
+    crate::store::group_commit(Ingest(core), rx).await;
 }
 
 /// What a batch's commit stored.
@@ -91,35 +78,43 @@ struct Committed {
     dispatch: Enqueued,
 }
 
-fn answer(core: &Core, mut batch: Vec<Pending>, committed: Committed) {
-    for m in committed.messages {
-        core.recent.put(&m.id.clone(), std::sync::Arc::new(m));
-    }
-    // The transports' own rows are settled before their messages' dispatch can begin.
-    for w in batch.iter_mut().filter_map(|p| p.write.as_mut()) {
-        w.committed();
-    }
-    core.queue.hand_over(committed.dispatch);
-    for (p, o) in batch.into_iter().zip(committed.outcomes) {
-        let outcome = if o.duplicate || o.declined {
-            "duplicate"
-        } else {
-            "accepted"
-        };
-        core.metrics.inbound(&p.transport, outcome);
-        let _ = p.reply.send(Ok((o, p.write)));
-    }
-}
+#[async_trait::async_trait]
+impl crate::store::GroupCommit for Ingest {
+    type Item = Pending;
+    type Output = IngestOutcome;
 
-fn fail(batch: Vec<Pending>, e: Error) {
-    tracing::error!(error = %e, "ingest failed");
-    for p in batch {
-        // The caller learns what it did wrong, never internal detail.
-        let err = match &e {
-            Error::Invalid(why) => Error::Invalid(why.clone()),
-            _ => Error::Unavailable,
+    fn max_batch(&self) -> usize {
+        MAX_BATCH
+    }
+
+    async fn commit(&self, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>> {
+        let core = &self.0;
+        let committed = commit(core, batch).await?;
+        for m in committed.messages {
+            core.recent.put(&m.id.clone(), std::sync::Arc::new(m));
+        }
+        // The transports' own rows are settled before their messages' dispatch can begin.
+        for w in batch.iter_mut().filter_map(|p| p.write.as_mut()) {
+            w.committed();
+        }
+        core.queue.hand_over(committed.dispatch);
+        Ok(committed.outcomes)
+    }
+
+    fn answer(&self, p: Pending, result: Result<IngestOutcome>) {
+        let reply = match result {
+            Ok(o) => {
+                let outcome = if o.duplicate || o.declined {
+                    "duplicate"
+                } else {
+                    "accepted"
+                };
+                self.0.metrics.inbound(&p.transport, outcome);
+                Ok((o, p.write))
+            }
+            Err(e) => Err(e),
         };
-        let _ = p.reply.send(Err(err));
+        let _ = p.reply.send(reply);
     }
 }
 

@@ -84,6 +84,13 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Whether [`Transport::deliver`] only schedules the sending, in jobs of the transport's own
+    /// that count each attempt in the delivery metric themselves (ActivityPub: one POST per
+    /// inbox). The pipeline's delivery job then counts no delivery attempt of its own.
+    fn sends_in_jobs(&self) -> bool {
+        false
+    }
+
     /// Whether [`Transport::unanswered`] does anything: only then does the pipeline schedule
     /// it (a `turn_end` job) for messages whose turn ends without a response.
     fn ends_turns(&self) -> bool {

@@ -4,7 +4,9 @@
 //!
 //! A job is at least once: an expired lease returns it to the queue. Handlers make the effects
 //! exactly once by committing them in the same transaction that finishes the job, guarded by the
-//! lease ([`crate::store::jobs::finish`] returns `false` when the lease was lost).
+//! lease: every handler finishes its batch through [`Queue::finish`], which marks a job only
+//! while this worker still holds its lease and tells the handler which jobs it may apply, and
+//! commits through [`Queue::commit`], which records the job (and delivery) metrics of every kind.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -17,8 +19,13 @@ use tokio::task::JoinHandle;
 use crate::clock::SharedClock;
 use crate::config::QueueConfig;
 use crate::error::{OutboundError, Result};
+use crate::metrics::Metrics;
 use crate::store::jobs::{self, Finish, JobRow, NewJob};
 use crate::store::{Db, NOTIFY_CHANNEL, Tx};
+
+pub mod listen;
+
+pub use listen::Listener;
 
 /// The job kinds of the core pipeline.
 pub mod kinds {
@@ -50,6 +57,74 @@ pub struct Queue {
     owner: String,
     wakers: std::sync::Mutex<HashMap<String, Arc<Notify>>>,
     local: std::sync::Mutex<HashMap<&'static str, Local>>,
+    metrics: Arc<Metrics>,
+    /// Channels registered for this instance's one `LISTEN` connection, until it starts.
+    listener: std::sync::Mutex<Option<Listener>>,
+}
+
+/// The result of one job's attempt, as [`Queue::finish`] needs it: whether it failed, and why.
+pub trait Attempted {
+    /// Why the attempt failed; `None` when it succeeded.
+    fn error(&self) -> Option<&OutboundError>;
+}
+
+impl<T> Attempted for std::result::Result<T, OutboundError> {
+    fn error(&self) -> Option<&OutboundError> {
+        self.as_ref().err()
+    }
+}
+
+/// How the jobs of a batch ended in the transaction that finishes them ([`Queue::finish`]), with
+/// the metrics to record once it has committed ([`Queue::commit`]).
+#[derive(Debug)]
+#[must_use = "commit the transaction through Queue::commit"]
+pub struct Finished {
+    kind: String,
+    /// Per job of the batch, in order: how it ended, or `None` when its lease was lost.
+    ends: Vec<Option<Finish>>,
+    /// Delivery attempts to count: transport and outcome.
+    deliveries: Vec<(String, &'static str)>,
+}
+
+impl Finished {
+    /// How job `i` of the batch ended; `None` when this worker no longer held its lease (its
+    /// effects must not be applied).
+    #[must_use]
+    pub fn end(&self, i: usize) -> Option<&Finish> {
+        self.ends.get(i).and_then(Option::as_ref)
+    }
+
+    /// Whether job `i` is done (it succeeded and this worker still held its lease).
+    #[must_use]
+    pub fn done(&self, i: usize) -> bool {
+        matches!(self.end(i), Some(Finish::Done))
+    }
+
+    /// Counts job `i` as one delivery attempt through `transport`, with the outcome its end
+    /// gives ([`delivery_outcome`]); nothing when its lease was lost.
+    pub fn count_delivery(&mut self, i: usize, transport: &str) {
+        if let Some(outcome) = self.end(i).map(delivery_outcome) {
+            self.deliveries.push((transport.to_owned(), outcome));
+        }
+    }
+
+    /// Counts a delivery attempt made in the batch's transaction other than by one of its jobs
+    /// (a response delivered in the transaction that stores it).
+    pub fn count_delivery_outcome(&mut self, transport: &str, outcome: &'static str) {
+        self.deliveries.push((transport.to_owned(), outcome));
+    }
+}
+
+/// The delivery metric's outcome of a delivery attempt that ended its job this way:
+/// `delivered`, `retry` (a temporary failure, tried again later) or `failed` (refused for good,
+/// or out of attempts).
+#[must_use]
+pub fn delivery_outcome(end: &Finish) -> &'static str {
+    match end {
+        Finish::Done => "delivered",
+        Finish::Retry { .. } => "retry",
+        Finish::Dead { .. } => "failed",
+    }
 }
 
 /// Jobs of one kind committed leased to this instance, waiting for its workers (which exist:
@@ -77,9 +152,10 @@ pub struct Enqueued {
 }
 
 impl Queue {
-    /// A queue over `db`; `owner` identifies this instance's leases.
+    /// A queue over `db`, recording its jobs' outcomes in `metrics`; a fresh owner id
+    /// identifies this instance's leases.
     #[must_use]
-    pub fn new(db: Db, clock: SharedClock, cfg: QueueConfig) -> Arc<Self> {
+    pub fn new(db: Db, clock: SharedClock, cfg: QueueConfig, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             db,
             clock,
@@ -87,6 +163,8 @@ impl Queue {
             owner: uuid::Uuid::now_v7().to_string(),
             wakers: std::sync::Mutex::new(HashMap::new()),
             local: std::sync::Mutex::new(HashMap::new()),
+            metrics,
+            listener: std::sync::Mutex::new(Some(Listener::new())),
         })
     }
 
@@ -259,39 +337,70 @@ impl Queue {
         }
     }
 
-    /// Finishes a handled batch in `tx` when the jobs have no other effects to commit: each job
-    /// whose result is `Ok` is done, each other one retried or dead per its error (see
-    /// [`Queue::finish_for_error`]). Returns the outcome (`done`, `retry`, `dead`) of every job
-    /// this worker still held, for the metrics.
+    /// Finishes a handled batch in `tx`, the transaction that also commits the batch's effects:
+    /// each job whose result is `Ok` is done, each other one retried or dead per its error (see
+    /// [`Queue::finish_for_error`]), all only where `owner` still holds the lease. Done jobs are
+    /// marked in one statement. The answer says, job by job, how it ended (nothing for a job
+    /// whose lease was lost: its effects must not be applied), and gathers the metrics that
+    /// [`Queue::commit`] records once `tx` has committed.
     ///
     /// # Errors
     /// Database errors.
-    pub async fn finish_batch<T>(
+    pub async fn finish<A: Attempted>(
         &self,
-        tx: &mut crate::store::Tx,
+        tx: &mut Tx,
         owner: &str,
         batch: &[JobRow],
-        results: &[std::result::Result<T, OutboundError>],
+        results: &[A],
         now: i64,
-    ) -> Result<Vec<&'static str>> {
+    ) -> Result<Finished> {
         let done: Vec<&str> = batch
             .iter()
             .zip(results)
-            .filter(|(_, r)| r.is_ok())
+            .filter(|(_, r)| r.error().is_none())
             .map(|(j, _)| j.id.as_str())
             .collect();
         let owned = jobs::finish_done_many(tx, &done, owner, now).await?;
-        let mut outcomes = vec!["done"; owned.len()];
+        let mut ends = Vec::with_capacity(batch.len());
         for (job, result) in batch.iter().zip(results) {
-            if let Err(e) = result {
-                tracing::warn!(job = %job.id, kind = %job.kind, attempt = job.attempts, error = %e, "job failed");
-                let finish = self.finish_for_error(job, e);
-                if jobs::finish(tx, &job.id, owner, &finish, now).await? {
-                    outcomes.push(finish.label());
+            let end = match result.error() {
+                None if owned.contains(&job.id) => Some(Finish::Done),
+                None => None,
+                Some(e) => {
+                    tracing::warn!(job = %job.id, kind = %job.kind, attempt = job.attempts, error = %e, "job failed");
+                    let finish = self.finish_for_error(job, e);
+                    jobs::finish(tx, &job.id, owner, &finish, now)
+                        .await?
+                        .then_some(finish)
                 }
+            };
+            if end.is_none() {
+                tracing::warn!(job = %job.id, kind = %job.kind, "lease lost; another worker owns this job");
             }
+            ends.push(end);
         }
-        Ok(outcomes)
+        Ok(Finished {
+            kind: batch.first().map(|j| j.kind.clone()).unwrap_or_default(),
+            ends,
+            deliveries: Vec::new(),
+        })
+    }
+
+    /// Commits `tx`, the transaction a batch was finished in ([`Queue::finish`]), then records
+    /// the batch's job metrics (one per job this worker still held, for every kind) and its
+    /// delivery attempts.
+    ///
+    /// # Errors
+    /// Database errors; nothing was committed and nothing is recorded.
+    pub async fn commit(&self, tx: Tx, finished: Finished) -> Result<()> {
+        tx.commit().await?;
+        for end in finished.ends.iter().flatten() {
+            self.metrics.job(&finished.kind, end.label());
+        }
+        for (transport, outcome) in &finished.deliveries {
+            self.metrics.delivery(transport, outcome);
+        }
+        Ok(())
     }
 
     /// Starts `workers` claim loops for `kind`. They stop claiming when `shutdown` turns true and
@@ -332,7 +441,8 @@ impl Queue {
             if *shutdown.borrow() {
                 return;
             }
-            // Jobs committed by the tasks that run next join this batch (see `store::gather`).
+            // Jobs committed by the tasks that run next join this batch (see
+            // `store::group_commit`).
             tokio::task::yield_now().await;
             let claimed = self.next_batch(kind, batch_size, &mut last_claim).await;
             match claimed {
@@ -468,44 +578,38 @@ impl Queue {
         }
     }
 
-    /// On PostgreSQL, listens for job notifications from every instance and wakes local
-    /// workers. Reconnects after errors.
+    /// Hands every notification on the PostgreSQL channel `channel` from any instance to
+    /// `handler`, through this instance's one `LISTEN` connection ([`Queue::spawn_listener`];
+    /// register before it starts). Nothing on SQLite, which has no other instance.
+    pub fn on_notify(&self, channel: &str, handler: listen::Handler) {
+        if self.db.postgres_pool().is_none() {
+            return;
+        }
+        match &mut *self.listening() {
+            Some(listener) => listener.on(channel, handler),
+            None => tracing::error!(channel, "registered after the listener started; not heard"),
+        }
+    }
+
+    fn listening(&self) -> std::sync::MutexGuard<'_, Option<Listener>> {
+        self.listener
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// On PostgreSQL, starts this instance's one `LISTEN` connection: job notifications from
+    /// every instance wake local workers, and the notifications of every channel registered
+    /// with [`Queue::on_notify`] go to their handlers. Reconnects after errors; stops on
+    /// `shutdown`, whatever it is waiting for.
     pub fn spawn_listener(
         self: &Arc<Self>,
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: watch::Receiver<bool>,
     ) -> Option<JoinHandle<()>> {
+        let mut listener = self.listening().take().unwrap_or_default();
         let pool = self.db.postgres_pool()?.clone();
         let q = Arc::clone(self);
-        Some(tokio::spawn(async move {
-            loop {
-                let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "LISTEN connection failed; retrying");
-                        tokio::select! {
-                            () = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                            _ = shutdown.changed() => return,
-                        }
-                    }
-                };
-                if let Err(e) = listener.listen(NOTIFY_CHANNEL).await {
-                    tracing::warn!(error = %e, "LISTEN failed; retrying");
-                    continue;
-                }
-                loop {
-                    tokio::select! {
-                        n = listener.recv() => match n {
-                            Ok(n) => q.wake(n.payload()),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
-                                break;
-                            }
-                        },
-                        _ = shutdown.changed() => return,
-                    }
-                }
-            }
-        }))
+        listener.on(NOTIFY_CHANNEL, Arc::new(move |kind: &str| q.wake(kind)));
+        Some(listener.spawn(pool, listen::RECONNECT_PAUSE, shutdown))
     }
 }
 
@@ -523,6 +627,130 @@ pub fn backoff_ms(cfg: &QueueConfig, attempt: i64, rng: &mut impl Rng) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::{Clock as _, SystemClock};
+    use crate::config::{DatabaseConfig, Secret};
+
+    async fn queue() -> (Arc<Queue>, Db, Arc<Metrics>) {
+        let db = Db::open(&DatabaseConfig {
+            url: Secret::new("sqlite::memory:"),
+            ..DatabaseConfig::default()
+        })
+        .await
+        .unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let q = Queue::new(
+            db.clone(),
+            Arc::new(SystemClock),
+            QueueConfig::default(),
+            Arc::clone(&metrics),
+        );
+        (q, db, metrics)
+    }
+
+    /// Enqueues `n` jobs of `kind` and claims them as `q`'s owner.
+    async fn claimed(q: &Queue, db: &Db, kind: &'static str, n: usize) -> Vec<JobRow> {
+        let now = SystemClock.now_ms();
+        let items: Vec<(String, String)> = (0..n)
+            .map(|i| (format!("{kind}:{i}"), "{}".into()))
+            .collect();
+        let mut tx = db.begin().await.unwrap();
+        let enqueued = q.enqueue(&mut tx, kind, &items, now).await.unwrap();
+        tx.commit().await.unwrap();
+        q.hand_over(enqueued);
+        let mut rows = jobs::claim(db, kind, q.owner(), now, now + 60_000, n)
+            .await
+            .unwrap();
+        rows.sort_by(|a, b| a.id.cmp(&b.id));
+        rows
+    }
+
+    #[tokio::test]
+    async fn every_job_kind_shows_in_the_job_metrics() {
+        let (q, db, metrics) = queue().await;
+        let every_kind = [
+            kinds::DISPATCH,
+            kinds::DELIVER,
+            kinds::TURN_END,
+            crate::transports::activitypub::JOB_KIND,
+            crate::transports::a2a::push::KIND,
+        ];
+        for kind in every_kind {
+            let batch = claimed(&q, &db, kind, 3).await;
+            assert_eq!(batch.len(), 3, "{kind}");
+            let results: Vec<std::result::Result<(), OutboundError>> = vec![
+                Ok(()),
+                Err(OutboundError::temporary("try later")),
+                Err(OutboundError::permanent("never")),
+            ];
+            let now = SystemClock.now_ms();
+            let mut tx = db.begin().await.unwrap();
+            let finished = q
+                .finish(&mut tx, q.owner(), &batch, &results, now)
+                .await
+                .unwrap();
+            assert!(finished.done(0));
+            assert!(matches!(finished.end(1), Some(Finish::Retry { .. })));
+            assert!(matches!(finished.end(2), Some(Finish::Dead { .. })));
+            q.commit(tx, finished).await.unwrap();
+        }
+        let text = metrics.render();
+        for kind in every_kind {
+            for outcome in ["done", "retry", "dead"] {
+                let needle =
+                    format!("switchboard_jobs_total{{kind=\"{kind}\",outcome=\"{outcome}\"}} 1");
+                assert!(text.contains(&needle), "metrics lack {needle}:\n{text}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_job_whose_lease_was_lost_is_neither_finished_nor_counted() {
+        let (q, db, metrics) = queue().await;
+        let batch = claimed(&q, &db, kinds::DELIVER, 1).await;
+        let now = SystemClock.now_ms();
+        let mut tx = db.begin().await.unwrap();
+        let results: Vec<std::result::Result<(), OutboundError>> = vec![Ok(())];
+        let mut finished = q
+            .finish(&mut tx, "another-instance", &batch, &results, now)
+            .await
+            .unwrap();
+        assert!(finished.end(0).is_none());
+        finished.count_delivery(0, "test");
+        q.commit(tx, finished).await.unwrap();
+        let text = metrics.render();
+        assert!(!text.contains("switchboard_jobs_total{"), "{text}");
+        assert!(!text.contains("switchboard_deliveries_total{"), "{text}");
+        let running = jobs::list(&db, Some("running"), None, 10).await.unwrap();
+        assert_eq!(running.len(), 1, "the job stays with whoever holds it");
+    }
+
+    #[tokio::test]
+    async fn a_job_counted_as_a_delivery_attempt_counts_its_outcome() {
+        let (q, db, metrics) = queue().await;
+        let batch = claimed(&q, &db, kinds::DELIVER, 3).await;
+        let results: Vec<std::result::Result<(), OutboundError>> = vec![
+            Ok(()),
+            Err(OutboundError::temporary("503")),
+            Err(OutboundError::permanent("410")),
+        ];
+        let now = SystemClock.now_ms();
+        let mut tx = db.begin().await.unwrap();
+        let mut finished = q
+            .finish(&mut tx, q.owner(), &batch, &results, now)
+            .await
+            .unwrap();
+        for i in 0..batch.len() {
+            finished.count_delivery(i, "test");
+        }
+        q.commit(tx, finished).await.unwrap();
+        let text = metrics.render();
+        for outcome in ["delivered", "retry", "failed"] {
+            let needle = format!(
+                "switchboard_deliveries_total{{transport=\"test\",outcome=\"{outcome}\"}} 1"
+            );
+            assert!(text.contains(&needle), "metrics lack {needle}:\n{text}");
+        }
+    }
 
     #[test]
     fn backoff_grows_with_jitter_and_is_capped() {

@@ -218,21 +218,125 @@ pub fn in_list(n: usize, first: usize) -> String {
         .join(", ")
 }
 
-/// Waits for the first item of a group commit, lets every other runnable task add to it, and
-/// takes what has queued up (at most `max`). Without the pause, a writer woken by the first
-/// item would commit it alone: the runtime runs a freshly woken task next, before the tasks
-/// that are about to send more.
-pub async fn gather<T>(rx: &mut tokio::sync::mpsc::Receiver<T>, max: usize) -> Option<Vec<T>> {
-    let first = rx.recv().await?;
-    tokio::task::yield_now().await;
-    let mut batch = vec![first];
-    while batch.len() < max {
-        match rx.try_recv() {
-            Ok(item) => batch.push(item),
-            Err(_) => break,
+/// What a group-commit writer ([`group_commit`]) commits: a batch of pending items in one
+/// transaction, with one result per item.
+#[async_trait::async_trait]
+pub trait GroupCommit: Send + Sync + 'static {
+    /// A pending item, with whatever its waiter is answered through.
+    type Item: Send + 'static;
+    /// What one item's waiter learns of a commit that succeeded.
+    type Output: Send + 'static;
+
+    /// The most items committed together.
+    fn max_batch(&self) -> usize;
+
+    /// Whether `item` can be committed with `batch`; when not, it waits for a later batch (the
+    /// order of the items held back is kept). Every item can, unless said otherwise.
+    fn joins(&self, batch: &[Self::Item], item: &Self::Item) -> bool {
+        let _ = (batch, item);
+        true
+    }
+
+    /// Commits `batch` in one transaction and does what follows the commit; returns one output
+    /// per item, in order. On an error nothing was committed, and the items may be committed
+    /// again (one by one).
+    ///
+    /// # Errors
+    /// Database errors, or an item the batch cannot hold.
+    async fn commit(&self, batch: &mut [Self::Item]) -> Result<Vec<Self::Output>>;
+
+    /// Answers the waiter of `item`.
+    fn answer(&self, item: Self::Item, result: Result<Self::Output>);
+}
+
+/// The error a waiter of a failed group commit is told: what it did wrong, never internal
+/// detail (the writer logs that once).
+fn for_waiter(e: &Error) -> Error {
+    match e {
+        Error::Invalid(why) => Error::Invalid(why.clone()),
+        _ => Error::Unavailable,
+    }
+}
+
+/// Runs a group-commit writer until every sender of `rx` is gone: waits for the first item of a
+/// batch, lets every other runnable task add to it, takes what has queued up (at most
+/// [`GroupCommit::max_batch`], holding back items that do not [`GroupCommit::joins`] it),
+/// commits it in one transaction and answers each waiter. Without the pause, a writer woken by
+/// the first item would commit it alone: the runtime runs a freshly woken task next, before the
+/// tasks that are about to send more. When a batch of several fails, each of its items is
+/// committed on its own, so that one bad item does not fail the others.
+pub async fn group_commit<C: GroupCommit>(c: C, mut rx: tokio::sync::mpsc::Receiver<C::Item>) {
+    let max = c.max_batch().max(1);
+    let mut held: std::collections::VecDeque<C::Item> = std::collections::VecDeque::new();
+    loop {
+        let first = match held.pop_front() {
+            Some(item) => item,
+            None => match rx.recv().await {
+                Some(item) => {
+                    // Let the tasks that are about to send join this batch.
+                    tokio::task::yield_now().await;
+                    item
+                }
+                None => return,
+            },
+        };
+        let mut batch = vec![first];
+        let mut later = std::collections::VecDeque::new();
+        while batch.len() < max {
+            let next = match held.pop_front() {
+                Some(item) => item,
+                None => match rx.try_recv() {
+                    Ok(item) => item,
+                    Err(_) => break,
+                },
+            };
+            if c.joins(&batch, &next) {
+                batch.push(next);
+            } else {
+                later.push_back(next);
+            }
+        }
+        later.append(&mut held);
+        held = later;
+        match c.commit(&mut batch).await {
+            Ok(outputs) => answer_all(&c, batch, outputs),
+            Err(e) if batch.len() > 1 => {
+                tracing::warn!(error = %e, n = batch.len(), "group commit failed; committing one by one");
+                for item in batch {
+                    let mut one = vec![item];
+                    match c.commit(&mut one).await {
+                        Ok(outputs) => answer_all(&c, one, outputs),
+                        Err(e) => fail_all(&c, one, &e),
+                    }
+                }
+            }
+            Err(e) => fail_all(&c, batch, &e),
         }
     }
-    Some(batch)
+}
+
+fn answer_all<C: GroupCommit>(c: &C, batch: Vec<C::Item>, outputs: Vec<C::Output>) {
+    let n = outputs.len();
+    let mut outputs = outputs.into_iter();
+    for item in batch {
+        match outputs.next() {
+            Some(out) => c.answer(item, Ok(out)),
+            None => {
+                tracing::error!(
+                    expected = n,
+                    "group commit answered fewer items than it held"
+                );
+                c.answer(item, Err(Error::Unavailable));
+            }
+        }
+    }
+}
+
+fn fail_all<C: GroupCommit>(c: &C, batch: Vec<C::Item>, e: &Error) {
+    tracing::error!(error = %e, n = batch.len(), "group commit failed");
+    for item in batch {
+        c.answer(item, Err(for_waiter(e)));
+    }
 }
 
 /// The `LISTEN` channel job wakeups travel on.
@@ -436,6 +540,64 @@ mod tests {
         assert_eq!(values_list(2, 3, 1), "($1, $2, $3), ($4, $5, $6)");
         assert_eq!(values_list(1, 2, 4), "($4, $5)");
         assert_eq!(in_list(3, 2), "$2, $3, $4");
+    }
+
+    /// Commits numbers, two of the same last digit never together; fails a batch holding 13.
+    struct Numbers(std::sync::Mutex<Vec<Vec<u32>>>);
+
+    type Waiting = (u32, tokio::sync::oneshot::Sender<Result<u32>>);
+
+    #[async_trait::async_trait]
+    impl GroupCommit for Arc<Numbers> {
+        type Item = Waiting;
+        type Output = u32;
+
+        fn max_batch(&self) -> usize {
+            8
+        }
+
+        fn joins(&self, batch: &[Waiting], item: &Waiting) -> bool {
+            batch.iter().all(|(n, _)| n % 10 != item.0 % 10)
+        }
+
+        async fn commit(&self, batch: &mut [Waiting]) -> Result<Vec<u32>> {
+            if batch.iter().any(|(n, _)| *n == 13) {
+                return Err(Error::Invalid("13".into()));
+            }
+            self.0
+                .lock()
+                .unwrap()
+                .push(batch.iter().map(|(n, _)| *n).collect());
+            Ok(batch.iter().map(|(n, _)| n * 2).collect())
+        }
+
+        fn answer(&self, item: Waiting, result: Result<u32>) {
+            let _ = item.1.send(result);
+        }
+    }
+
+    #[tokio::test]
+    async fn group_commit_holds_back_what_cannot_join_and_isolates_a_bad_item() {
+        let numbers = Arc::new(Numbers(std::sync::Mutex::new(Vec::new())));
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut answers = Vec::new();
+        for n in [1, 11, 2, 13] {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            tx.send((n, reply)).await.unwrap();
+            answers.push(answer);
+        }
+        drop(tx);
+        group_commit(Arc::clone(&numbers), rx).await;
+        let mut got = Vec::new();
+        for a in answers {
+            got.push(a.await.unwrap().map_err(|e| e.to_string()));
+        }
+        assert_eq!(got[0], Ok(2));
+        assert_eq!(got[1], Ok(22));
+        assert_eq!(got[2], Ok(4));
+        assert!(got[3].as_ref().is_err_and(|e| e.contains("13")), "{got:?}");
+        // 11 waited for the batch after 1's; the batch with 13 was retried item by item.
+        assert_eq!(*numbers.0.lock().unwrap(), vec![vec![1], vec![2], vec![11]]);
     }
 
     #[test]

@@ -1245,6 +1245,22 @@ mod push {
             ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"],
             "{posts:?}"
         );
+        // Push jobs finish through the queue like every job, and show in the job metrics.
+        wait_for(10, "the push job metrics", || async {
+            let text = t
+                .http
+                .get(format!("http://{}/metrics", t.app().metrics_addr()))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            (text.contains("switchboard_jobs_total{kind=\"a2a_push\",outcome=\"retry\"}")
+                && text.contains("switchboard_jobs_total{kind=\"a2a_push\",outcome=\"done\"}"))
+            .then_some(())
+        })
+        .await;
         let (auth, token, ctype, jwt, body) = posts[0].clone();
         assert_eq!(auth, "Bearer push-secret");
         assert_eq!(token, "tok-1");

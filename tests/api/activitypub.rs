@@ -1800,6 +1800,25 @@ async fn deliveries_retry_stop_and_break(engine: Engine) {
         4
     );
 
+    // Every POST is a delivery attempt with its outcome, and every ap_deliver job shows in the
+    // job metrics: 503 and 429 were retried, 202 delivered, 400 failed for good.
+    let counted = [
+        "switchboard_deliveries_total{transport=\"activitypub\",outcome=\"retry\"} 2",
+        "switchboard_deliveries_total{transport=\"activitypub\",outcome=\"delivered\"} 1",
+        "switchboard_deliveries_total{transport=\"activitypub\",outcome=\"failed\"} 1",
+        "switchboard_jobs_total{kind=\"ap_deliver\",outcome=\"retry\"} 2",
+        "switchboard_jobs_total{kind=\"ap_deliver\",outcome=\"done\"} 1",
+        "switchboard_jobs_total{kind=\"ap_deliver\",outcome=\"dead\"} 1",
+    ];
+    wait_for(20, "the delivery metrics", || async {
+        let text = metrics(t).await;
+        counted
+            .iter()
+            .all(|needle| text.contains(needle))
+            .then_some(())
+    })
+    .await;
+
     // A host failing for longer than breaker_days gets nothing sent.
     let host = mapping::host_of(&remote.base).unwrap();
     db.execute(
@@ -1839,6 +1858,18 @@ async fn deliveries_retry_stop_and_break(engine: Engine) {
         4,
         "nothing sent"
     );
+}
+
+/// The metrics listener's exposition text.
+async fn metrics(t: &TestApp) -> String {
+    t.http
+        .get(format!("http://{}/metrics", t.app().metrics_addr()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 /// Answers with its text and every file it was given.

@@ -82,18 +82,16 @@ impl TransportModule for A2a {
         vec![(push::KIND, Arc::new(push))]
     }
 
-    /// Its routes (cards, JSON-RPC endpoints) and, on PostgreSQL, the listener that carries
-    /// task changes made by other instances to this one's streams.
-    async fn start(&self, pipeline: &Pipeline, shutdown: watch::Receiver<bool>) -> Result<Started> {
+    /// Its routes (cards, JSON-RPC endpoints) and, on PostgreSQL, its channel on the instance's
+    /// one `LISTEN` connection, which carries task changes made by other instances to this
+    /// one's streams.
+    async fn start(&self, pipeline: &Pipeline, _: watch::Receiver<bool>) -> Result<Started> {
         let state = build_state(pipeline.clone(), self.engine.clone(), &self.parts)?;
-        let tasks = tasks::spawn_listener(self.engine.clone(), shutdown)
-            .into_iter()
-            .collect();
+        tasks::listen(&self.engine, &self.parts.queue);
         Ok(Started {
             routes: Some(Arc::new(move |cfg: &mut web::ServiceConfig| {
                 server::configure(cfg, state.clone());
             })),
-            tasks,
             ..Started::default()
         })
     }

@@ -314,9 +314,10 @@ impl JobHandler for PushHandler {
         }
         let now = self.clock.now_ms();
         let mut tx = self.db.begin().await?;
-        self.queue
-            .finish_batch(&mut tx, owner, batch, &results, now)
+        let finished = self
+            .queue
+            .finish(&mut tx, owner, batch, &results, now)
             .await?;
-        tx.commit().await
+        self.queue.commit(tx, finished).await
     }
 }

@@ -4,9 +4,9 @@
 //! events, so a restart or a reconnect loses nothing.
 //!
 //! Writes go through one writer task that commits every pending change in a single transaction
-//! (group commit, as ingest does): a change is read and decided by its caller, then written
-//! only if the task is still as it was read; a caller whose task moved on meanwhile decides
-//! again.
+//! (group commit through [`crate::store::group_commit`], as ingest does): a change is read and
+//! decided by its caller, then written only if the task is still as it was read; a caller whose
+//! task moved on meanwhile decides again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,7 +140,7 @@ impl TaskEngine {
             queue: Arc::clone(&queue),
             recent: Arc::clone(&recent),
         };
-        tokio::spawn(writer.run(rx));
+        tokio::spawn(crate::store::group_commit(writer, rx));
         Self {
             db,
             clock,
@@ -563,7 +563,7 @@ fn push_jobs(
     Ok(jobs)
 }
 
-/// The task writer: commits pending updates together.
+/// The task writer: commits pending updates together ([`crate::store::group_commit`]).
 struct Writer {
     db: Db,
     clock: SharedClock,
@@ -572,103 +572,46 @@ struct Writer {
     recent: Arc<Recent>,
 }
 
-impl Writer {
-    async fn run(self, mut rx: mpsc::Receiver<PendingWrite>) {
-        // Writes held back because their task already has one in the batch: a task is written
-        // once per statement, and its writes keep their order.
-        let mut held: std::collections::VecDeque<PendingWrite> = std::collections::VecDeque::new();
-        loop {
-            let first = match held.pop_front() {
-                Some(p) => p,
-                None => match rx.recv().await {
-                    Some(p) => {
-                        // Let the tasks that are about to write join this batch (see
-                        // `store::gather`).
-                        tokio::task::yield_now().await;
-                        p
-                    }
-                    None => return,
-                },
-            };
-            let mut tasks = std::collections::HashSet::from([first.update.row.id.clone()]);
-            let mut batch = vec![first];
-            let mut later = std::collections::VecDeque::new();
-            while batch.len() < MAX_BATCH {
-                let next = match held.pop_front() {
-                    Some(p) => p,
-                    None => match rx.try_recv() {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                };
-                if tasks.insert(next.update.row.id.clone()) {
-                    batch.push(next);
-                } else {
-                    later.push_back(next);
-                }
-            }
-            later.append(&mut held);
-            held = later;
-            match self.commit(&batch).await {
-                Ok(written) => self.answer(batch, &written),
-                Err(e) if batch.len() > 1 => {
-                    // One bad write must not fail the others: retry each on its own.
-                    tracing::warn!(error = %e, n = batch.len(), "batched task write failed; writing one by one");
-                    for p in batch {
-                        let one = [p];
-                        match self.commit(&one).await {
-                            Ok(written) => self.answer(one.into(), &written),
-                            Err(e) => {
-                                let [p] = one;
-                                let _ = p.reply.send(Err(e));
-                            }
-                        }
-                    }
-                }
-                Err(e) => {
-                    for p in batch {
-                        let _ = p.reply.send(Err(clone_error(&e)));
-                    }
-                }
-            }
-        }
+#[async_trait::async_trait]
+impl crate::store::GroupCommit for Writer {
+    type Item = PendingWrite;
+    /// Whether the update was written (not if the task changed since it was read).
+    type Output = bool;
+
+    fn max_batch(&self) -> usize {
+        MAX_BATCH
     }
 
-    /// Tells each writer whether its update was written; remembers and announces those that
-    /// were.
-    fn answer(&self, batch: Vec<PendingWrite>, written: &std::collections::HashSet<String>) {
-        for p in batch {
-            let row = &p.update.row;
-            let ok = written.contains(&row.id);
-            if ok {
-                remember(&self.recent, row);
-                self.watchers.changed(&row.id);
-            }
-            let _ = p.reply.send(Ok(ok));
-        }
+    /// A task is written once per statement: a second write of a task waits for the next
+    /// batch, and its writes keep their order.
+    fn joins(&self, batch: &[PendingWrite], item: &PendingWrite) -> bool {
+        !batch.iter().any(|p| p.update.row.id == item.update.row.id)
     }
 
-    /// Commits a batch in one transaction; returns the tasks written.
-    async fn commit(
-        &self,
-        batch: &[PendingWrite],
-    ) -> crate::error::Result<std::collections::HashSet<String>> {
+    /// Commits a batch in one transaction; remembers and announces the tasks written.
+    async fn commit(&self, batch: &mut [PendingWrite]) -> crate::error::Result<Vec<bool>> {
         let now = self.clock.now_ms();
         let mut tx = self.db.begin().await?;
         let updates: Vec<&Update> = batch.iter().map(|p| &p.update).collect();
         let (written, pushes) = write_updates(&self.queue, &mut tx, &updates, now).await?;
         tx.commit().await?;
         self.queue.hand_over(pushes);
-        Ok(written)
+        Ok(batch
+            .iter()
+            .map(|p| {
+                let row = &p.update.row;
+                let ok = written.contains(&row.id);
+                if ok {
+                    remember(&self.recent, row);
+                    self.watchers.changed(&row.id);
+                }
+                ok
+            })
+            .collect())
     }
-}
 
-/// The same error for another waiter of a failed batch (the caller learns only that the
-/// database failed).
-fn clone_error(e: &Error) -> Error {
-    match e {
-        Error::Invalid(why) => Error::Invalid(why.clone()),
-        _ => Error::Unavailable,
+    fn answer(&self, p: PendingWrite, result: crate::error::Result<bool>) {
+        let _ = p.reply.send(result);
     }
 }
 
@@ -758,41 +701,15 @@ pub fn ends_stream(event: &Value) -> bool {
         .is_some_and(TaskState::ends_turn)
 }
 
-/// Forwards `NOTIFY switchboard_a2a` from other instances to local waiters (PostgreSQL only).
-pub fn spawn_listener(
-    engine: TaskEngine,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) -> Option<tokio::task::JoinHandle<()>> {
-    let pool = engine.db.postgres_pool()?.clone();
-    Some(tokio::spawn(async move {
-        loop {
-            let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::warn!(error = %e, "A2A listener cannot connect; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
-            if let Err(e) = listener.listen(sql::NOTIFY_CHANNEL).await {
-                tracing::warn!(error = %e, "A2A LISTEN failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-            loop {
-                tokio::select! {
-                    _ = shutdown.changed() => return,
-                    n = listener.recv() => match n {
-                        Ok(n) => engine.announce(n.payload()),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "A2A listener lost its connection");
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-    }))
+/// Forwards `NOTIFY switchboard_a2a` from other instances to local waiters (PostgreSQL only),
+/// through the instance's one `LISTEN` connection (register before
+/// [`Queue::spawn_listener`] starts it).
+pub fn listen(engine: &TaskEngine, queue: &Queue) {
+    let engine = engine.clone();
+    queue.on_notify(
+        sql::NOTIFY_CHANNEL,
+        Arc::new(move |task_id: &str| engine.announce(task_id)),
+    );
 }
 
 #[cfg(test)]

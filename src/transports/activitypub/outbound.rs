@@ -20,7 +20,7 @@ use crate::net::HttpRequest;
 use crate::pipeline::{Delivery, Transport};
 use crate::queue::{Enqueued, JobHandler};
 use crate::store::Tx;
-use crate::store::jobs::{self, Finish, JobRow};
+use crate::store::jobs::JobRow;
 
 /// Payload of an `ap_deliver` job.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -285,6 +285,10 @@ impl Transport for ActivityPub {
         NAME
     }
 
+    fn sends_in_jobs(&self) -> bool {
+        true
+    }
+
     async fn deliver(&self, d: &Delivery) -> std::result::Result<(), OutboundError> {
         let inner = &self.inner;
         let (agent, create, inboxes, public, thread_key) = inner.build_reply(d).await?;
@@ -326,7 +330,8 @@ impl Transport for ActivityPub {
     }
 }
 
-/// Handles `ap_deliver` jobs: one signed POST each, outcomes committed together.
+/// Handles `ap_deliver` jobs: one signed POST each, outcomes committed together, each POST
+/// counted as a delivery attempt of this transport.
 #[derive(Debug)]
 pub struct DeliverHandler(pub(super) ActivityPub);
 
@@ -342,16 +347,14 @@ impl JobHandler for DeliverHandler {
         .await;
         let now = inner.clock.now_ms();
         let mut tx = inner.db.begin().await?;
-        for (job, r) in batch.iter().zip(results) {
-            let finish = match r {
-                Ok(()) => Finish::Done,
-                Err(e) => {
-                    tracing::warn!(job = %job.id, attempt = job.attempts, error = %e, "ActivityPub delivery failed");
-                    inner.queue.finish_for_error(job, &e)
-                }
-            };
-            jobs::finish(&mut tx, &job.id, owner, &finish, now).await?;
+        let mut finished = inner
+            .queue
+            .finish(&mut tx, owner, batch, &results, now)
+            .await?;
+        // Each job is one POST: one delivery attempt of this transport.
+        for i in 0..batch.len() {
+            finished.count_delivery(i, NAME);
         }
-        tx.commit().await
+        inner.queue.commit(tx, finished).await
     }
 }
