@@ -1,0 +1,17 @@
+//! `[api]`: the operator's HTTP message API and its callback.
+
+use serde::{Deserialize, Serialize};
+
+use super::secret::Secret;
+
+/// The operator's HTTP message API (`POST /api/v1/messages`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Bearer token; the API is off without one.
+    pub token: Option<Secret>,
+    /// Where responses to API messages are POSTed; without it they are stored only.
+    pub callback_url: Option<String>,
+    /// HMAC secret for callback signatures (the webhook scheme).
+    pub callback_secret: Option<Secret>,
+}
