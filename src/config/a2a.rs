@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::agents::AgentConfig;
 use super::secret::Secret;
 
 /// The A2A transport (`/.well-known/agent-card.json`, `POST /a2a`, `POST /agents/{name}/a2a`).
@@ -40,6 +41,20 @@ impl Default for A2aConfig {
             card_max_age_seconds: 300,
             provider_organization: None,
             max_page_size: 100,
+        }
+    }
+}
+
+impl A2aConfig {
+    /// The default agent must be one of `agents`, and the limits must admit something.
+    pub(super) fn check(&self, agents: &[AgentConfig], problems: &mut Vec<String>) {
+        if let Some(name) = &self.default_agent
+            && !agents.iter().any(|a| a.name.eq_ignore_ascii_case(name))
+        {
+            problems.push(format!("a2a.default_agent {name:?}: no such agent"));
+        }
+        if self.max_parts == 0 || self.max_page_size == 0 {
+            problems.push("a2a.max_parts and a2a.max_page_size must be > 0".into());
         }
     }
 }
@@ -90,6 +105,35 @@ pub enum A2aAuthConfig {
     },
 }
 
+impl A2aAuthConfig {
+    /// Token auth needs somewhere to check tokens, and each issuer must be usable. `at` is the
+    /// setting's path (`agents[0].a2a.auth`).
+    pub(super) fn check(&self, at: &str, problems: &mut Vec<String>) {
+        let issuers = match self {
+            Self::Public => return,
+            Self::Jwt { issuers, .. } => {
+                if issuers.is_empty() {
+                    problems.push(format!("{at}.issuers: at least one issuer"));
+                }
+                issuers
+            }
+            Self::Oauth {
+                issuers,
+                introspection,
+                ..
+            } => {
+                if issuers.is_empty() && introspection.is_none() {
+                    problems.push(format!("{at}: oauth needs issuers or introspection"));
+                }
+                issuers
+            }
+        };
+        for (j, iss) in issuers.iter().enumerate() {
+            iss.check(&format!("{at}.issuers[{j}]"), problems);
+        }
+    }
+}
+
 fn default_leeway_seconds() -> u64 {
     60
 }
@@ -114,6 +158,37 @@ pub struct JwtIssuerConfig {
     /// Assurance of the evidence minted (`agent` for JWT, `oauth` for OAuth by default).
     #[serde(default)]
     pub assurance: Option<String>,
+}
+
+impl JwtIssuerConfig {
+    /// An issuer needs an audience, keys or a JWKS URL, and only asymmetric algorithms. `at` is
+    /// the issuer's path (`agents[0].a2a.auth.issuers[0]`).
+    fn check(&self, at: &str, problems: &mut Vec<String>) {
+        if self.audiences.is_empty() {
+            problems.push(format!("{at}.audiences: at least one audience"));
+        }
+        if self.jwks_url.is_none() && self.keys.is_empty() {
+            problems.push(format!("{at}: needs jwks_url or keys"));
+        }
+        for alg in &self.algorithms {
+            if !matches!(
+                alg.as_str(),
+                "RS256"
+                    | "RS384"
+                    | "RS512"
+                    | "PS256"
+                    | "PS384"
+                    | "PS512"
+                    | "ES256"
+                    | "ES384"
+                    | "EdDSA"
+            ) {
+                problems.push(format!(
+                    "{at}.algorithms: {alg:?} is not an accepted asymmetric algorithm"
+                ));
+            }
+        }
+    }
 }
 
 fn default_jwt_algorithms() -> Vec<String> {

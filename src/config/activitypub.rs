@@ -47,3 +47,15 @@ impl Default for ActivityPubConfig {
         }
     }
 }
+
+impl ActivityPubConfig {
+    /// Limits that would refuse everything are refused.
+    pub(super) fn check(&self, problems: &mut Vec<String>) {
+        if self.max_body_bytes == 0 || self.max_json_depth == 0 || self.host_concurrency == 0 {
+            problems.push(
+                "activitypub: max_body_bytes, max_json_depth and host_concurrency must be > 0"
+                    .into(),
+            );
+        }
+    }
+}

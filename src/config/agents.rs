@@ -1,10 +1,13 @@
 //! `[[agents]]`: the hosted agents and the backend that answers for each.
 
+use std::collections::HashSet;
+
 use serde::{Deserialize, Serialize};
 
 use super::a2a::AgentA2aConfig;
 use super::email::AgentEmailConfig;
 use super::secret::Secret;
+use crate::message::is_handle_name;
 
 /// One hosted agent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -26,6 +29,32 @@ pub struct AgentConfig {
     /// A2A settings of this agent (card skills).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub a2a: Option<AgentA2aConfig>,
+}
+
+/// The `[[agents]]` section: at least one agent; each named so it can be addressed, unique
+/// regardless of case, with a reachable backend and a complete A2A auth setting.
+/// `lease_seconds` is `queue.lease_seconds`, which every backend call must fit in.
+pub(super) fn check(agents: &[AgentConfig], lease_seconds: u64, problems: &mut Vec<String>) {
+    if agents.is_empty() {
+        problems.push("agents: at least one agent is required".into());
+    }
+    let mut seen = HashSet::new();
+    for (i, agent) in agents.iter().enumerate() {
+        let at = format!("agents[{i}]");
+        if !is_handle_name(&agent.name) {
+            problems.push(format!(
+                "{at}.name {:?}: use letters, digits, _ - .",
+                agent.name
+            ));
+        }
+        if !seen.insert(agent.name.to_lowercase()) {
+            problems.push(format!("{at}.name {:?}: duplicate", agent.name));
+        }
+        agent.backend.check(&at, lease_seconds, problems);
+        if let Some(a2a) = &agent.a2a {
+            a2a.auth.check(&format!("{at}.a2a.auth"), problems);
+        }
+    }
 }
 
 /// An agent backend.
@@ -60,6 +89,31 @@ pub enum BackendConfig {
         #[serde(default = "default_webhook_timeout_ms")]
         timeout_ms: u64,
     },
+}
+
+impl BackendConfig {
+    /// A remote backend (webhook or A2A) needs an http(s) URL and a per-call timeout shorter
+    /// than the queue lease. `at` is the agent's path (`agents[0]`).
+    fn check(&self, at: &str, lease_seconds: u64, problems: &mut Vec<String>) {
+        let (key, url, timeout_ms) = match self {
+            Self::Echo | Self::Conformance => return,
+            Self::A2a {
+                card, timeout_ms, ..
+            } => ("card", card, *timeout_ms),
+            Self::Webhook {
+                url, timeout_ms, ..
+            } => ("url", url, *timeout_ms),
+        };
+        if !url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+            problems.push(format!("{at}.backend.{key} {url:?}: not an http(s) URL"));
+        }
+        // A lease must outlive the call it covers, or the job runs twice.
+        if timeout_ms >= lease_seconds.saturating_mul(1000) {
+            problems.push(format!(
+                "{at}.backend.timeout_ms {timeout_ms}: must be shorter than queue.lease_seconds"
+            ));
+        }
+    }
 }
 
 fn default_a2a_timeout_ms() -> u64 {

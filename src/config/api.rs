@@ -15,3 +15,14 @@ pub struct ApiConfig {
     /// HMAC secret for callback signatures (the webhook scheme).
     pub callback_secret: Option<Secret>,
 }
+
+impl ApiConfig {
+    /// The callback, when set, must be a URL.
+    pub(super) fn check(&self, problems: &mut Vec<String>) {
+        if let Some(cb) = &self.callback_url
+            && url::Url::parse(cb).is_err()
+        {
+            problems.push(format!("api.callback_url {cb:?}: not a URL"));
+        }
+    }
+}

@@ -25,3 +25,17 @@ impl Default for DatabaseConfig {
         }
     }
 }
+
+impl DatabaseConfig {
+    /// The URL must name a supported engine.
+    pub(super) fn check(&self, problems: &mut Vec<String>) {
+        let url = self.url.expose();
+        if !(url.starts_with("sqlite:")
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://"))
+        {
+            problems
+                .push("database.url: must start with sqlite:, postgres:// or postgresql://".into());
+        }
+    }
+}

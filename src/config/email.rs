@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::secret::Secret;
+use crate::message::is_domain;
 
 /// Email: the SMTP listener, authentication of inbound mail, and delivery of replies.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -99,6 +100,41 @@ impl Default for EmailConfig {
             relay_timeout_seconds: 60,
             direct_port: 25,
             dns_mx: BTreeMap::new(),
+        }
+    }
+}
+
+impl EmailConfig {
+    /// TLS files come in pairs, limits must admit a message, and names must be valid.
+    pub(super) fn check(&self, problems: &mut Vec<String>) {
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            problems.push("email.tls_cert_file and email.tls_key_file: set both or neither".into());
+        }
+        if self.max_message_bytes == 0 || self.max_recipients == 0 || self.max_sessions == 0 {
+            problems.push(
+                "email.max_message_bytes, max_recipients and max_sessions must be > 0".into(),
+            );
+        }
+        if self.max_data_memory_bytes < self.max_message_bytes {
+            problems.push(
+                "email.max_data_memory_bytes: must be at least email.max_message_bytes".into(),
+            );
+        }
+        if self.dkim_selector.is_empty()
+            || !self
+                .dkim_selector
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        {
+            problems.push(format!(
+                "email.dkim_selector {:?}: use letters, digits, - and .",
+                self.dkim_selector
+            ));
+        }
+        if let Some(d) = &self.domain
+            && !is_domain(d)
+        {
+            problems.push(format!("email.domain {d:?}: not a domain name"));
         }
     }
 }

@@ -5,7 +5,8 @@
 //! array (`SWITCHBOARD__AGENTS__0__NAME`). Unknown keys are rejected with their full path.
 //! Secrets are [`Secret`]s: they print as `********`.
 //!
-//! Each section lives in its own module with its defaults.
+//! Each section lives in its own module with its defaults and a check of its own values;
+//! [`Config::check`] runs them all and reports every problem together.
 
 mod a2a;
 mod activitypub;
@@ -43,7 +44,7 @@ pub use secret::Secret;
 pub use server::ServerConfig;
 
 use crate::error::Error;
-use crate::message::{HistoryPolicy, is_domain, is_handle_name};
+use crate::message::HistoryPolicy;
 use secret::MASK;
 
 /// The environment prefix of overrides.
@@ -147,202 +148,26 @@ impl Config {
         Self::load(file, std::env::vars())
     }
 
-    /// Every semantic problem at once.
+    /// Every semantic problem at once: each section checks its own values, given what it needs
+    /// to know of the others.
     ///
     /// # Errors
     /// [`Error::Config`] with one problem per line.
     pub fn check(&self) -> Result<(), Error> {
         let mut problems = Vec::new();
-        match self.public_url() {
-            Ok(url) => {
-                if url.scheme() == "http" && !self.net.allow_private_addresses {
-                    tracing::debug!("public_url is plain http; fine for local use only");
-                }
-                if self.domain().is_none_or(|d| !is_domain(&d)) {
-                    problems.push(format!("server.public_url {url}: no usable host"));
-                }
-            }
-            Err(e) => problems.push(e),
-        }
-        let url = self.database.url.expose();
-        if !(url.starts_with("sqlite:")
-            || url.starts_with("postgres://")
-            || url.starts_with("postgresql://"))
-        {
-            problems
-                .push("database.url: must start with sqlite:, postgres:// or postgresql://".into());
-        }
-        if self.agents.is_empty() {
-            problems.push("agents: at least one agent is required".into());
-        }
-        let mut seen = std::collections::HashSet::new();
-        for (i, agent) in self.agents.iter().enumerate() {
-            if !is_handle_name(&agent.name) {
-                problems.push(format!(
-                    "agents[{i}].name {:?}: use letters, digits, _ - .",
-                    agent.name
-                ));
-            }
-            if !seen.insert(agent.name.to_lowercase()) {
-                problems.push(format!("agents[{i}].name {:?}: duplicate", agent.name));
-            }
-            if let BackendConfig::Webhook {
-                url, timeout_ms, ..
-            } = &agent.backend
-            {
-                match url::Url::parse(url) {
-                    Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-                    _ => problems.push(format!(
-                        "agents[{i}].backend.url {url:?}: not an http(s) URL"
-                    )),
-                }
-                // A lease must outlive the call it covers, or the job runs twice.
-                if *timeout_ms >= self.queue.lease_seconds.saturating_mul(1000) {
-                    problems.push(format!(
-                        "agents[{i}].backend.timeout_ms {timeout_ms}: must be shorter than queue.lease_seconds"
-                    ));
-                }
-            }
-        }
-        for (i, agent) in self.agents.iter().enumerate() {
-            if let BackendConfig::A2a {
-                card, timeout_ms, ..
-            } = &agent.backend
-            {
-                match url::Url::parse(card) {
-                    Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-                    _ => problems.push(format!(
-                        "agents[{i}].backend.card {card:?}: not an http(s) URL"
-                    )),
-                }
-                if *timeout_ms >= self.queue.lease_seconds.saturating_mul(1000) {
-                    problems.push(format!(
-                        "agents[{i}].backend.timeout_ms {timeout_ms}: must be shorter than queue.lease_seconds"
-                    ));
-                }
-            }
-        }
-        if let Some(name) = &self.a2a.default_agent
-            && !self
-                .agents
-                .iter()
-                .any(|a| a.name.eq_ignore_ascii_case(name))
-        {
-            problems.push(format!("a2a.default_agent {name:?}: no such agent"));
-        }
-        for (i, agent) in self.agents.iter().enumerate() {
-            let issuers = match agent.a2a.as_ref().map(|a| &a.auth) {
-                Some(A2aAuthConfig::Jwt { issuers, .. }) => {
-                    if issuers.is_empty() {
-                        problems.push(format!("agents[{i}].a2a.auth.issuers: at least one issuer"));
-                    }
-                    issuers.as_slice()
-                }
-                Some(A2aAuthConfig::Oauth {
-                    issuers,
-                    introspection,
-                    ..
-                }) => {
-                    if issuers.is_empty() && introspection.is_none() {
-                        problems.push(format!(
-                            "agents[{i}].a2a.auth: oauth needs issuers or introspection"
-                        ));
-                    }
-                    issuers.as_slice()
-                }
-                _ => &[],
-            };
-            for (j, iss) in issuers.iter().enumerate() {
-                let at = format!("agents[{i}].a2a.auth.issuers[{j}]");
-                if iss.audiences.is_empty() {
-                    problems.push(format!("{at}.audiences: at least one audience"));
-                }
-                if iss.jwks_url.is_none() && iss.keys.is_empty() {
-                    problems.push(format!("{at}: needs jwks_url or keys"));
-                }
-                for alg in &iss.algorithms {
-                    if !matches!(
-                        alg.as_str(),
-                        "RS256"
-                            | "RS384"
-                            | "RS512"
-                            | "PS256"
-                            | "PS384"
-                            | "PS512"
-                            | "ES256"
-                            | "ES384"
-                            | "EdDSA"
-                    ) {
-                        problems.push(format!(
-                            "{at}.algorithms: {alg:?} is not an accepted asymmetric algorithm"
-                        ));
-                    }
-                }
-            }
-        }
-        if self.a2a.max_parts == 0 || self.a2a.max_page_size == 0 {
-            problems.push("a2a.max_parts and a2a.max_page_size must be > 0".into());
-        }
-        if let Some(cb) = &self.api.callback_url
-            && url::Url::parse(cb).is_err()
-        {
-            problems.push(format!("api.callback_url {cb:?}: not a URL"));
-        }
-        for (kind, k) in &self.queue.kinds {
-            if k.workers == 0 || k.batch_size == 0 || k.max_attempts == 0 {
-                problems.push(format!(
-                    "queue.kinds.{kind}: workers, batch_size and max_attempts must be > 0"
-                ));
-            }
-        }
-        let ap = &self.activitypub;
-        if ap.max_body_bytes == 0 || ap.max_json_depth == 0 || ap.host_concurrency == 0 {
-            problems.push(
-                "activitypub: max_body_bytes, max_json_depth and host_concurrency must be > 0"
-                    .into(),
-            );
-        }
-        self.check_email(&mut problems);
-        if self.queue.lease_seconds == 0 {
-            problems.push("queue.lease_seconds: must be > 0".into());
-        }
+        self.server
+            .check(self.net.allow_private_addresses, &mut problems);
+        self.database.check(&mut problems);
+        agents::check(&self.agents, self.queue.lease_seconds, &mut problems);
+        self.a2a.check(&self.agents, &mut problems);
+        self.api.check(&mut problems);
+        self.queue.check(&mut problems);
+        self.activitypub.check(&mut problems);
+        self.email.check(&mut problems);
         if problems.is_empty() {
             Ok(())
         } else {
             Err(Error::Config(problems.join("\n")))
-        }
-    }
-
-    fn check_email(&self, problems: &mut Vec<String>) {
-        let e = &self.email;
-        if e.tls_cert_file.is_some() != e.tls_key_file.is_some() {
-            problems.push("email.tls_cert_file and email.tls_key_file: set both or neither".into());
-        }
-        if e.max_message_bytes == 0 || e.max_recipients == 0 || e.max_sessions == 0 {
-            problems.push(
-                "email.max_message_bytes, max_recipients and max_sessions must be > 0".into(),
-            );
-        }
-        if e.max_data_memory_bytes < e.max_message_bytes {
-            problems.push(
-                "email.max_data_memory_bytes: must be at least email.max_message_bytes".into(),
-            );
-        }
-        if e.dkim_selector.is_empty()
-            || !e
-                .dkim_selector
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
-        {
-            problems.push(format!(
-                "email.dkim_selector {:?}: use letters, digits, - and .",
-                e.dkim_selector
-            ));
-        }
-        if let Some(d) = &e.domain
-            && !is_domain(d)
-        {
-            problems.push(format!("email.domain {d:?}: not a domain name"));
         }
     }
 
@@ -361,29 +186,13 @@ impl Config {
     /// # Errors
     /// A description of why the configured URL is unusable.
     pub fn public_url(&self) -> Result<url::Url, String> {
-        let raw = self
-            .server
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{}", self.server.bind));
-        let url = url::Url::parse(&raw).map_err(|e| format!("server.public_url {raw:?}: {e}"))?;
-        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-            return Err(format!(
-                "server.public_url {raw:?}: needs http(s) and a host"
-            ));
-        }
-        Ok(url)
+        self.server.public_url()
     }
 
     /// The public host, with the port when it is not the scheme's default.
     #[must_use]
     pub fn domain(&self) -> Option<String> {
-        let url = self.public_url().ok()?;
-        let host = url.host_str()?.to_owned();
-        Some(match url.port() {
-            Some(p) => format!("{host}:{p}"),
-            None => host,
-        })
+        self.server.domain()
     }
 
     /// The configuration as TOML with secrets masked.

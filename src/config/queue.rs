@@ -80,4 +80,18 @@ impl QueueConfig {
     pub fn kind(&self, kind: &str) -> JobKindConfig {
         self.kinds.get(kind).copied().unwrap_or_default()
     }
+
+    /// Every job kind must be able to run, and a lease must last.
+    pub(super) fn check(&self, problems: &mut Vec<String>) {
+        for (kind, k) in &self.kinds {
+            if k.workers == 0 || k.batch_size == 0 || k.max_attempts == 0 {
+                problems.push(format!(
+                    "queue.kinds.{kind}: workers, batch_size and max_attempts must be > 0"
+                ));
+            }
+        }
+        if self.lease_seconds == 0 {
+            problems.push("queue.lease_seconds: must be > 0".into());
+        }
+    }
 }

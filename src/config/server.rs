@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::message::is_domain;
+
 /// HTTP serving.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -31,6 +33,49 @@ impl Default for ServerConfig {
             workers: 2,
             max_body_bytes: 1024 * 1024,
             shutdown_grace_seconds: 30,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The public base URL: `public_url`, else `http://{bind}`.
+    pub(super) fn public_url(&self) -> Result<url::Url, String> {
+        let raw = self
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.bind));
+        let url = url::Url::parse(&raw).map_err(|e| format!("server.public_url {raw:?}: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(format!(
+                "server.public_url {raw:?}: needs http(s) and a host"
+            ));
+        }
+        Ok(url)
+    }
+
+    /// The public host, with the port when it is not the scheme's default.
+    pub(super) fn domain(&self) -> Option<String> {
+        let url = self.public_url().ok()?;
+        let host = url.host_str()?.to_owned();
+        Some(match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host,
+        })
+    }
+
+    /// The public URL must be usable and name a host agents can be addressed at; plain http is
+    /// expected only where private addresses are allowed (`net.allow_private_addresses`).
+    pub(super) fn check(&self, allow_private_addresses: bool, problems: &mut Vec<String>) {
+        match self.public_url() {
+            Ok(url) => {
+                if url.scheme() == "http" && !allow_private_addresses {
+                    tracing::debug!("public_url is plain http; fine for local use only");
+                }
+                if self.domain().is_none_or(|d| !is_domain(&d)) {
+                    problems.push(format!("server.public_url {url}: no usable host"));
+                }
+            }
+            Err(e) => problems.push(e),
         }
     }
 }

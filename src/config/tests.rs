@@ -84,6 +84,125 @@ fn semantic_problems_are_all_listed() {
     assert!(e.contains("shorter than queue.lease_seconds"), "{e}");
 }
 
+/// Each section reports its own problems under its keys' paths, section by section, all in one
+/// error; the lease rule applies to A2A backends as to webhooks.
+#[test]
+fn every_section_reports_its_problems_under_its_path() {
+    let mut c = Config::default();
+    c.server.public_url = Some("ftp://sb.example".into());
+    c.database.url = Secret::new("mysql://x");
+    let agent = |name: &str, backend, auth: Option<A2aAuthConfig>| AgentConfig {
+        name: name.into(),
+        display_name: None,
+        summary: None,
+        backend,
+        email: None,
+        a2a: auth.map(|auth| AgentA2aConfig {
+            skills: vec![],
+            auth,
+        }),
+    };
+    let issuer = JwtIssuerConfig {
+        issuer: "https://id.example".into(),
+        audiences: vec![],
+        jwks_url: None,
+        keys: vec![],
+        algorithms: vec!["HS256".into()],
+        assurance: None,
+    };
+    c.agents = vec![
+        agent(
+            "a b",
+            BackendConfig::Webhook {
+                url: "not a url".into(),
+                secret: Secret::new("s"),
+                timeout_ms: 5_000,
+            },
+            None,
+        ),
+        agent(
+            "A",
+            BackendConfig::A2a {
+                card: "ftp://card.example".into(),
+                token: None,
+                timeout_ms: 10_000,
+                streaming: true,
+            },
+            Some(A2aAuthConfig::Jwt {
+                issuers: vec![],
+                leeway_seconds: 60,
+            }),
+        ),
+        agent(
+            "a",
+            BackendConfig::Echo,
+            Some(A2aAuthConfig::Oauth {
+                issuers: vec![],
+                introspection: None,
+                token_url: None,
+                metadata_url: None,
+                leeway_seconds: 60,
+            }),
+        ),
+        agent(
+            "b",
+            BackendConfig::Conformance,
+            Some(A2aAuthConfig::Jwt {
+                issuers: vec![issuer],
+                leeway_seconds: 60,
+            }),
+        ),
+    ];
+    c.queue.lease_seconds = 10;
+    c.queue.kinds.get_mut("dispatch").unwrap().workers = 0;
+    c.a2a.default_agent = Some("nobody".into());
+    c.a2a.max_parts = 0;
+    c.api.callback_url = Some("not a url".into());
+    c.activitypub.host_concurrency = 0;
+    c.email.tls_cert_file = Some("cert.pem".into());
+    c.email.max_recipients = 0;
+    c.email.max_data_memory_bytes = 1;
+    c.email.dkim_selector = "bad selector".into();
+    c.email.domain = Some("not a domain".into());
+    let problems = match c.check() {
+        Err(Error::Config(problems)) => problems,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        problems.lines().collect::<Vec<_>>(),
+        [
+            r#"server.public_url "ftp://sb.example": needs http(s) and a host"#,
+            "database.url: must start with sqlite:, postgres:// or postgresql://",
+            r#"agents[0].name "a b": use letters, digits, _ - ."#,
+            r#"agents[0].backend.url "not a url": not an http(s) URL"#,
+            r#"agents[1].backend.card "ftp://card.example": not an http(s) URL"#,
+            "agents[1].backend.timeout_ms 10000: must be shorter than queue.lease_seconds",
+            "agents[1].a2a.auth.issuers: at least one issuer",
+            r#"agents[2].name "a": duplicate"#,
+            "agents[2].a2a.auth: oauth needs issuers or introspection",
+            "agents[3].a2a.auth.issuers[0].audiences: at least one audience",
+            "agents[3].a2a.auth.issuers[0]: needs jwks_url or keys",
+            r#"agents[3].a2a.auth.issuers[0].algorithms: "HS256" is not an accepted asymmetric algorithm"#,
+            r#"a2a.default_agent "nobody": no such agent"#,
+            "a2a.max_parts and a2a.max_page_size must be > 0",
+            r#"api.callback_url "not a url": not a URL"#,
+            "queue.kinds.dispatch: workers, batch_size and max_attempts must be > 0",
+            "activitypub: max_body_bytes, max_json_depth and host_concurrency must be > 0",
+            "email.tls_cert_file and email.tls_key_file: set both or neither",
+            "email.max_message_bytes, max_recipients and max_sessions must be > 0",
+            "email.max_data_memory_bytes: must be at least email.max_message_bytes",
+            r#"email.dkim_selector "bad selector": use letters, digits, - and ."#,
+            r#"email.domain "not a domain": not a domain name"#,
+        ]
+    );
+    c.queue.lease_seconds = 0;
+    let problems = c.check().unwrap_err().to_string();
+    assert!(
+        problems.contains("queue.lease_seconds: must be > 0"),
+        "{problems}"
+    );
+}
+
 #[test]
 fn secrets_never_print() {
     let c = Config::load(
