@@ -1,0 +1,129 @@
+//! `[[agents]]`: the hosted agents and the backend that answers for each.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::a2a::AgentA2aConfig;
+use super::email::AgentEmailConfig;
+use super::secret::Secret;
+use crate::message::is_handle_name;
+
+/// One hosted agent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The local name: `@{name}@{domain}`.
+    pub name: String,
+    /// Display name.
+    #[serde(default)]
+    pub display_name: Option<String>,
+    /// One-line description.
+    #[serde(default)]
+    pub summary: Option<String>,
+    /// What answers for it.
+    pub backend: BackendConfig,
+    /// Email settings of this agent (`agents[].email`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<AgentEmailConfig>,
+    /// A2A settings of this agent (card skills).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a2a: Option<AgentA2aConfig>,
+}
+
+/// The `[[agents]]` section: at least one agent; each named so it can be addressed, unique
+/// regardless of case, with a reachable backend and a complete A2A auth setting.
+/// `lease_seconds` is `queue.lease_seconds`, which every backend call must fit in.
+pub(super) fn check(agents: &[AgentConfig], lease_seconds: u64, problems: &mut Vec<String>) {
+    if agents.is_empty() {
+        problems.push("agents: at least one agent is required".into());
+    }
+    let mut seen = HashSet::new();
+    for (i, agent) in agents.iter().enumerate() {
+        let at = format!("agents[{i}]");
+        if !is_handle_name(&agent.name) {
+            problems.push(format!(
+                "{at}.name {:?}: use letters, digits, _ - .",
+                agent.name
+            ));
+        }
+        if !seen.insert(agent.name.to_lowercase()) {
+            problems.push(format!("{at}.name {:?}: duplicate", agent.name));
+        }
+        agent.backend.check(&at, lease_seconds, problems);
+        if let Some(a2a) = &agent.a2a {
+            a2a.auth.check(&format!("{at}.a2a.auth"), problems);
+        }
+    }
+}
+
+/// An agent backend.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum BackendConfig {
+    /// Built in: answers with the text it received.
+    Echo,
+    /// Built in: behaves by A2A messageId prefix as the A2A conformance kit expects.
+    Conformance,
+    /// A remote A2A agent, called with the A2A 1.0 JSON-RPC binding.
+    A2a {
+        /// URL of its agent card.
+        card: String,
+        /// Bearer token sent on every call.
+        #[serde(default)]
+        token: Option<Secret>,
+        /// Per-call timeout.
+        #[serde(default = "default_a2a_timeout_ms")]
+        timeout_ms: u64,
+        /// Stream when the card allows it.
+        #[serde(default = "default_true")]
+        streaming: bool,
+    },
+    /// An HTTP endpoint speaking the webhook agent protocol (spec §9).
+    Webhook {
+        /// Endpoint.
+        url: String,
+        /// HMAC-SHA256 key for `X-Switchboard-Signature`.
+        secret: Secret,
+        /// Per-call timeout.
+        #[serde(default = "default_webhook_timeout_ms")]
+        timeout_ms: u64,
+    },
+}
+
+impl BackendConfig {
+    /// A remote backend (webhook or A2A) needs an http(s) URL and a per-call timeout shorter
+    /// than the queue lease. `at` is the agent's path (`agents[0]`).
+    fn check(&self, at: &str, lease_seconds: u64, problems: &mut Vec<String>) {
+        let (key, url, timeout_ms) = match self {
+            Self::Echo | Self::Conformance => return,
+            Self::A2a {
+                card, timeout_ms, ..
+            } => ("card", card, *timeout_ms),
+            Self::Webhook {
+                url, timeout_ms, ..
+            } => ("url", url, *timeout_ms),
+        };
+        if !url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+            problems.push(format!("{at}.backend.{key} {url:?}: not an http(s) URL"));
+        }
+        // A lease must outlive the call it covers, or the job runs twice.
+        if timeout_ms >= lease_seconds.saturating_mul(1000) {
+            problems.push(format!(
+                "{at}.backend.timeout_ms {timeout_ms}: must be shorter than queue.lease_seconds"
+            ));
+        }
+    }
+}
+
+fn default_a2a_timeout_ms() -> u64 {
+    60_000
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_webhook_timeout_ms() -> u64 {
+    30_000
+}

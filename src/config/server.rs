@@ -1,0 +1,81 @@
+//! `[server]`: the HTTP listeners and the public URL everything else is named under.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::is_domain;
+
+/// HTTP serving.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address of the public HTTP listener.
+    pub bind: SocketAddr,
+    /// Public base URL with scheme; defaults to `http://{bind}`.
+    pub public_url: Option<String>,
+    /// Address of the Prometheus metrics listener.
+    pub metrics_bind: SocketAddr,
+    /// HTTP worker threads.
+    pub workers: usize,
+    /// Largest accepted request body in bytes.
+    pub max_body_bytes: usize,
+    /// How long shutdown waits for in-flight work before releasing it.
+    pub shutdown_grace_seconds: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            public_url: None,
+            metrics_bind: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            workers: 2,
+            max_body_bytes: 1024 * 1024,
+            shutdown_grace_seconds: 30,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The public base URL: `public_url`, else `http://{bind}`.
+    pub(super) fn public_url(&self) -> Result<url::Url, String> {
+        let raw = self
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.bind));
+        let url = url::Url::parse(&raw).map_err(|e| format!("server.public_url {raw:?}: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(format!(
+                "server.public_url {raw:?}: needs http(s) and a host"
+            ));
+        }
+        Ok(url)
+    }
+
+    /// The public host, with the port when it is not the scheme's default.
+    pub(super) fn domain(&self) -> Option<String> {
+        let url = self.public_url().ok()?;
+        let host = url.host_str()?.to_owned();
+        Some(match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host,
+        })
+    }
+
+    /// The public URL must be usable and name a host agents can be addressed at; plain http is
+    /// expected only where private addresses are allowed (`net.allow_private_addresses`).
+    pub(super) fn check(&self, allow_private_addresses: bool, problems: &mut Vec<String>) {
+        match self.public_url() {
+            Ok(url) => {
+                if url.scheme() == "http" && !allow_private_addresses {
+                    tracing::debug!("public_url is plain http; fine for local use only");
+                }
+                if self.domain().is_none_or(|d| !is_domain(&d)) {
+                    problems.push(format!("server.public_url {url}: no usable host"));
+                }
+            }
+            Err(e) => problems.push(e),
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! Loading, layering, masking and checking of the whole configuration.
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[test]
+fn defaults_are_valid_and_serve_echo_on_sqlite() {
+    let c = Config::load(None, vec![]).unwrap();
+    assert_eq!(c.server.bind.to_string(), "127.0.0.1:8080");
+    assert_eq!(c.database.url.expose(), "sqlite://switchboard.db");
+    assert_eq!(c.agents.len(), 1);
+    assert!(matches!(c.agents[0].backend, BackendConfig::Echo));
+    assert_eq!(c.domain().unwrap(), "127.0.0.1:8080");
+}
+
+#[test]
+fn env_overrides_file_and_types_follow_the_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, "[server]\nworkers = 3\n[queue]\nlease_seconds = 5\n").unwrap();
+    let c = Config::load(
+        Some(&path),
+        env(&[
+            ("SWITCHBOARD__SERVER__WORKERS", "7"),
+            ("SWITCHBOARD__DATABASE__URL", "postgres://localhost/x"),
+            ("SWITCHBOARD__API__TOKEN", "12345"),
+            ("SWITCHBOARD__AGENTS__0__NAME", "helper"),
+            ("SWITCHBOARD__QUEUE__KINDS__DISPATCH__BATCH_SIZE", "9"),
+            ("UNRELATED", "x"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.server.workers, 7);
+    assert_eq!(c.queue.lease_seconds, 5);
+    assert_eq!(c.api.token.unwrap().expose(), "12345");
+    assert_eq!(c.agents[0].name, "helper");
+    assert_eq!(c.queue.kind("dispatch").batch_size, 9);
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, "[server]\nbindd = \"127.0.0.1:1\"\n").unwrap();
+    let e = Config::load(Some(&path), vec![]).unwrap_err().to_string();
+    assert!(e.contains("server") && e.contains("bindd"), "{e}");
+    let e = Config::load(None, env(&[("SWITCHBOARD__QUEUE__LEASE", "3")]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("queue") && e.contains("lease"), "{e}");
+    std::fs::write(&path, "[[agents]]\nname = \"w\"\nbackend = { kind = \"webhook\", url = \"https://a.example\", secret = \"s\", urll = 1 }\n").unwrap();
+    let e = Config::load(Some(&path), vec![]).unwrap_err().to_string();
+    assert!(e.contains("agents[0].backend") && e.contains("urll"), "{e}");
+}
+
+#[test]
+fn semantic_problems_are_all_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        "[database]\nurl = \"mysql://x\"\n[[agents]]\nname = \"a b\"\nbackend = { kind = \"echo\" }\n[[agents]]\nname = \"A\"\nbackend = { kind = \"echo\" }\n[[agents]]\nname = \"a\"\nbackend = { kind = \"echo\" }\n",
+    )
+    .unwrap();
+    let e = Config::load(Some(&path), vec![]).unwrap_err().to_string();
+    assert!(e.contains("database.url"), "{e}");
+    assert!(e.contains("agents[0].name"), "{e}");
+    assert!(
+        e.contains("agents[2].name") && e.contains("duplicate"),
+        "{e}"
+    );
+    std::fs::write(
+        &path,
+        "[queue]\nlease_seconds = 10\n[[agents]]\nname = \"w\"\nbackend = { kind = \"webhook\", url = \"https://a.example\", secret = \"s\", timeout_ms = 10000 }\n",
+    )
+    .unwrap();
+    let e = Config::load(Some(&path), vec![]).unwrap_err().to_string();
+    assert!(e.contains("shorter than queue.lease_seconds"), "{e}");
+}
+
+/// Each section reports its own problems under its keys' paths, section by section, all in one
+/// error; the lease rule applies to A2A backends as to webhooks.
+#[test]
+fn every_section_reports_its_problems_under_its_path() {
+    let mut c = Config::default();
+    c.server.public_url = Some("ftp://sb.example".into());
+    c.database.url = Secret::new("mysql://x");
+    let agent = |name: &str, backend, auth: Option<A2aAuthConfig>| AgentConfig {
+        name: name.into(),
+        display_name: None,
+        summary: None,
+        backend,
+        email: None,
+        a2a: auth.map(|auth| AgentA2aConfig {
+            skills: vec![],
+            auth,
+        }),
+    };
+    let issuer = JwtIssuerConfig {
+        issuer: "https://id.example".into(),
+        audiences: vec![],
+        jwks_url: None,
+        keys: vec![],
+        algorithms: vec!["HS256".into()],
+        assurance: None,
+    };
+    c.agents = vec![
+        agent(
+            "a b",
+            BackendConfig::Webhook {
+                url: "not a url".into(),
+                secret: Secret::new("s"),
+                timeout_ms: 5_000,
+            },
+            None,
+        ),
+        agent(
+            "A",
+            BackendConfig::A2a {
+                card: "ftp://card.example".into(),
+                token: None,
+                timeout_ms: 10_000,
+                streaming: true,
+            },
+            Some(A2aAuthConfig::Jwt {
+                issuers: vec![],
+                leeway_seconds: 60,
+            }),
+        ),
+        agent(
+            "a",
+            BackendConfig::Echo,
+            Some(A2aAuthConfig::Oauth {
+                issuers: vec![],
+                introspection: None,
+                token_url: None,
+                metadata_url: None,
+                leeway_seconds: 60,
+            }),
+        ),
+        agent(
+            "b",
+            BackendConfig::Conformance,
+            Some(A2aAuthConfig::Jwt {
+                issuers: vec![issuer],
+                leeway_seconds: 60,
+            }),
+        ),
+    ];
+    c.queue.lease_seconds = 10;
+    c.queue.kinds.get_mut("dispatch").unwrap().workers = 0;
+    c.a2a.default_agent = Some("nobody".into());
+    c.a2a.max_parts = 0;
+    c.api.callback_url = Some("not a url".into());
+    c.activitypub.host_concurrency = 0;
+    c.email.tls_cert_file = Some("cert.pem".into());
+    c.email.max_recipients = 0;
+    c.email.max_data_memory_bytes = 1;
+    c.email.dkim_selector = "bad selector".into();
+    c.email.domain = Some("not a domain".into());
+    let problems = match c.check() {
+        Err(Error::Config(problems)) => problems,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        problems.lines().collect::<Vec<_>>(),
+        [
+            r#"server.public_url "ftp://sb.example": needs http(s) and a host"#,
+            "database.url: must start with sqlite:, postgres:// or postgresql://",
+            r#"agents[0].name "a b": use letters, digits, _ - ."#,
+            r#"agents[0].backend.url "not a url": not an http(s) URL"#,
+            r#"agents[1].backend.card "ftp://card.example": not an http(s) URL"#,
+            "agents[1].backend.timeout_ms 10000: must be shorter than queue.lease_seconds",
+            "agents[1].a2a.auth.issuers: at least one issuer",
+            r#"agents[2].name "a": duplicate"#,
+            "agents[2].a2a.auth: oauth needs issuers or introspection",
+            "agents[3].a2a.auth.issuers[0].audiences: at least one audience",
+            "agents[3].a2a.auth.issuers[0]: needs jwks_url or keys",
+            r#"agents[3].a2a.auth.issuers[0].algorithms: "HS256" is not an accepted asymmetric algorithm"#,
+            r#"a2a.default_agent "nobody": no such agent"#,
+            "a2a.max_parts and a2a.max_page_size must be > 0",
+            r#"api.callback_url "not a url": not a URL"#,
+            "queue.kinds.dispatch: workers, batch_size and max_attempts must be > 0",
+            "activitypub: max_body_bytes, max_json_depth and host_concurrency must be > 0",
+            "email.tls_cert_file and email.tls_key_file: set both or neither",
+            "email.max_message_bytes, max_recipients and max_sessions must be > 0",
+            "email.max_data_memory_bytes: must be at least email.max_message_bytes",
+            r#"email.dkim_selector "bad selector": use letters, digits, - and ."#,
+            r#"email.domain "not a domain": not a domain name"#,
+        ]
+    );
+    c.queue.lease_seconds = 0;
+    let problems = c.check().unwrap_err().to_string();
+    assert!(
+        problems.contains("queue.lease_seconds: must be > 0"),
+        "{problems}"
+    );
+}
+
+#[test]
+fn secrets_never_print() {
+    let c = Config::load(
+        None,
+        env(&[
+            ("SWITCHBOARD__DATABASE__URL", "postgres://u:hunter2@db/x"),
+            ("SWITCHBOARD__API__TOKEN", "tok-hunter2"),
+        ]),
+    )
+    .unwrap();
+    let shown = format!("{}{:?}", c.to_masked_toml().unwrap(), c);
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("********"));
+}
+
+#[test]
+fn example_config_loads_and_documents_every_key() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = root.join("deploy/switchboard.example.toml");
+    let c = Config::load(Some(&path), vec![]).unwrap();
+    assert!(
+        c.agents.len() >= 2,
+        "the example shows an echo and a webhook agent"
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let defaults = toml::Value::try_from(Config::default()).unwrap();
+    let mut missing = Vec::new();
+    collect_keys(&defaults, "", &mut missing, &text);
+    for key in [
+        "public_url",
+        "token",
+        "callback_url",
+        "callback_secret",
+        "secret",
+        "timeout_ms",
+        "url",
+    ] {
+        if !text.contains(&format!("{key} =")) {
+            missing.push(key.to_owned());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "keys not documented in the example: {missing:?}"
+    );
+}
+
+fn collect_keys(v: &toml::Value, prefix: &str, missing: &mut Vec<String>, text: &str) {
+    if let toml::Value::Table(t) = v {
+        for (k, v) in t {
+            if let Some(first) = v
+                .as_array()
+                .and_then(|a| a.first())
+                .filter(|f| f.is_table())
+            {
+                if !text.contains(&format!("[[{prefix}{k}]]")) {
+                    missing.push(format!("{prefix}{k}"));
+                }
+                collect_keys(first, &format!("{prefix}{k}[]."), missing, text);
+            } else if v.is_table() && !(prefix.ends_with("[].") && k == "backend") {
+                collect_keys(v, &format!("{prefix}{k}."), missing, text);
+            } else if !text.contains(&format!("{k} =")) {
+                missing.push(format!("{prefix}{k}"));
+            }
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! Interop with a real Fedify 2.3.6 server, run when the Fedify peer is installed.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchboard::store::Arg;
+use switchboard::transports::activitypub::mapping;
+
+use super::{count, setup};
+use crate::helpers::{Engine, wait_for};
+
+struct Peer {
+    child: std::process::Child,
+    base: String,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn interop() -> bool {
+    crate::helpers::interop("Fedify")
+}
+
+async fn start_peer() -> Peer {
+    let dir = std::env::var("SWITCHBOARD_AP_PEER_DIR")
+        .expect("SWITCHBOARD_AP_PEER_DIR (source scripts/peers/activitypub.sh)");
+    let node = std::env::var("SWITCHBOARD_AP_NODE").expect("SWITCHBOARD_AP_NODE");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/activitypub/peer.mjs");
+    let copy = std::path::Path::new(&dir).join("peer.mjs");
+    std::fs::copy(&script, &copy).unwrap();
+    let mut child = std::process::Command::new(node)
+        .arg(&copy)
+        .current_dir(&dir)
+        .env("PEER_PORT", port.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the Fedify peer starts");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.starts_with("READY") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let peer = Peer {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the Fedify peer is ready");
+    peer
+}
+
+async fn peer_received(http: &reqwest::Client, peer: &Peer) -> Vec<Value> {
+    http.get(format!("{}/admin/received", peer.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fedify_follows_mentions_and_gets_replies() {
+    if !interop() {
+        return;
+    }
+    let peer = start_peer().await;
+    let s = setup(Engine::Sqlite, |_| {}).await;
+    let t = &s.t;
+    let echo = format!("{}/agents/echo", t.base);
+    let alice = format!("{}/users/alice", peer.base);
+
+    // Follow → Accept, which Fedify verified before recording it.
+    let r = t
+        .http
+        .post(format!("{}/admin/follow", peer.base))
+        .json(&json!({"target": echo}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    let accept = wait_for(30, "Fedify to receive the Accept", || async {
+        peer_received(&t.http, &peer)
+            .await
+            .into_iter()
+            .find(|a| a["type"] == "Accept")
+    })
+    .await;
+    assert_eq!(accept["actor"], echo);
+    let f: Value = t
+        .http
+        .get(format!("{echo}/followers"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(f["orderedItems"], json!([alice]));
+    // Fedify knocked first with RFC 9421, and we accepted it without a fallback.
+    let db = t.open_db().await;
+    let host = mapping::host_of(&alice).unwrap();
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) AS n FROM ap_hosts WHERE host = $1 AND rfc9421 = 1",
+            &[Arg::Text(&host)]
+        )
+        .await,
+        1
+    );
+
+    // A public mention gets a threaded public reply.
+    let sent: Value = t
+        .http
+        .post(format!("{}/admin/note", peer.base))
+        .json(&json!({"target": echo, "text": "ping from fedify", "visibility": "public"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let msg = wait_for(30, "the agent call", || async {
+        s.echo.seen.lock().unwrap().first().cloned()
+    })
+    .await;
+    assert_eq!(msg.sender.address, format!("@alice@{host}"));
+    assert!(msg.sender.verified);
+    // Fedify signs its activities with an FEP-8b32 eddsa-jcs-2022 proof, which takes precedence.
+    assert_eq!(msg.sender.auth_method.as_str(), "ap-object-integrity-proof");
+    assert!(
+        msg.sender
+            .key_id
+            .as_deref()
+            .is_some_and(|k| k.starts_with(&alice))
+    );
+    let reply = wait_for(30, "Fedify to receive the reply", || async {
+        peer_received(&t.http, &peer)
+            .await
+            .into_iter()
+            .find(|a| a["type"] == "Create" && a["object"]["inReplyTo"] == sent["note"])
+    })
+    .await;
+    let note = &reply["object"];
+    assert_eq!(reply["actor"], echo);
+    let to = mapping::iris(note.get("to"));
+    let cc = mapping::iris(note.get("cc"));
+    assert!(
+        to.iter().any(|x| x == mapping::PUBLIC || x == "as:Public"),
+        "{note}"
+    );
+    assert!(cc.contains(&alice), "{note}");
+    let tags = mapping::many(note.get("tag"));
+    assert!(
+        tags.iter()
+            .any(|t| t["type"] == "Mention" && t["href"] == alice),
+        "{note}"
+    );
+
+    // A direct message is answered directly.
+    let sent: Value = t
+        .http
+        .post(format!("{}/admin/note", peer.base))
+        .json(&json!({"target": echo, "text": "psst", "visibility": "direct"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let reply = wait_for(30, "the direct reply", || async {
+        peer_received(&t.http, &peer)
+            .await
+            .into_iter()
+            .find(|a| a["type"] == "Create" && a["object"]["inReplyTo"] == sent["note"])
+    })
+    .await;
+    let note = &reply["object"];
+    assert_eq!(mapping::iris(note.get("to")), vec![alice.clone()], "{note}");
+    assert!(mapping::iris(note.get("cc")).is_empty(), "{note}");
+    drop(peer);
+}
