@@ -3,7 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::agents::AgentConfig;
 use super::secret::Secret;
 
 /// The A2A transport (`/.well-known/agent-card.json`, `POST /a2a`, `POST /agents/{name}/a2a`).
@@ -46,10 +45,11 @@ impl Default for A2aConfig {
 }
 
 impl A2aConfig {
-    /// The default agent must be one of `agents`, and the limits must admit something.
-    pub(super) fn check(&self, agents: &[AgentConfig], problems: &mut Vec<String>) {
+    /// The default agent must be one of the agents named `agents`, and the limits must admit
+    /// something.
+    pub(super) fn check(&self, agents: &[&str], problems: &mut Vec<String>) {
         if let Some(name) = &self.default_agent
-            && !agents.iter().any(|a| a.name.eq_ignore_ascii_case(name))
+            && !agents.iter().any(|a| a.eq_ignore_ascii_case(name))
         {
             problems.push(format!("a2a.default_agent {name:?}: no such agent"));
         }

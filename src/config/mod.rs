@@ -159,7 +159,8 @@ impl Config {
             .check(self.net.allow_private_addresses, &mut problems);
         self.database.check(&mut problems);
         agents::check(&self.agents, self.queue.lease_seconds, &mut problems);
-        self.a2a.check(&self.agents, &mut problems);
+        let names: Vec<&str> = self.agents.iter().map(|a| a.name.as_str()).collect();
+        self.a2a.check(&names, &mut problems);
         self.api.check(&mut problems);
         self.queue.check(&mut problems);
         self.activitypub.check(&mut problems);

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::join_all;
+use tracing::Instrument as _;
 
 use super::{AfterCommit, Delivery};
 use super::{Core, DeliverJob, DispatchJob, TurnEndJob};
@@ -205,6 +206,11 @@ impl DispatchHandler {
         self.0
             .metrics
             .agent_call(&agent.name, started.elapsed(), answer.is_ok());
+        match &answer {
+            Ok(Some(r)) => tracing::debug!(response_id = %r.id, "agent answered"),
+            Ok(None) => tracing::debug!("agent had nothing to say"),
+            Err(e) => tracing::debug!(error = %e, "agent call failed"),
+        }
         Ok(answer?.map(|mut response| {
             response.thread_id.clone_from(&row.thread_id);
             crate::blobs::strip_urls(&mut response.parts);
@@ -293,11 +299,19 @@ impl JobHandler for DispatchHandler {
             .filter_map(|j| j.as_ref().ok().map(|j| j.message_id.as_str()))
             .collect();
         let rows = load_many(core, &wanted).await;
-        let results = join_all(jobs.iter().map(|job| async {
+        let results = join_all(jobs.iter().zip(batch).map(|(job, job_row)| async {
             let job = job.as_ref().map_err(Clone::clone)?;
             let rows = rows.as_ref().map_err(Clone::clone)?;
-            self.run(lookup(rows, &job.message_id)?, job.new_thread)
-                .await
+            let row = lookup(rows, &job.message_id)?;
+            let span = tracing::info_span!(
+                "dispatch",
+                job_id = %job_row.id,
+                message_id = %row.id,
+                thread_id = %row.thread_id,
+                transport = %row.transport,
+                agent = %row.agent,
+            );
+            self.run(row, job.new_thread).instrument(span).await
         }))
         .await;
 
@@ -455,6 +469,22 @@ impl DeliverHandler {
             received_at: None,
             result: Ok(()),
         };
+        let span = tracing::info_span!(
+            "deliver",
+            job_id = %job.id,
+            response_id = tracing::field::Empty,
+            message_id = tracing::field::Empty,
+            thread_id = tracing::field::Empty,
+            transport = tracing::field::Empty,
+            agent = tracing::field::Empty,
+        );
+        if let Ok((row, response)) = &response {
+            span.record("response_id", row.id.as_str());
+            span.record("message_id", response.in_reply_to.as_str());
+            span.record("thread_id", row.thread_id.as_str());
+            span.record("transport", row.transport.as_str());
+            span.record("agent", row.agent.as_str());
+        }
         attempt.result = async {
             let (row, response) = response?;
             attempt.response_id.clone_from(&row.id);
@@ -468,15 +498,21 @@ impl DeliverHandler {
             let transport = self.0.transports.get(&row.transport).ok_or_else(|| {
                 OutboundError::permanent(format!("no transport named {:?}", row.transport))
             })?;
-            transport
+            let delivered = transport
                 .deliver(&Delivery {
                     job_id: job.id.clone(),
                     attempt: job.attempts,
                     response,
                     original,
                 })
-                .await
+                .await;
+            match &delivered {
+                Ok(()) => tracing::debug!(attempt = job.attempts, "response delivered"),
+                Err(e) => tracing::debug!(attempt = job.attempts, error = %e, "delivery failed"),
+            }
+            delivered
         }
+        .instrument(span)
         .await;
         attempt
     }

@@ -15,6 +15,7 @@ mod transport;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 
 pub use ingest::{IngestOutcome, IngestWrite};
 pub use transport::{AfterCommit, Delivery, Transport, TransportRegistry};
@@ -157,6 +158,14 @@ impl Pipeline {
             .agents
             .resolve(&msg.recipient)
             .ok_or_else(|| Error::NotFound(format!("no agent {}", msg.recipient)))?;
+        let span = tracing::debug_span!(
+            "ingest",
+            message_id = %msg.id,
+            thread_id = tracing::field::Empty,
+            thread_key = %msg.thread_id,
+            transport,
+            agent = %agent.name,
+        );
         let (reply, rx) = tokio::sync::oneshot::channel();
         let pending = ingest::Pending {
             transport: transport.to_owned(),
@@ -167,11 +176,23 @@ impl Pipeline {
             write,
             reply,
         };
-        self.ingest_tx
-            .send(pending)
-            .await
-            .map_err(|_| Error::Unavailable)?;
-        rx.await.map_err(|_| Error::Unavailable)?
+        async {
+            self.ingest_tx
+                .send(pending)
+                .await
+                .map_err(|_| Error::Unavailable)?;
+            let stored = rx.await.map_err(|_| Error::Unavailable)??;
+            let outcome = &stored.0;
+            tracing::Span::current().record("thread_id", outcome.thread_id.as_str());
+            tracing::debug!(
+                duplicate = outcome.duplicate,
+                stored_as = %outcome.message_id,
+                "message stored"
+            );
+            Ok(stored)
+        }
+        .instrument(span)
+        .await
     }
 
     /// Runs `fut` on the runtime the pipeline was built on and waits for it.

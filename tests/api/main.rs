@@ -15,6 +15,7 @@ mod crash;
 mod email;
 mod helpers;
 mod keys;
+mod logs;
 mod media;
 mod pipeline;
 mod scale_out;
