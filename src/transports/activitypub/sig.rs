@@ -10,6 +10,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use sha2::{Digest as _, Sha256, Sha512};
 
+use crate::net::date;
+
 /// Why a signature was refused. Every variant is an authentication failure (401).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SigError {
@@ -147,23 +149,6 @@ fn check_window(created: i64, expires: Option<i64>, now: i64) -> Result<(), SigE
         return Err(SigError::Window("expired"));
     }
     Ok(())
-}
-
-/// Parses an HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`) to unix seconds.
-#[must_use]
-pub fn parse_http_date(s: &str) -> Option<i64> {
-    chrono::DateTime::parse_from_rfc2822(s.trim())
-        .ok()
-        .map(|d| d.timestamp())
-}
-
-/// Formats unix seconds as an HTTP date.
-#[must_use]
-pub fn http_date(unix_s: i64) -> String {
-    chrono::DateTime::from_timestamp(unix_s, 0)
-        .unwrap_or_default()
-        .format("%a, %d %b %Y %H:%M:%S GMT")
-        .to_string()
 }
 
 /// `SHA-256=<base64>` for a `Digest` header.
@@ -367,7 +352,7 @@ pub fn parse_cavage<H: Fn(&str) -> Option<String>>(
         created_param.ok_or_else(|| SigError::Malformed("(created) without created".into()))?
     } else {
         let d = (req.header)("date").ok_or_else(|| SigError::Malformed("no Date".into()))?;
-        parse_http_date(&d).ok_or_else(|| SigError::Malformed("unparseable Date".into()))?
+        date::parse_unix_s(&d).ok_or_else(|| SigError::Malformed("unparseable Date".into()))?
     };
     let expires = if covers("(expires)") {
         Some(expires_param.ok_or_else(|| SigError::Malformed("(expires) without expires".into()))?)
@@ -598,7 +583,7 @@ pub fn sign_cavage<E>(
     sign: impl FnOnce(&[u8]) -> Result<Vec<u8>, E>,
 ) -> Result<SignedHeaders, E> {
     let host = authority(url);
-    let date = http_date(now);
+    let date = date::format_unix_s(now);
     let target = request_target(url);
     let mut names = vec!["(request-target)", "host", "date"];
     let mut lines = vec![
@@ -741,7 +726,7 @@ mod tests {
             "signature",
             "keyId=\"k\",algorithm=\"rsa-sha256\",headers=\"(request-target) host date\",signature=\"AAAA\"".to_owned(),
         );
-        h.insert("date", http_date(100));
+        h.insert("date", date::format_unix_s(100));
         h.insert("host", "a".into());
         let f = lookup(&h);
         let view = RequestView {
@@ -794,11 +779,11 @@ mod tests {
     #[test]
     fn http_dates_round_trip() {
         assert_eq!(
-            parse_http_date(&http_date(1_700_000_000)),
+            date::parse_unix_s(&date::format_unix_s(1_700_000_000)),
             Some(1_700_000_000)
         );
         assert_eq!(
-            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+            date::parse_unix_s("Sun, 06 Nov 1994 08:49:37 GMT"),
             Some(784_111_777)
         );
     }
