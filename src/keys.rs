@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use base64::Engine as _;
+use der::Decode as _;
 use ring::rand::SystemRandom;
 use ring::signature::{self, Ed25519KeyPair, KeyPair as _, RsaKeyPair, UnparsedPublicKey};
 
@@ -279,32 +279,46 @@ fn generate_rsa() -> Result<(Vec<u8>, Vec<u8>)> {
     Ok((pkcs8.as_bytes().to_vec(), spki.as_bytes().to_vec()))
 }
 
-/// A PEM document with `label` around `der`, lines of 64 characters.
+/// A PEM document (RFC 7468) with `label` around `der`: base64 in lines of 64 characters, each
+/// line ending in `\n`. A label RFC 7468 does not allow (only printable ASCII, no leading,
+/// trailing or doubled spaces and hyphens) gives an empty string and an error log; every
+/// caller passes a constant one.
 #[must_use]
 pub fn pem(label: &str, der: &[u8]) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for chunk in b64.as_bytes().chunks(64) {
-        out.push_str(&String::from_utf8_lossy(chunk));
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
+    pem_rfc7468::encode_string(label, pem_rfc7468::LineEnding::LF, der).unwrap_or_else(|e| {
+        tracing::error!(label, error = %e, "cannot write a PEM document");
+        String::new()
+    })
 }
 
-/// The DER inside the first PEM block of `pem` (any label), or `None` if there is none.
+/// The DER inside the first PEM block of `pem` (any label, `PUBLIC KEY` and PKCS#1
+/// `RSA PUBLIC KEY` alike), or `None` if there is none.
+///
+/// A strict RFC 7468 document is read as such. Failing that, the first block is read the lax
+/// way RFC 7468 §3 describes, as published keys are found in the wild: text around it, lines
+/// of any length, spaces and CRLF in the base64 text, and an END label that does not match.
 #[must_use]
 pub fn spki_der_from_pem(pem: &str) -> Option<Vec<u8>> {
-    let start = pem.find("-----BEGIN ")?;
-    let rest = &pem[start..];
-    let body_start = rest.find('\n')? + 1;
-    let body_end = rest.find("-----END ")?;
-    let body: String = rest
-        .get(body_start..body_end)?
-        .chars()
-        .filter(|c| !c.is_ascii_whitespace())
-        .collect();
-    base64::engine::general_purpose::STANDARD.decode(body).ok()
+    match pem_rfc7468::decode_vec(pem.as_bytes()) {
+        Ok((_, der)) => Some(der),
+        Err(_) => lax_pem_block(pem),
+    }
+}
+
+/// The lax reading of [`spki_der_from_pem`]: the first block's base64 text, whitespace
+/// removed, decoded as one line between the BEGIN label's boundaries.
+fn lax_pem_block(pem: &str) -> Option<Vec<u8>> {
+    const BEGIN: &str = "-----BEGIN ";
+    const END: &str = "-----END ";
+    let after_begin = &pem[pem.find(BEGIN)? + BEGIN.len()..];
+    let (label, rest) = after_begin.split_once("-----")?;
+    let text = &rest[..rest.find(END)?];
+    let base64: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    let strict = format!("{BEGIN}{label}-----\n{base64}\n{END}{label}-----\n");
+    let mut decoder = pem_rfc7468::Decoder::new_wrapped(strict.as_bytes(), base64.len()).ok()?;
+    let mut der = Vec::new();
+    decoder.decode_to_end(&mut der).ok()?;
+    Some(der)
 }
 
 /// Verifies an RSASSA-PKCS1-v1_5 / SHA-256 signature (2048 to 8192-bit keys). `public_der` is
@@ -327,49 +341,12 @@ pub fn verify_ed25519(public_raw: &[u8], msg: &[u8], sig: &[u8]) -> bool {
 }
 
 /// The key bytes inside a DER `SubjectPublicKeyInfo` (the BIT STRING's content), or `None` if
-/// `der` is not one.
+/// `der` does not start with one (a truncated one included). Bytes after it are ignored.
 #[must_use]
 pub fn spki_subject_key(der: &[u8]) -> Option<&[u8]> {
-    // SEQUENCE { SEQUENCE algorithm, BIT STRING subjectPublicKey }
-    let (tag, outer, _) = der_element(der)?;
-    if tag != 0x30 {
-        return None;
-    }
-    let (tag, _, rest) = der_element(outer)?;
-    if tag != 0x30 {
-        return None;
-    }
-    let (tag, bits, _) = der_element(rest)?;
-    if tag != 0x03 {
-        return None;
-    }
-    match bits.split_first() {
-        Some((0, key)) => Some(key),
-        _ => None,
-    }
-}
-
-/// Splits one DER element off `input`: (tag, contents, rest).
-fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
-        (len, &rest[n..])
-    };
-    if rest.len() < len {
-        return None;
-    }
-    let (contents, rest) = rest.split_at(len);
-    Some((tag, contents, rest))
+    let mut reader = der::SliceReader::new(der).ok()?;
+    let spki = spki::SubjectPublicKeyInfoRef::decode(&mut reader).ok()?;
+    spki.subject_public_key.as_bytes()
 }
 
 #[cfg(test)]
@@ -377,11 +354,41 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    /// An Ed25519 `SubjectPublicKeyInfo` (RFC 8410) around the key `[7; 32]`.
+    fn ed25519_spki() -> Vec<u8> {
+        let mut der = vec![
+            0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+        ];
+        der.extend_from_slice(&[7; 32]);
+        der
+    }
+
     #[test]
     fn der_walk_rejects_truncation() {
         assert!(spki_subject_key(&[0x30, 0x05, 0x30]).is_none());
-        assert!(der_element(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]).is_none());
+        assert!(spki_subject_key(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]).is_none());
         assert!(spki_subject_key(&[]).is_none());
+        let spki = ed25519_spki();
+        for len in 0..spki.len() {
+            assert!(spki_subject_key(&spki[..len]).is_none(), "cut at {len}");
+        }
+    }
+
+    #[test]
+    fn spki_subject_key_is_the_bit_string() {
+        let spki = ed25519_spki();
+        assert_eq!(spki_subject_key(&spki), Some(&[7u8; 32][..]));
+        // What follows the structure is not looked at.
+        let mut longer = spki.clone();
+        longer.extend_from_slice(b"trailer");
+        assert_eq!(spki_subject_key(&longer), Some(&[7u8; 32][..]));
+        // Unused bits in the BIT STRING: not a key.
+        let mut odd = spki.clone();
+        odd[11] = 1;
+        assert!(spki_subject_key(&odd).is_none());
+        // A bare PKCS#1 `RSAPublicKey` (SEQUENCE of two INTEGERs) is not an SPKI.
+        let pkcs1 = [0x30, 0x06, 0x02, 0x01, 0x05, 0x02, 0x01, 0x03];
+        assert!(spki_subject_key(&pkcs1).is_none());
     }
 
     #[test]
@@ -392,5 +399,61 @@ mod tests {
         assert!(doc.lines().all(|l| l.len() <= 64));
         assert_eq!(spki_der_from_pem(&doc).unwrap(), der);
         assert!(spki_der_from_pem("no pem here").is_none());
+    }
+
+    #[test]
+    fn pem_layout_is_unchanged() {
+        let der = (0u8..=100).collect::<Vec<_>>();
+        assert_eq!(
+            pem("PUBLIC KEY", &der),
+            "-----BEGIN PUBLIC KEY-----\n\
+             AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4v\n\
+             MDEyMzQ1Njc4OTo7PD0+P0BBQkNERUZHSElKS0xNTk9QUVJTVFVWV1hZWltcXV5f\n\
+             YGFiY2Q=\n\
+             -----END PUBLIC KEY-----\n"
+        );
+        let exact = (0u8..48).collect::<Vec<_>>();
+        let doc = pem("PRIVATE KEY", &exact);
+        assert_eq!(doc.lines().count(), 3, "{doc}");
+        assert!(doc.ends_with("\n-----END PRIVATE KEY-----\n"));
+        assert_eq!(pem("BAD--LABEL", &der), "");
+    }
+
+    #[test]
+    fn pem_is_read_laxly_as_published() {
+        let der = (0u8..=100).collect::<Vec<_>>();
+        let strict = pem("PUBLIC KEY", &der);
+        let b64 = strict
+            .lines()
+            .filter(|l| !l.starts_with("-----"))
+            .collect::<String>();
+        for doc in [
+            // PKCS#1, as some servers publish it.
+            strict.replace("PUBLIC KEY", "RSA PUBLIC KEY"),
+            // CRLF line ends.
+            strict.replace('\n', "\r\n"),
+            // One long line, and 76-character lines.
+            format!("-----BEGIN PUBLIC KEY-----\n{b64}\n-----END PUBLIC KEY-----"),
+            format!(
+                "-----BEGIN PUBLIC KEY-----\n{}\n{}\n-----END PUBLIC KEY-----\n",
+                &b64[..76],
+                &b64[76..]
+            ),
+            // Text around the block, blank lines, indentation.
+            format!("key:\n{strict}\ntrailing words\n"),
+            format!("-----BEGIN PUBLIC KEY-----\n\n  {b64}  \n\n-----END PUBLIC KEY-----\n\n"),
+            // The first of two blocks.
+            format!("{strict}{}", pem("PUBLIC KEY", b"other")),
+        ] {
+            assert_eq!(spki_der_from_pem(&doc).as_deref(), Some(&der[..]), "{doc}");
+        }
+        for bad in [
+            "-----BEGIN PUBLIC KEY-----\nAAEC!wQF\n-----END PUBLIC KEY-----\n",
+            "-----BEGIN PUBLIC KEY-----\nAAECAwQ\n-----END PUBLIC KEY-----\n",
+            "-----BEGIN PUBLIC KEY-----\nAAECAwQF\n",
+            "AAECAwQF",
+        ] {
+            assert!(spki_der_from_pem(bad).is_none(), "{bad}");
+        }
     }
 }

@@ -5,6 +5,7 @@
 use hmac::{Hmac, Mac};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use sha2::Sha256;
+use subtle::ConstantTimeEq as _;
 
 use crate::config::Secret;
 
@@ -26,10 +27,11 @@ pub fn hmac_hex(key: &[u8], head: &[u8], tail: &[u8]) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
-/// Compares two secrets (tokens, signatures) in time independent of where they differ.
+/// Compares two secrets (tokens, signatures) in time independent of where they differ (the
+/// lengths are not secret: unequal lengths answer at once).
 #[must_use]
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.ct_eq(b).into()
 }
 
 /// `v1=<hex>` for `body` signed at `timestamp` with `secret`.
@@ -74,5 +76,7 @@ mod tests {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert!(!constant_time_eq(b"", b"a"));
+        assert!(constant_time_eq(b"", b""));
     }
 }

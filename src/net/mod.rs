@@ -6,6 +6,7 @@
 //! on IP literals, and on every redirect hop. `net.allow_private_addresses` is the explicit,
 //! loudly logged development switch that turns the guard off.
 
+pub mod date;
 mod guard;
 mod hmac;
 pub mod sse;
@@ -197,7 +198,8 @@ pub fn classify_status(resp: &HttpResponse, now_ms: i64) -> Result<(), OutboundE
         .with_status(PeerStatus::Http(s.as_u16())))
 }
 
-/// Parses `Retry-After` (delay seconds or an HTTP date).
+/// Parses `Retry-After`: delay seconds, or an HTTP date whose distance from `now_ms` is the
+/// wait (zero for a date already past).
 #[must_use]
 pub fn retry_after(headers: &HeaderMap, now_ms: i64) -> Option<Duration> {
     let v = headers
@@ -208,11 +210,9 @@ pub fn retry_after(headers: &HeaderMap, now_ms: i64) -> Option<Duration> {
     if let Ok(secs) = v.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
-    let at = chrono::DateTime::parse_from_rfc2822(v)
-        .ok()?
-        .timestamp_millis();
+    let at_ms = date::parse_unix_s(v)?.saturating_mul(1000);
     Some(Duration::from_millis(
-        u64::try_from(at - now_ms).unwrap_or(0),
+        u64::try_from(at_ms.saturating_sub(now_ms)).unwrap_or(0),
     ))
 }
 

@@ -142,10 +142,7 @@ fn build_state(pipeline: Pipeline, engine: TaskEngine, parts: &Parts) -> Result<
         policies.values(),
         default_policy,
     ));
-    let cards_modified = crate::message::Timestamp::from_unix_millis(pipeline.clock().now_ms())
-        .as_datetime()
-        .format("%a, %d %b %Y %H:%M:%S GMT")
-        .to_string();
+    let cards_modified = crate::net::date::format_unix_ms(pipeline.clock().now_ms());
     Ok(Arc::new(A2aState {
         pipeline,
         engine,

@@ -83,45 +83,19 @@ pub fn parse_ed25519_multikey(s: &str) -> Option<[u8; 32]> {
     raw.try_into().ok()
 }
 
-/// RFC 8785 canonical JSON: object members sorted by their UTF-16 code units, no whitespace,
-/// minimal string escapes, numbers as serde_json prints them (integers and the usual doubles).
-#[must_use]
-pub fn jcs(v: &Value) -> String {
-    let mut out = String::new();
-    write_jcs(v, &mut out);
-    out
-}
-
-fn write_jcs(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String((*k).clone()).to_string());
-                out.push(':');
-                if let Some(x) = m.get(*k) {
-                    write_jcs(x, out);
-                }
-            }
-            out.push('}');
-        }
-        Value::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_jcs(x, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
+/// RFC 8785 canonical JSON (JCS) of `v`: object members sorted by the UTF-16 code units of
+/// their names, no whitespace, strings with the minimal JSON escapes, and every number written
+/// as the IEEE 754 double it denotes, the way ECMAScript's `Number.prototype.toString` writes
+/// it (`1.0` as `1`, `1e21` as `1e+21`, `-0` as `0`, integers past 2^53 rounded to a double).
+///
+/// # Errors
+/// [`ProofError::Malformed`] if `v` holds a number JCS cannot write (NaN or an infinity),
+/// which a parsed JSON document never does.
+pub fn jcs(v: &Value) -> Result<String, ProofError> {
+    serde_json_canonicalizer::to_string(v).map_err(|e| {
+        tracing::debug!(error = %e, "JSON canonicalisation failed");
+        ProofError::Malformed("not canonicalisable JSON")
+    })
 }
 
 /// Why a proof was refused.
@@ -213,10 +187,10 @@ impl ProofInfo {
     }
 }
 
-fn hash_data(config: &Value, doc: &Value) -> Vec<u8> {
-    let mut out = Sha256::digest(jcs(config).as_bytes()).to_vec();
-    out.extend_from_slice(&Sha256::digest(jcs(doc).as_bytes()));
-    out
+fn hash_data(config: &Value, doc: &Value) -> Result<Vec<u8>, ProofError> {
+    let mut out = Sha256::digest(jcs(config)?.as_bytes()).to_vec();
+    out.extend_from_slice(&Sha256::digest(jcs(doc)?.as_bytes()));
+    Ok(out)
 }
 
 /// Reads the `proof` of `doc` (a single proof; the first of several) and prepares its check.
@@ -261,12 +235,12 @@ pub fn prepare(doc: &Value) -> Result<Option<ProofInfo>, ProofError> {
     if let Some(m) = config.as_object_mut() {
         m.remove("proofValue");
     }
-    let mut hashes = vec![hash_data(&config, &unsecured)];
+    let mut hashes = vec![hash_data(&config, &unsecured)?];
     if let (Some(ctx), Some(m)) = (unsecured.get("@context"), config.as_object_mut())
         && m.get("@context") != Some(ctx)
     {
         m.insert("@context".into(), ctx.clone());
-        hashes.push(hash_data(&config, &unsecured));
+        hashes.push(hash_data(&config, &unsecured)?);
     }
     Ok(Some(ProofInfo {
         verification_method,
@@ -299,9 +273,18 @@ pub fn attach(
 }
 
 /// The proof of `doc` under the proof configuration `config` (every member but `proofValue`):
-/// `config` with the `proofValue` `sign` makes over the hash data.
+/// `config` with the `proofValue` `sign` makes over the hash data. Should `doc` or `config`
+/// hold a number JSON cannot carry (see [`jcs`]), nothing is signed and the proof is returned
+/// without `proofValue`, which every verifier refuses.
 pub fn sign_config(doc: &Value, mut config: Value, sign: impl FnOnce(&[u8]) -> Vec<u8>) -> Value {
-    let sig = sign(&hash_data(&config, doc));
+    let hash = match hash_data(&config, doc) {
+        Ok(hash) => hash,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot sign an object integrity proof");
+            return config;
+        }
+    };
+    let sig = sign(&hash);
     if let Some(m) = config.as_object_mut() {
         m.insert(
             "proofValue".into(),
@@ -350,8 +333,119 @@ mod tests {
     fn jcs_sorts_by_utf16_and_escapes_minimally() {
         let v = json!({"b": [1, "x\u{1}"], "a": {"\u{e000}": 1, "\u{1f600}": 2}, "c": null});
         assert_eq!(
-            jcs(&v),
+            jcs(&v).unwrap(),
             "{\"a\":{\"\u{1f600}\":2,\"\u{e000}\":1},\"b\":[1,\"x\\u0001\"],\"c\":null}"
+        );
+    }
+
+    /// JCS of one number, given as the IEEE 754 bits of the double.
+    fn jcs_bits(bits: u64) -> String {
+        jcs(&json!(f64::from_bits(bits))).unwrap()
+    }
+
+    /// JCS of a JSON text, parsed as a receiver parses it.
+    fn jcs_text(text: &str) -> String {
+        jcs(&serde_json::from_str(text).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn jcs_writes_numbers_as_rfc_8785_appendix_b() {
+        // RFC 8785 Appendix B: IEEE 754 double → canonical text.
+        for (bits, text) in [
+            (0x0000_0000_0000_0000, "0"),
+            (0x8000_0000_0000_0000, "0"),
+            (0x0000_0000_0000_0001, "5e-324"),
+            (0x8000_0000_0000_0001, "-5e-324"),
+            (0x7fef_ffff_ffff_ffff, "1.7976931348623157e+308"),
+            (0xffef_ffff_ffff_ffff, "-1.7976931348623157e+308"),
+            (0x4340_0000_0000_0000, "9007199254740992"),
+            (0xc340_0000_0000_0000, "-9007199254740992"),
+            (0x4430_0000_0000_0000, "295147905179352830000"),
+            (0x44b5_2d02_c7e1_4af5, "9.999999999999997e+22"),
+            (0x44b5_2d02_c7e1_4af6, "1e+23"),
+            (0x44b5_2d02_c7e1_4af7, "1.0000000000000001e+23"),
+            (0x444b_1ae4_d6e2_ef4e, "999999999999999700000"),
+            (0x444b_1ae4_d6e2_ef4f, "999999999999999900000"),
+            (0x444b_1ae4_d6e2_ef50, "1e+21"),
+            (0x3eb0_c6f7_a0b5_ed8c, "9.999999999999997e-7"),
+            (0x3eb0_c6f7_a0b5_ed8d, "0.000001"),
+            (0x41b3_de43_5555_5553, "333333333.3333332"),
+            (0x41b3_de43_5555_5554, "333333333.33333325"),
+            (0x41b3_de43_5555_5555, "333333333.3333333"),
+            (0x41b3_de43_5555_5556, "333333333.3333334"),
+            (0x41b3_de43_5555_5557, "333333333.33333343"),
+            (0xbecb_f647_612f_3696, "-0.0000033333333333333333"),
+            (0x4314_3ff3_c1cb_0959, "1424953923781206.2"),
+        ] {
+            assert_eq!(jcs_bits(bits), text, "{bits:#018x}");
+        }
+        // NaN and the infinities have no JSON form, so a `Value` cannot hold them.
+        assert!(serde_json::Number::from_f64(f64::NAN).is_none());
+        assert!(serde_json::Number::from_f64(f64::INFINITY).is_none());
+    }
+
+    #[test]
+    fn jcs_rewrites_numbers_as_received() {
+        for (received, canonical) in [
+            ("1.0", "1"),
+            ("-0", "0"),
+            ("-0.0", "0"),
+            ("1e21", "1e+21"),
+            ("1E30", "1e+30"),
+            ("1e-7", "1e-7"),
+            ("0.000001", "0.000001"),
+            ("4.50", "4.5"),
+            ("2e-3", "0.002"),
+            ("0.000000000000000000000000001", "1e-27"),
+            ("333333333.33333329", "333333333.3333333"),
+            ("100", "100"),
+            ("-17", "-17"),
+            // Integers are doubles too: past 2^53 they round.
+            ("9007199254740993", "9007199254740992"),
+            ("18446744073709551615", "18446744073709552000"),
+        ] {
+            assert_eq!(jcs_text(received), canonical, "{received}");
+        }
+    }
+
+    #[test]
+    fn jcs_matches_rfc_8785_examples() {
+        // RFC 8785 §3.2.2: the sample input and its canonical form.
+        let input = r#"{
+            "numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
+            "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+            "literals": [null, true, false]
+        }"#;
+        assert_eq!(
+            jcs_text(input),
+            "{\"literals\":[null,true,false],\
+             \"numbers\":[333333333.3333333,1e+30,4.5,0.002,1e-27],\
+             \"string\":\"\u{20ac}$\\u000f\\nA'B\\\"\\\\\\\\\\\"/\"}"
+        );
+        // RFC 8785 §3.2.3: members sorted by UTF-16 code units, not by code points.
+        let input = r#"{
+            "\u20ac": "Euro Sign",
+            "\r": "Carriage Return",
+            "\ufb33": "Hebrew Letter Dalet With Dagesh",
+            "1": "One",
+            "\ud83d\ude00": "Emoji: Grinning Face",
+            "\u0080": "Control",
+            "\u00f6": "Latin Small Letter O With Diaeresis"
+        }"#;
+        assert_eq!(
+            jcs_text(input),
+            "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u{80}\":\"Control\",\
+             \"\u{f6}\":\"Latin Small Letter O With Diaeresis\",\"\u{20ac}\":\"Euro Sign\",\
+             \"\u{1f600}\":\"Emoji: Grinning Face\",\"\u{fb33}\":\"Hebrew Letter Dalet With Dagesh\"}"
+        );
+    }
+
+    #[test]
+    fn jcs_escapes_control_characters_in_lower_case_hex() {
+        let v = json!({"s": "\u{8}\u{9}\u{a}\u{c}\u{d}\u{1f}\u{7f}/"});
+        assert_eq!(
+            jcs(&v).unwrap(),
+            "{\"s\":\"\\b\\t\\n\\f\\r\\u001f\u{7f}/\"}"
         );
     }
 

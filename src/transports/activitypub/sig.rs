@@ -2,13 +2,24 @@
 //! RSA-SHA256 and hs2019, `Digest`) and RFC 9421 HTTP message signatures (`Signature-Input` +
 //! `Signature`, `rsa-v1_5-sha256` and `ed25519`, RFC 9530 `Content-Digest`).
 //!
+//! RFC 9421's fields (`Signature-Input`, `Signature`, `Content-Digest`) are RFC 8941 structured
+//! fields, read and written with `sfv`. Covered components may carry the parameters `sf` (strict
+//! re-serialization of a known structured field), `key` (one dictionary member) and, on
+//! `@query-param`, `name`; `bs`, `req` and `tr` are refused with [`SigError::Component`].
+//!
 //! Pure code: parsing, signing-string construction, window and coverage rules as Mastodon applies
 //! them, and digest checks. The key lookup and the cryptographic check are the caller's (through
 //! [`VerifyKey`]), so this module does no I/O.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
+use sfv::{
+    BareItem, DictSerializer, Dictionary, FieldType as _, InnerList, Item, ItemSerializer, List,
+    ListEntry, ListSerializer, Parameters, Parser, StringRef, Version,
+};
 use sha2::{Digest as _, Sha256, Sha512};
+
+use crate::net::date;
 
 /// Why a signature was refused. Every variant is an authentication failure (401).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,6 +42,9 @@ pub enum SigError {
     /// An algorithm we do not accept.
     #[error("unsupported algorithm {0}")]
     Algorithm(String),
+    /// A covered component (or component parameter) this verifier does not support.
+    #[error("unsupported covered component {0}")]
+    Component(String),
     /// The cryptographic check failed.
     #[error("signature does not verify")]
     Invalid,
@@ -149,23 +163,6 @@ fn check_window(created: i64, expires: Option<i64>, now: i64) -> Result<(), SigE
     Ok(())
 }
 
-/// Parses an HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`) to unix seconds.
-#[must_use]
-pub fn parse_http_date(s: &str) -> Option<i64> {
-    chrono::DateTime::parse_from_rfc2822(s.trim())
-        .ok()
-        .map(|d| d.timestamp())
-}
-
-/// Formats unix seconds as an HTTP date.
-#[must_use]
-pub fn http_date(unix_s: i64) -> String {
-    chrono::DateTime::from_timestamp(unix_s, 0)
-        .unwrap_or_default()
-        .format("%a, %d %b %Y %H:%M:%S GMT")
-        .to_string()
-}
-
 /// `SHA-256=<base64>` for a `Digest` header.
 #[must_use]
 pub fn digest_header(body: &[u8]) -> String {
@@ -206,29 +203,36 @@ pub fn check_digest(header: &str, body: &[u8]) -> Result<(), SigError> {
     }
 }
 
-/// Checks an RFC 9530 `Content-Digest` header (`sha-256=:…:` or `sha-512=:…:`).
+/// Parses an RFC 8941 dictionary (`Signature-Input`, `Signature`, `Content-Digest`, and
+/// dictionary fields a signature covers); `field` names it in the error.
+fn parse_dictionary(value: &str, field: &str) -> Result<Dictionary, SigError> {
+    Parser::new(value)
+        .with_version(Version::Rfc8941)
+        .parse()
+        .map_err(|e| SigError::Malformed(format!("{field} is not a structured dictionary: {e}")))
+}
+
+/// Checks an RFC 9530 `Content-Digest` header, a structured dictionary of byte sequences
+/// (`sha-256=:…:, sha-512=:…:`): every `sha-256` and `sha-512` member must match the body.
 ///
 /// # Errors
-/// [`SigError::Digest`] when no supported entry is present or one mismatches.
+/// [`SigError::Digest`] when the header is not such a dictionary, when no supported entry is
+/// present, or when one mismatches.
 pub fn check_content_digest(header: &str, body: &[u8]) -> Result<(), SigError> {
+    let digests = parse_dictionary(header, "Content-Digest")
+        .map_err(|_| SigError::Digest("malformed Content-Digest"))?;
     let mut matched = false;
-    for entry in split_top_level(header, ',') {
-        let Some((alg, value)) = entry.trim().split_once('=') else {
-            continue;
-        };
-        let Some(b64) = value
-            .trim()
-            .strip_prefix(':')
-            .and_then(|v| v.strip_suffix(':'))
+    for (alg, entry) in &digests {
+        let ListEntry::Item(Item {
+            bare_item: BareItem::ByteSequence(given),
+            ..
+        }) = entry
         else {
             return Err(SigError::Digest("malformed Content-Digest"));
         };
-        let given = B64
-            .decode(b64)
-            .map_err(|_| SigError::Digest("malformed Content-Digest"))?;
-        let ok = match alg.trim() {
-            "sha-256" => given == Sha256::digest(body).as_slice(),
-            "sha-512" => given == Sha512::digest(body).as_slice(),
+        let ok = match alg.as_str() {
+            "sha-256" => given.as_slice() == Sha256::digest(body).as_slice(),
+            "sha-512" => given.as_slice() == Sha512::digest(body).as_slice(),
             _ => continue,
         };
         if !ok {
@@ -367,7 +371,7 @@ pub fn parse_cavage<H: Fn(&str) -> Option<String>>(
         created_param.ok_or_else(|| SigError::Malformed("(created) without created".into()))?
     } else {
         let d = (req.header)("date").ok_or_else(|| SigError::Malformed("no Date".into()))?;
-        parse_http_date(&d).ok_or_else(|| SigError::Malformed("unparseable Date".into()))?
+        date::parse_unix_s(&d).ok_or_else(|| SigError::Malformed("unparseable Date".into()))?
     };
     let expires = if covers("(expires)") {
         Some(expires_param.ok_or_else(|| SigError::Malformed("(expires) without expires".into()))?)
@@ -418,45 +422,229 @@ pub fn parse_cavage<H: Fn(&str) -> Option<String>>(
     })
 }
 
-/// One member of an RFC 9421 `Signature-Input` dictionary.
-#[derive(Debug, Clone)]
-struct SigInput<'a> {
-    /// The serialized inner list with parameters, exactly as received (`@signature-params`).
-    raw: &'a str,
-    components: Vec<String>,
-    params: Vec<(String, String)>,
+/// Fields whose structured type is known, so that a covered `"name";sf` can be re-serialized
+/// strictly (RFC 9421 §2.1.1). A field missing here cannot be covered with `;sf`.
+fn structured_type(field: &str) -> Option<StructuredType> {
+    match field {
+        "content-digest"
+        | "repr-digest"
+        | "want-content-digest"
+        | "want-repr-digest"
+        | "signature"
+        | "signature-input"
+        | "accept-signature"
+        | "priority" => Some(StructuredType::Dictionary),
+        "cache-status" | "proxy-status" => Some(StructuredType::List),
+        _ => None,
+    }
 }
 
-fn parse_sig_input(member: &str) -> Result<SigInput<'_>, SigError> {
-    let raw = member.trim();
-    let rest = raw
-        .strip_prefix('(')
-        .ok_or_else(|| SigError::Malformed("Signature-Input is not an inner list".into()))?;
-    let close = rest
-        .find(')')
-        .ok_or_else(|| SigError::Malformed("unterminated inner list".into()))?;
-    let components = rest[..close]
-        .split_ascii_whitespace()
-        .map(|c| c.trim_matches('"').to_ascii_lowercase())
-        .collect();
-    let mut params = Vec::new();
-    for p in split_top_level(&rest[close + 1..], ';') {
-        let p = p.trim();
-        if p.is_empty() {
-            continue;
-        }
-        let (k, v) = p.split_once('=').unwrap_or((p, "?1"));
-        params.push((k.trim().to_owned(), v.trim().trim_matches('"').to_owned()));
+/// The top-level type of a structured field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StructuredType {
+    Dictionary,
+    List,
+}
+
+/// The serialization of an inner list with its parameters (`("@method" "@path");created=1`).
+fn serialize_inner_list(list: &InnerList) -> String {
+    let mut ser = ListSerializer::new();
+    {
+        let mut inner = ser.inner_list();
+        inner.items(&list.items);
+        let _params = inner.finish().parameters(&list.params);
     }
-    Ok(SigInput {
-        raw,
-        components,
-        params,
+    // A list with one member always serializes.
+    ser.finish().unwrap_or_default()
+}
+
+/// The value of one covered component (RFC 9421 §2.1 and §2.2), or why it cannot be given.
+fn component_value<H: Fn(&str) -> Option<String>>(
+    req: &RequestView<'_, H>,
+    uri: &url::Url,
+    component: &Item,
+) -> Result<String, SigError> {
+    let BareItem::String(name) = &component.bare_item else {
+        return Err(SigError::Malformed(
+            "a component identifier is not a string".into(),
+        ));
+    };
+    let name = name.as_str().to_ascii_lowercase();
+    let value = if name.starts_with('@') {
+        derived_value(req, uri, &name, &component.params)?
+    } else {
+        field_value(req, &name, &component.params)?
+    };
+    if value.contains(['\r', '\n']) {
+        return Err(SigError::Malformed(format!("{name} spans lines")));
+    }
+    Ok(value)
+}
+
+/// A derived component (RFC 9421 §2.2) of a request. `@query-param` takes its `name`; no other
+/// parameter is supported (`req` and `tr` concern responses and trailers).
+fn derived_value<H: Fn(&str) -> Option<String>>(
+    req: &RequestView<'_, H>,
+    uri: &url::Url,
+    name: &str,
+    params: &Parameters,
+) -> Result<String, SigError> {
+    let mut query_name = None;
+    for (key, value) in params {
+        match (name, key.as_str(), value) {
+            ("@query-param", "name", BareItem::String(s)) => query_name = Some(s.as_str()),
+            ("@query-param", "name", _) => {
+                return Err(SigError::Malformed(
+                    "@query-param name is not a string".into(),
+                ));
+            }
+            _ => return Err(SigError::Component(format!("{name} with parameter {key}"))),
+        }
+    }
+    Ok(match name {
+        "@method" => req.method.to_ascii_uppercase(),
+        "@target-uri" => req.target_uri.to_owned(),
+        "@authority" => authority(uri).to_ascii_lowercase(),
+        "@scheme" => uri.scheme().to_owned(),
+        "@path" => uri.path().to_owned(),
+        "@query" => format!("?{}", uri.query().unwrap_or_default()),
+        "@request-target" => req.path_and_query.to_owned(),
+        "@query-param" => {
+            let wanted = query_name
+                .ok_or_else(|| SigError::Malformed("@query-param without a name".into()))?;
+            query_param(uri, wanted)?
+        }
+        "@signature-params" => {
+            return Err(SigError::Malformed(
+                "@signature-params is listed as a component".into(),
+            ));
+        }
+        other => return Err(SigError::Component(other.to_owned())),
     })
 }
 
-/// Parses and checks an RFC 9421 signature (the first member of `Signature-Input`; Mastodon
-/// requires exactly one). `Content-Digest` is checked against the body on requests with one.
+/// The query parameter whose encoded name is `wanted`, decoded and re-encoded as RFC 9421
+/// §2.2.8 says: `application/x-www-form-urlencoded` parsing, then percent-encoding with that
+/// set, spaces as `%20`. A parameter that is absent or occurs twice cannot be covered.
+fn query_param(uri: &url::Url, wanted: &str) -> Result<String, SigError> {
+    let encode = |s: &str| {
+        url::form_urlencoded::byte_serialize(s.as_bytes())
+            .collect::<String>()
+            // The serializer writes a space as `+` and a literal `+` as `%2B`.
+            .replace('+', "%20")
+    };
+    let mut found = None;
+    for (name, value) in uri.query_pairs() {
+        if encode(&name) == wanted {
+            if found.is_some() {
+                return Err(SigError::Malformed(format!(
+                    "query parameter {wanted} occurs more than once"
+                )));
+            }
+            found = Some(encode(&value));
+        }
+    }
+    found.ok_or_else(|| SigError::Malformed(format!("query parameter {wanted} is absent")))
+}
+
+/// An HTTP field component (RFC 9421 §2.1): the field's value, or with `sf` its strict
+/// re-serialization, or with `key="…"` the serialization of that dictionary member's value.
+/// `bs`, `req` and `tr` are not supported.
+fn field_value<H: Fn(&str) -> Option<String>>(
+    req: &RequestView<'_, H>,
+    name: &str,
+    params: &Parameters,
+) -> Result<String, SigError> {
+    let (mut strict, mut member) = (false, None);
+    for (key, value) in params {
+        match (key.as_str(), value) {
+            ("sf", BareItem::Boolean(true)) => strict = true,
+            ("key", BareItem::String(s)) => member = Some(s.as_str()),
+            ("sf" | "key", _) => {
+                return Err(SigError::Malformed(format!(
+                    "parameter {key} of {name} has the wrong type"
+                )));
+            }
+            _ => return Err(SigError::Component(format!("{name} with parameter {key}"))),
+        }
+    }
+    let value = (req.header)(name)
+        .ok_or_else(|| SigError::Malformed(format!("signed header {name} is absent")))?;
+    let value = value.trim();
+    if let Some(member) = member {
+        let dictionary = parse_dictionary(value, name)?;
+        return match dictionary.get(member) {
+            Some(ListEntry::Item(item)) => Ok(item.serialize()),
+            Some(ListEntry::InnerList(list)) => Ok(serialize_inner_list(list)),
+            None => Err(SigError::Malformed(format!(
+                "{name} has no member {member}"
+            ))),
+        };
+    }
+    if !strict {
+        return Ok(value.to_owned());
+    }
+    let parser = Parser::new(value).with_version(Version::Rfc8941);
+    let malformed = |e: sfv::Error| SigError::Malformed(format!("{name} is not structured: {e}"));
+    let serialized = match structured_type(name) {
+        Some(StructuredType::Dictionary) => {
+            parser.parse::<Dictionary>().map_err(malformed)?.serialize()
+        }
+        Some(StructuredType::List) => parser.parse::<List>().map_err(malformed)?.serialize(),
+        None => {
+            return Err(SigError::Component(format!(
+                "{name};sf (not a known structured field)"
+            )));
+        }
+    };
+    Ok(serialized.unwrap_or_default())
+}
+
+/// The RFC 9421 signature base (§2.5) of one `Signature-Input` member over a request: one line
+/// per covered component, its identifier serialized as received (parameters included), then
+/// `"@signature-params"` with the inner list and its parameters serialized.
+///
+/// # Errors
+/// [`SigError::Malformed`] for a component that cannot be given (an absent header, an absent or
+/// repeated query parameter, a component listed twice), [`SigError::Component`] for one this
+/// module does not support.
+pub fn signature_base<H: Fn(&str) -> Option<String>>(
+    req: &RequestView<'_, H>,
+    input: &InnerList,
+) -> Result<String, SigError> {
+    let uri =
+        url::Url::parse(req.target_uri).map_err(|_| SigError::Malformed("target URI".into()))?;
+    let mut lines: Vec<(String, String)> = Vec::with_capacity(input.items.len());
+    for component in &input.items {
+        let identifier = component.serialize();
+        if lines.iter().any(|(seen, _)| *seen == identifier) {
+            return Err(SigError::Malformed(format!(
+                "component {identifier} is listed twice"
+            )));
+        }
+        let value = component_value(req, &uri, component)?;
+        lines.push((identifier, value));
+    }
+    Ok(assemble_base(&lines, &serialize_inner_list(input)))
+}
+
+/// Writes a signature base from its (identifier, value) lines and the serialized parameters.
+fn assemble_base(lines: &[(String, String)], signature_params: &str) -> String {
+    let mut base = String::new();
+    for (identifier, value) in lines {
+        base.push_str(identifier);
+        base.push_str(": ");
+        base.push_str(value);
+        base.push('\n');
+    }
+    base.push_str("\"@signature-params\": ");
+    base.push_str(signature_params);
+    base
+}
+
+/// Parses and checks an RFC 9421 signature (the one member of `Signature-Input`; Mastodon
+/// requires exactly one). `Signature-Input` and `Signature` are read as RFC 8941 dictionaries;
+/// `Content-Digest` is checked against the body on requests with one.
 ///
 /// # Errors
 /// Any [`SigError`].
@@ -467,52 +655,62 @@ pub fn parse_rfc9421<H: Fn(&str) -> Option<String>>(
 ) -> Result<ParsedSignature, SigError> {
     let input_header = (req.header)("signature-input").ok_or(SigError::Missing)?;
     let sig_header = (req.header)("signature").ok_or(SigError::Missing)?;
-    let members: Vec<&str> = split_top_level(&input_header, ',')
-        .into_iter()
-        .filter(|m| !m.trim().is_empty())
-        .collect();
-    let [member] = members.as_slice() else {
+    let inputs = parse_dictionary(&input_header, "Signature-Input")?;
+    let mut members = inputs.iter();
+    let (Some((label, entry)), None) = (members.next(), members.next()) else {
         return Err(SigError::Malformed("expected exactly one signature".into()));
     };
-    let (label, value) = member
-        .split_once('=')
-        .ok_or_else(|| SigError::Malformed("Signature-Input member".into()))?;
-    let label = label.trim();
-    let input = parse_sig_input(value)?;
-    let signature = split_top_level(&sig_header, ',')
-        .into_iter()
-        .filter_map(|m| m.split_once('='))
-        .find(|(l, _)| l.trim() == label)
-        .and_then(|(_, v)| v.trim().strip_prefix(':').and_then(|v| v.strip_suffix(':')))
-        .ok_or_else(|| SigError::Malformed(format!("no Signature for {label}")))?;
-    let signature = B64
-        .decode(signature)
-        .map_err(|_| SigError::Malformed("signature is not base64".into()))?;
-    let param = |k: &str| {
-        input
-            .params
-            .iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.as_str())
+    let ListEntry::InnerList(input) = entry else {
+        return Err(SigError::Malformed(
+            "Signature-Input is not an inner list".into(),
+        ));
     };
-    let key_id = param("keyid").ok_or_else(|| SigError::Malformed("no keyid".into()))?;
-    let alg = match param("alg") {
+    let signature = match parse_dictionary(&sig_header, "Signature")?.get(label.as_str()) {
+        Some(ListEntry::Item(Item {
+            bare_item: BareItem::ByteSequence(bytes),
+            ..
+        })) => bytes.clone(),
+        Some(_) => {
+            return Err(SigError::Malformed(format!(
+                "Signature {} is not a byte sequence",
+                label.as_str()
+            )));
+        }
+        None => {
+            return Err(SigError::Malformed(format!(
+                "no Signature for {}",
+                label.as_str()
+            )));
+        }
+    };
+    let string_param = |k: &str| match input.params.get(k) {
+        None => Ok(None),
+        Some(BareItem::String(s)) => Ok(Some(s.as_str())),
+        Some(_) => Err(SigError::Malformed(format!("{k} is not a string"))),
+    };
+    let int_param = |k: &str| match input.params.get(k) {
+        None => Ok(None),
+        Some(BareItem::Integer(n)) => Ok(Some(i64::from(*n))),
+        Some(_) => Err(SigError::Malformed(format!("{k} is not a number"))),
+    };
+    let key_id = string_param("keyid")?.ok_or_else(|| SigError::Malformed("no keyid".into()))?;
+    let alg = match string_param("alg")? {
         None => Alg::FromKey,
         Some("rsa-v1_5-sha256") => Alg::RsaSha256,
         Some("ed25519") => Alg::Ed25519,
         Some(other) => return Err(SigError::Algorithm(other.to_owned())),
     };
-    let num = |k: &str| -> Result<Option<i64>, SigError> {
-        param(k)
-            .map(|v| {
-                v.parse::<i64>()
-                    .map_err(|_| SigError::Malformed(format!("{k} is not a number")))
-            })
-            .transpose()
-    };
-    let created = num("created")?.ok_or(SigError::Coverage("created"))?;
-    check_window(created, num("expires")?, now)?;
-    let covers = |c: &str| input.components.iter().any(|x| x == c);
+    let created = int_param("created")?.ok_or(SigError::Coverage("created"))?;
+    check_window(created, int_param("expires")?, now)?;
+    // Coverage goes by component name, whatever its parameters (`"content-digest";sf` covers
+    // the digest as well).
+    let names: Vec<String> = input
+        .items
+        .iter()
+        .filter_map(|c| c.bare_item.as_string())
+        .map(|name| name.as_str().to_ascii_lowercase())
+        .collect();
+    let covers = |c: &str| names.iter().any(|x| x == c);
     if !covers("@method") {
         return Err(SigError::Coverage("@method"));
     }
@@ -528,33 +726,7 @@ pub fn parse_rfc9421<H: Fn(&str) -> Option<String>>(
             .ok_or(SigError::Digest("missing Content-Digest header"))?;
         check_content_digest(&d, body.unwrap_or_default())?;
     }
-    let uri =
-        url::Url::parse(req.target_uri).map_err(|_| SigError::Malformed("target URI".into()))?;
-    let mut base = String::new();
-    for c in &input.components {
-        let v = match c.as_str() {
-            "@method" => req.method.to_ascii_uppercase(),
-            "@target-uri" => req.target_uri.to_owned(),
-            "@authority" => match uri.port() {
-                Some(p) => format!("{}:{p}", uri.host_str().unwrap_or_default()),
-                None => uri.host_str().unwrap_or_default().to_owned(),
-            }
-            .to_ascii_lowercase(),
-            "@scheme" => uri.scheme().to_owned(),
-            "@path" => uri.path().to_owned(),
-            "@query" => format!("?{}", uri.query().unwrap_or_default()),
-            "@request-target" => req.path_and_query.to_owned(),
-            name if name.starts_with('@') => {
-                return Err(SigError::Malformed(format!("component {name}")));
-            }
-            name => (req.header)(name)
-                .ok_or_else(|| SigError::Malformed(format!("signed header {name} is absent")))?
-                .trim()
-                .to_owned(),
-        };
-        base.push_str(&format!("\"{c}\": {v}\n"));
-    }
-    base.push_str(&format!("\"@signature-params\": {}", input.raw));
+    let base = signature_base(req, input)?;
     Ok(ParsedSignature {
         scheme: Scheme::Rfc9421,
         key_id: key_id.to_owned(),
@@ -598,7 +770,7 @@ pub fn sign_cavage<E>(
     sign: impl FnOnce(&[u8]) -> Result<Vec<u8>, E>,
 ) -> Result<SignedHeaders, E> {
     let host = authority(url);
-    let date = http_date(now);
+    let date = date::format_unix_s(now);
     let target = request_target(url);
     let mut names = vec!["(request-target)", "host", "date"];
     let mut lines = vec![
@@ -625,8 +797,29 @@ pub fn sign_cavage<E>(
     Ok(out)
 }
 
+/// The component identifiers this server signs with.
+const METHOD: &StringRef = sfv::string_ref("@method");
+const TARGET_URI: &StringRef = sfv::string_ref("@target-uri");
+const CONTENT_DIGEST: &StringRef = sfv::string_ref("content-digest");
+
+/// `s` as an sf-string for a signature parameter: what an sf-string cannot hold (controls and
+/// non-ASCII characters) is percent-encoded, as it would be in the URL a key id is.
+fn sf_string(s: &str) -> sfv::String {
+    let mut printable = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x20..=0x7e).contains(&b) {
+            printable.push(char::from(b));
+        } else {
+            printable.push_str(&format!("%{b:02X}"));
+        }
+    }
+    // Only printable ASCII is left, which every sf-string may hold.
+    sfv::String::from_string(printable).unwrap_or_default()
+}
+
 /// Signs a request RFC 9421 style (`@method @target-uri [content-digest]`, `created`, `keyid`,
-/// `alg`). Returns the headers to send.
+/// `alg`). Returns the headers to send, `Signature-Input` and `Signature` serialized as RFC 8941
+/// dictionaries with the one member `sig1`.
 ///
 /// # Errors
 /// When `sign` fails.
@@ -639,27 +832,41 @@ pub fn sign_rfc9421<E>(
     now: i64,
     sign: impl FnOnce(&[u8]) -> Result<Vec<u8>, E>,
 ) -> Result<SignedHeaders, E> {
-    let mut comps = vec!["\"@method\"", "\"@target-uri\""];
-    let mut base = format!(
-        "\"@method\": {}\n\"@target-uri\": {}\n",
-        method.to_ascii_uppercase(),
-        url.as_str()
-    );
+    let mut components = vec![
+        (METHOD, method.to_ascii_uppercase()),
+        (TARGET_URI, url.as_str().to_owned()),
+    ];
     let mut out = Vec::new();
     if let Some(body) = body {
         let d = content_digest_header(body);
-        comps.push("\"content-digest\"");
-        base.push_str(&format!("\"content-digest\": {d}\n"));
+        components.push((CONTENT_DIGEST, d.clone()));
         out.push(("content-digest", d));
     }
-    let params = format!(
-        "({});created={now};keyid=\"{key_id}\";alg=\"{alg}\"",
-        comps.join(" ")
-    );
-    base.push_str(&format!("\"@signature-params\": {params}"));
-    let sig = sign(base.as_bytes())?;
+    let (key_id, alg) = (sf_string(key_id), sf_string(alg));
+    // Unix seconds stay far inside the 15 digits of an sf-integer.
+    let created = sfv::Integer::try_from(now).unwrap_or(sfv::integer(0));
+    let mut params = ListSerializer::new();
+    {
+        let mut inner = params.inner_list();
+        for (identifier, _) in &components {
+            inner.bare_item(*identifier);
+        }
+        let _params = inner
+            .finish()
+            .parameter(sfv::key_ref("created"), created)
+            .parameter(sfv::key_ref("keyid"), &*key_id)
+            .parameter(sfv::key_ref("alg"), &*alg);
+    }
+    let params = params.finish().unwrap_or_default();
+    let lines: Vec<(String, String)> = components
+        .into_iter()
+        .map(|(identifier, value)| (ItemSerializer::new().bare_item(identifier).finish(), value))
+        .collect();
+    let sig = sign(assemble_base(&lines, &params).as_bytes())?;
+    let mut signature = DictSerializer::new();
+    signature.bare_item(sfv::key_ref("sig1"), sig.as_slice());
     out.push(("signature-input", format!("sig1={params}")));
-    out.push(("signature", format!("sig1=:{}:", B64.encode(sig))));
+    out.push(("signature", signature.finish().unwrap_or_default()));
     Ok(out)
 }
 
@@ -741,7 +948,7 @@ mod tests {
             "signature",
             "keyId=\"k\",algorithm=\"rsa-sha256\",headers=\"(request-target) host date\",signature=\"AAAA\"".to_owned(),
         );
-        h.insert("date", http_date(100));
+        h.insert("date", date::format_unix_s(100));
         h.insert("host", "a".into());
         let f = lookup(&h);
         let view = RequestView {
@@ -794,12 +1001,346 @@ mod tests {
     #[test]
     fn http_dates_round_trip() {
         assert_eq!(
-            parse_http_date(&http_date(1_700_000_000)),
+            date::parse_unix_s(&date::format_unix_s(1_700_000_000)),
             Some(1_700_000_000)
         );
         assert_eq!(
-            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+            date::parse_unix_s("Sun, 06 Nov 1994 08:49:37 GMT"),
             Some(784_111_777)
         );
+    }
+
+    /// The inner list of a `Signature-Input` member value, as a verifier parses it.
+    fn inner_list(member: &str) -> InnerList {
+        match parse_dictionary(&format!("sig={member}"), "test")
+            .unwrap()
+            .swap_remove("sig")
+        {
+            Some(ListEntry::InnerList(list)) => list,
+            other => panic!("not an inner list: {other:?}"),
+        }
+    }
+
+    fn base_for(
+        headers: &HashMap<&str, String>,
+        target_uri: &str,
+        member: &str,
+    ) -> Result<String, SigError> {
+        let f = lookup(headers);
+        let uri = url::Url::parse(target_uri).unwrap();
+        let view = RequestView {
+            method: "POST",
+            path_and_query: &target_uri[target_uri.find(uri.path()).unwrap()..],
+            target_uri,
+            header: &f,
+        };
+        signature_base(&view, &inner_list(member))
+    }
+
+    const RFC_DIGEST_512: &str = "sha-512=:WZDPaVn/7XgHaAy8pmojAkGWoRx2UFChF41A2svX+TaPm+AbwAgBWnrIiYllu7BNNyealdVLvRwEmTHWXvJwew==:";
+    const RFC_DIGEST_256: &str = "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:";
+    /// The body of the RFC 9421 Appendix B.2 test request.
+    const RFC_BODY: &[u8] = br#"{"hello": "world"}"#;
+
+    #[test]
+    fn rfc9421_base_with_a_query_param_is_the_rfcs() {
+        // RFC 9421 Appendix B.2.2: selective covered components of the B.2 test request
+        // `POST /foo?param=Value&Pet=dog`.
+        let h = HashMap::from([
+            ("host", "example.com".to_owned()),
+            ("content-digest", RFC_DIGEST_512.to_owned()),
+        ]);
+        let member = r#"("@authority" "content-digest" "@query-param";name="Pet");created=1618884473;keyid="test-key-rsa-pss";tag="header-example""#;
+        assert_eq!(
+            base_for(&h, "https://example.com/foo?param=Value&Pet=dog", member).unwrap(),
+            format!(
+                "\"@authority\": example.com\n\
+                 \"content-digest\": {RFC_DIGEST_512}\n\
+                 \"@query-param\";name=\"Pet\": dog\n\
+                 \"@signature-params\": {member}"
+            )
+        );
+        check_content_digest(RFC_DIGEST_512, RFC_BODY).unwrap();
+        check_content_digest(&format!("{RFC_DIGEST_256}, {RFC_DIGEST_512}"), RFC_BODY).unwrap();
+    }
+
+    #[test]
+    fn rfc9421_query_params_are_decoded_and_re_encoded() {
+        // RFC 9421 §2.2.8.
+        let h = HashMap::new();
+        let member =
+            r#"("@query-param";name="baz" "@query-param";name="qux" "@query-param";name="param")"#;
+        assert_eq!(
+            base_for(
+                &h,
+                "https://example.com/path?param=value&foo=bar&baz=batman&qux=",
+                member
+            )
+            .unwrap(),
+            format!(
+                "\"@query-param\";name=\"baz\": batman\n\
+                 \"@query-param\";name=\"qux\": \n\
+                 \"@query-param\";name=\"param\": value\n\
+                 \"@signature-params\": {member}"
+            )
+        );
+        let member = r#"("@query-param";name="var" "@query-param";name="bar" "@query-param";name="fa%C3%A7ade%22%3A%20")"#;
+        assert_eq!(
+            base_for(
+                &h,
+                "https://example.com/parameters?var=this%20is%20a%20big%0Amultiline%20value&\
+                 bar=with+plus+whitespace&fa%C3%A7ade%22%3A%20=something",
+                member
+            )
+            .unwrap(),
+            format!(
+                "\"@query-param\";name=\"var\": this%20is%20a%20big%0Amultiline%20value\n\
+                 \"@query-param\";name=\"bar\": with%20plus%20whitespace\n\
+                 \"@query-param\";name=\"fa%C3%A7ade%22%3A%20\": something\n\
+                 \"@signature-params\": {member}"
+            )
+        );
+    }
+
+    #[test]
+    fn rfc9421_structured_field_components() {
+        // RFC 9421 §2.1.1 (`sf`: strict re-serialization) and §2.1.2 (`key`: one member).
+        let h = HashMap::from([
+            (
+                "content-digest",
+                format!("{RFC_DIGEST_256},   {RFC_DIGEST_512}"),
+            ),
+            (
+                "example-dict",
+                " a=1,    b=2;x=1;y=2,   c=(a   b   c), d".to_owned(),
+            ),
+        ]);
+        let member = r#"("content-digest" "content-digest";sf "content-digest";key="sha-256" "example-dict";key="a" "example-dict";key="b" "example-dict";key="c" "example-dict";key="d");created=1"#;
+        assert_eq!(
+            base_for(&h, "https://example.com/foo", member).unwrap(),
+            format!(
+                "\"content-digest\": {RFC_DIGEST_256},   {RFC_DIGEST_512}\n\
+                 \"content-digest\";sf: {RFC_DIGEST_256}, {RFC_DIGEST_512}\n\
+                 \"content-digest\";key=\"sha-256\": :X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:\n\
+                 \"example-dict\";key=\"a\": 1\n\
+                 \"example-dict\";key=\"b\": 2;x=1;y=2\n\
+                 \"example-dict\";key=\"c\": (a b c)\n\
+                 \"example-dict\";key=\"d\": ?1\n\
+                 \"@signature-params\": {member}"
+            )
+        );
+    }
+
+    #[test]
+    fn rfc9421_signature_params_are_the_serialized_inner_list() {
+        // Extra whitespace inside the inner list is not part of its serialization.
+        let h = HashMap::new();
+        let base = base_for(
+            &h,
+            "https://example.com/foo",
+            r#"(  "@method"   "@path" );created=1;keyid="k""#,
+        )
+        .unwrap();
+        assert_eq!(
+            base,
+            "\"@method\": POST\n\"@path\": /foo\n\
+             \"@signature-params\": (\"@method\" \"@path\");created=1;keyid=\"k\""
+        );
+    }
+
+    /// Parses a GET of `target` signed with `member` (and `signature` as `Signature`).
+    fn parse_get(member: &str, signature: &str, target: &str) -> Result<ParsedSignature, SigError> {
+        let h = HashMap::from([
+            ("signature-input", member.to_owned()),
+            ("signature", signature.to_owned()),
+            ("content-digest", RFC_DIGEST_512.to_owned()),
+            ("example-dict", "a=1".to_owned()),
+        ]);
+        let f = lookup(&h);
+        let uri = url::Url::parse(target).unwrap();
+        let path_and_query = match uri.query() {
+            Some(q) => format!("{}?{q}", uri.path()),
+            None => uri.path().to_owned(),
+        };
+        let view = RequestView {
+            method: "GET",
+            path_and_query: &path_and_query,
+            target_uri: target,
+            header: &f,
+        };
+        parse_rfc9421(&view, Some(RFC_BODY), 1_010)
+    }
+
+    #[test]
+    fn rfc9421_rejects_malformed_and_unsupported_inputs() {
+        let target = "https://example.com/foo?dup=1&dup=2&one=1";
+        let ok = r#"sig1=("@method" "@target-uri");created=1000;keyid="k""#;
+        assert!(parse_get(ok, "sig1=:AAAA:", target).is_ok());
+        let with = |extra: &str| {
+            format!(r#"sig1=("@method" "@target-uri" {extra});created=1000;keyid="k""#)
+        };
+        let malformed = [
+            r#"sig1=("@method" "@target-uri""#.to_owned(),
+            r#"sig1="@method";created=1000;keyid="k""#.to_owned(),
+            format!("{ok}, {}", ok.replace("sig1", "sig2")),
+            with("@method"),
+            with("method"),
+            with("\"@method\""),
+            with("\"@query-param\""),
+            with("\"@query-param\";name=\"absent\""),
+            with("\"@query-param\";name=\"dup\""),
+            with("\"@query-param\";name=one"),
+            with("\"@signature-params\""),
+            with("\"content-digest\";key=\"sha-1\""),
+            with("\"content-digest\";sf=?0"),
+            with("\"x-absent\""),
+            ok.replace("created=1000", "created=\"1000\""),
+            ok.replace("keyid=\"k\"", "keyid=k"),
+            ok.replace("sig1=(", "sig1=( ")
+                .replace("keyid=\"k\"", "keyid"),
+        ];
+        for member in &malformed {
+            let err = parse_get(member, "sig1=:AAAA:", target).unwrap_err();
+            assert!(matches!(err, SigError::Malformed(_)), "{member}: {err:?}");
+        }
+        for component in [
+            "\"content-digest\";bs",
+            "\"content-digest\";req",
+            "\"content-digest\";tr",
+            "\"content-digest\";other",
+            "\"@method\";req",
+            "\"@path\";name=\"x\"",
+            "\"@status\"",
+            "\"example-dict\";sf",
+        ] {
+            let err = parse_get(&with(component), "sig1=:AAAA:", target).unwrap_err();
+            assert!(
+                matches!(err, SigError::Component(_)),
+                "{component}: {err:?}"
+            );
+        }
+        for signature in [
+            "sig1=\"AAAA\"",
+            "sig2=:AAAA:",
+            "sig1=:AA!A:",
+            "sig1=(:AAAA:)",
+            "",
+        ] {
+            let err = parse_get(ok, signature, target).unwrap_err();
+            assert!(
+                matches!(err, SigError::Malformed(_)),
+                "{signature}: {err:?}"
+            );
+        }
+        // A parameterised content-digest still counts as covering it.
+        assert!(parse_get(&with("\"content-digest\";sf"), "sig1=:AAAA:", target).is_ok());
+    }
+
+    #[test]
+    fn rfc9421_round_trip_with_parameterised_components() {
+        use ring::signature::{Ed25519KeyPair, KeyPair as _};
+        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new()).unwrap();
+        let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
+        let key = PublicKey::Ed25519(pair.public_key().as_ref().try_into().unwrap());
+        let input = inner_list(
+            r#"("@method" "@authority" "@path" "content-digest";sf "@query-param";name="Pet");created=1000;keyid="https://a.example/actor#ed";alg="ed25519""#,
+        );
+        let mut h = HashMap::from([
+            ("content-digest", content_digest_header(RFC_BODY)),
+            (
+                "signature-input",
+                format!("sig1={}", serialize_inner_list(&input)),
+            ),
+        ]);
+        let signed = "https://example.com/foo?param=Value&Pet=dog";
+        let base = base_for(&h, signed, &serialize_inner_list(&input)).unwrap();
+        assert!(
+            base.contains("\n\"@query-param\";name=\"Pet\": dog\n"),
+            "{base}"
+        );
+        h.insert(
+            "signature",
+            format!("sig1=:{}:", B64.encode(pair.sign(base.as_bytes()))),
+        );
+        let f = lookup(&h);
+        let parse = |target: &'static str, body: &[u8]| {
+            let uri = url::Url::parse(target).unwrap();
+            let path_and_query = format!("{}?{}", uri.path(), uri.query().unwrap_or_default());
+            let view = RequestView {
+                method: "POST",
+                path_and_query: &path_and_query,
+                target_uri: target,
+                header: &f,
+            };
+            parse_rfc9421(&view, Some(body), 1_010)
+        };
+        let p = parse(signed, RFC_BODY).unwrap();
+        assert_eq!(p.candidates, vec![base]);
+        assert_eq!(p.key_id, "https://a.example/actor#ed");
+        assert!(p.verify(&key));
+        // A query parameter the signature does not cover may change; the covered one may not.
+        assert!(
+            parse("https://example.com/foo?param=Other&Pet=dog", RFC_BODY)
+                .unwrap()
+                .verify(&key)
+        );
+        assert!(
+            !parse("https://example.com/foo?param=Value&Pet=cat", RFC_BODY)
+                .unwrap()
+                .verify(&key)
+        );
+        assert!(matches!(
+            parse(signed, b"{}").unwrap_err(),
+            SigError::Digest(_)
+        ));
+    }
+
+    #[test]
+    fn rfc9421_signing_headers_are_structured_fields() {
+        let url = url::Url::parse("https://a.example/inbox").unwrap();
+        let mut captured = String::new();
+        let hs = sign_rfc9421::<()>(
+            "post",
+            &url,
+            None,
+            "https://a.example/u\"1\\é#k",
+            "ed25519",
+            7,
+            |m| {
+                captured = String::from_utf8(m.to_vec()).unwrap();
+                Ok(vec![0xfb; 4])
+            },
+        )
+        .unwrap();
+        let h: HashMap<&str, String> = hs.into_iter().collect();
+        let input = r#"("@method" "@target-uri");created=7;keyid="https://a.example/u\"1\\%C3%A9#k";alg="ed25519""#;
+        assert_eq!(h["signature-input"], format!("sig1={input}"));
+        assert_eq!(h["signature"], "sig1=:+/v7+w==:");
+        assert_eq!(
+            captured,
+            format!(
+                "\"@method\": POST\n\"@target-uri\": https://a.example/inbox\n\
+                 \"@signature-params\": {input}"
+            )
+        );
+        let f = lookup(&h);
+        let view = RequestView {
+            method: "POST",
+            path_and_query: "/inbox",
+            target_uri: url.as_str(),
+            header: &f,
+        };
+        // A POST must cover the body; the headers still parse as what was signed.
+        assert_eq!(
+            parse_rfc9421(&view, None, 7).unwrap_err(),
+            SigError::Coverage("content-digest")
+        );
+        let view = RequestView {
+            method: "GET",
+            ..view
+        };
+        let p = parse_rfc9421(&view, None, 7).unwrap();
+        assert_eq!(p.key_id, "https://a.example/u\"1\\%C3%A9#k");
+        assert_eq!(p.signature, vec![0xfb; 4]);
     }
 }
