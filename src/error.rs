@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-/// The class of a failure, which each transport renders (DESIGN.md §5).
+/// The class of a failure, which each transport renders (`docs/architecture.md`, Errors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     /// Malformed input.
@@ -53,15 +53,13 @@ pub enum Error {
     /// The embedded SQLite database failed.
     #[error("database unavailable")]
     Sqlite(#[from] rusqlite::Error),
-    /// A stored row could not be decoded into its type.
-    #[error("stored data is corrupt")]
-    Row(String),
     /// A migration failed.
     #[error("database migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A stored row could not be decoded.
+    /// Stored data (a row, a JSON body) could not be decoded into its type; the text says
+    /// what, for the logs.
     #[error("stored data is corrupt")]
-    Corrupt(#[source] serde_json::Error),
+    Corrupt(String),
     /// The server could not start (a port in use, no TLS roots…).
     #[error("start-up failed: {0}")]
     Startup(String),
@@ -71,6 +69,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// Stored data that could not be decoded ([`Error::Corrupt`]).
+    pub fn corrupt(e: impl std::fmt::Display) -> Self {
+        Self::Corrupt(e.to_string())
+    }
+
     /// The class of this error.
     #[must_use]
     pub fn kind(&self) -> ErrorKind {
@@ -80,9 +83,7 @@ impl Error {
             Self::Forbidden => ErrorKind::Forbidden,
             Self::NotFound(_) => ErrorKind::NotFound,
             Self::TooLarge(_) => ErrorKind::TooLarge,
-            Self::Config(_) | Self::Corrupt(_) | Self::Row(_) | Self::Startup(_) => {
-                ErrorKind::Permanent
-            }
+            Self::Config(_) | Self::Corrupt(_) | Self::Startup(_) => ErrorKind::Permanent,
             Self::Database(_) | Self::Sqlite(_) | Self::Migrate(_) | Self::Unavailable => {
                 ErrorKind::Temporary
             }

@@ -18,7 +18,8 @@ use ring::signature::{self, Ed25519KeyPair, KeyPair as _, RsaKeyPair, UnparsedPu
 
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
-use crate::store::{Arg, Db};
+use crate::store::keys::KeyRow;
+use crate::store::{self, Db};
 
 /// Algorithm tag stored with an RSA key.
 const RSA: &str = "rsa-2048";
@@ -129,13 +130,6 @@ pub struct Keys {
     loading: Arc<tokio::sync::Mutex<()>>,
 }
 
-#[derive(sqlx::FromRow, serde::Deserialize)]
-struct KeyRow {
-    algorithm: String,
-    private_der: Vec<u8>,
-    public_der: Vec<u8>,
-}
-
 impl Keys {
     /// A key store over `db`.
     #[must_use]
@@ -160,7 +154,7 @@ impl Keys {
         if let Some(key) = self.lock().rsa.get(name) {
             return Ok(key.clone());
         }
-        let row = match self.load(name).await? {
+        let row = match store::keys::load(&self.db, name).await? {
             Some(row) => row,
             None => {
                 let (private_der, public_der) = tokio::task::spawn_blocking(generate_rsa)
@@ -189,7 +183,7 @@ impl Keys {
         if let Some(key) = self.lock().ed25519.get(name) {
             return Ok(key.clone());
         }
-        let row = match self.load(name).await? {
+        let row = match store::keys::load(&self.db, name).await? {
             Some(row) => row,
             None => {
                 let pkcs8 = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new())
@@ -216,16 +210,7 @@ impl Keys {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn load(&self, name: &str) -> Result<Option<KeyRow>> {
-        self.db
-            .fetch_optional(
-                "SELECT algorithm, private_der, public_der FROM keys WHERE name = $1",
-                &[Arg::Text(name)],
-            )
-            .await
-    }
-
-    /// Inserts a freshly generated key unless another instance got there first, and returns
+    /// Stores a freshly generated key unless another instance got there first, and returns
     /// the row that is stored either way.
     async fn store(
         &self,
@@ -235,31 +220,11 @@ impl Keys {
         public_der: Vec<u8>,
     ) -> Result<KeyRow> {
         let now = self.clock.now_ms();
-        self.db
-            .execute(
-                "INSERT INTO keys (name, algorithm, private_der, public_der, created_at) \
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-                &[
-                    Arg::Text(name),
-                    Arg::Text(algorithm),
-                    Arg::Bytes(&private_der),
-                    Arg::Bytes(&public_der),
-                    Arg::Int(now),
-                ],
-            )
-            .await?;
+        let row =
+            store::keys::insert_or_keep(&self.db, name, algorithm, &private_der, &public_der, now)
+                .await?;
         tracing::info!(key = name, algorithm, "generated signing key");
-        // Read back through the writer's view: the row may be another instance's.
-        let rows: Vec<KeyRow> = self
-            .db
-            .write_fetch_all(
-                "SELECT algorithm, private_der, public_der FROM keys WHERE name = $1",
-                &[Arg::Text(name)],
-            )
-            .await?;
-        rows.into_iter()
-            .next()
-            .ok_or_else(|| Error::NotFound(format!("key {name}")))
+        Ok(row)
     }
 }
 

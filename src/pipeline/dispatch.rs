@@ -362,7 +362,7 @@ impl JobHandler for DispatchHandler {
             .iter()
             .map(|a| serde_json::to_string(&a.response))
             .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(Error::Corrupt)?;
+            .map_err(Error::corrupt)?;
         let rows: Vec<NewMessage<'_>> = answers
             .iter()
             .zip(&bodies)
@@ -393,7 +393,7 @@ impl JobHandler for DispatchHandler {
             let payload = serde_json::to_string(&DeliverJob {
                 response_id: a.response.id.clone(),
             })
-            .map_err(Error::Corrupt)?;
+            .map_err(Error::corrupt)?;
             job_ids.push((job_id, payload));
         }
         let records: Vec<DeliveryRecord<'_>> = delivered
@@ -417,7 +417,7 @@ impl JobHandler for DispatchHandler {
                 ))
             })
             .collect::<std::result::Result<Vec<(String, String)>, serde_json::Error>>()
-            .map_err(Error::Corrupt)?;
+            .map_err(Error::corrupt)?;
         let deliver = core
             .queue
             .enqueue(&mut tx, kinds::DELIVER, &job_ids, now)

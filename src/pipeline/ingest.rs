@@ -190,7 +190,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
             .ok_or_else(|| Error::Invalid("thread could not be stored".into()))?;
         p.msg.thread_id = thread_id;
         crate::blobs::strip_urls(&mut p.msg.parts);
-        bodies.push(serde_json::to_string(&p.msg).map_err(Error::Corrupt)?);
+        bodies.push(serde_json::to_string(&p.msg).map_err(Error::corrupt)?);
         outcomes.push(IngestOutcome {
             message_id: p.msg.id.clone(),
             thread_id: p.msg.thread_id.clone(),
@@ -246,7 +246,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
             Ok((format!("dispatch:{}", p.msg.id), payload))
         })
         .collect::<std::result::Result<Vec<_>, serde_json::Error>>()
-        .map_err(Error::Corrupt)?;
+        .map_err(Error::corrupt)?;
     let dispatch = core
         .queue
         .enqueue(&mut tx, kinds::DISPATCH, &jobs, now)

@@ -1,5 +1,7 @@
-//! The database handle over SQLite or PostgreSQL, chosen by the URL, and the only place that
-//! writes SQL.
+//! The database handle over SQLite or PostgreSQL, chosen by the URL, the portable helpers every
+//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys). A
+//! transport's own tables have their SQL in the transport's folder (`store.rs` there), over the
+//! same handle and helpers.
 //!
 //! Queries are runtime-checked and written once in a portable subset (`$n` placeholders, TEXT
 //! ids, integer unix-millisecond times, `ON CONFLICT`, `RETURNING`); backend-specific SQL appears
@@ -8,10 +10,9 @@
 //! queue in-process instead of spinning on `SQLITE_BUSY`) and a pool of readers; PostgreSQL goes
 //! through sqlx's pool.
 
-pub mod a2a;
 pub mod blobs;
-pub mod email;
 pub mod jobs;
+pub mod keys;
 pub mod messages;
 pub mod recent;
 mod sqlite;

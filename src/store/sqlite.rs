@@ -347,9 +347,7 @@ fn fetch<T: DeserializeOwned>(
     let mut out = Vec::new();
     while out.len() < limit {
         let Some(row) = rows.next()? else { break };
-        out.push(
-            T::deserialize(RowDe { row, names: &names }).map_err(|e| Error::Row(e.to_string()))?,
-        );
+        out.push(T::deserialize(RowDe { row, names: &names }).map_err(Error::corrupt)?);
     }
     drop(rows);
     slow(started, sql);
@@ -706,6 +704,6 @@ mod tests {
             fetch(&conn, "SELECT 'x', 2 UNION ALL SELECT 'y', 3", &[], 1).unwrap();
         assert_eq!(t, vec![("x".to_owned(), 2)]);
         let bad: Result<Vec<Row>> = fetch(&conn, "SELECT 1 AS id", &[], usize::MAX);
-        assert!(matches!(bad, Err(Error::Row(_))));
+        assert!(matches!(bad, Err(Error::Corrupt(_))));
     }
 }

@@ -611,7 +611,7 @@ async fn swaks_mail_signed_by_dkimpy_gets_a_dkim_signed_threaded_reply(engine: E
     let outcome = wait_for(10, "delivery recorded", || {
         let (db, id) = (db.clone(), response_id.clone());
         async move {
-            switchboard::store::email::delivery_outcome(&db, &id)
+            switchboard::transports::email::store::delivery_outcome(&db, &id)
                 .await
                 .unwrap()
         }
@@ -627,7 +627,7 @@ async fn swaks_mail_signed_by_dkimpy_gets_a_dkim_signed_threaded_reply(engine: E
     std::fs::write(&path, crlf(&dsn)).unwrap();
     let (ok, out) = swaks(&p, addr, "<>", &[&envelope[0]], &path);
     assert!(ok, "{out}");
-    let outcome = switchboard::store::email::delivery_outcome(&db, &response_id)
+    let outcome = switchboard::transports::email::store::delivery_outcome(&db, &response_id)
         .await
         .unwrap()
         .unwrap();

@@ -12,6 +12,7 @@ pub mod card;
 pub mod mapping;
 pub mod push;
 pub mod server;
+pub mod store;
 pub mod tasks;
 pub mod wire;
 
@@ -31,12 +32,12 @@ use crate::pipeline::Pipeline;
 use crate::queue::JobHandler;
 
 use self::mapping::{response_state, to_a2a_part};
+use self::store::TaskRow;
 use self::tasks::{Change, TaskEngine, TaskWrites};
 use self::wire::TaskState;
 use crate::error::OutboundError;
 use crate::message::{NormalizedMessage, ResponseEvent};
 use crate::pipeline::{AfterCommit, Delivery, Transport};
-use crate::store::a2a::TaskRow;
 
 /// The A2A transport as the application assembles it: the task engine its server and its
 /// outbound half share, and the parts its routes and push jobs are built from.

@@ -19,13 +19,13 @@ use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
+use super::store as sql;
 use crate::clock::SharedClock;
 use crate::error::{Error, OutboundError, Result};
 use crate::keys::Keys;
 use crate::net::{HttpClient, HttpRequest};
 use crate::queue::{JobHandler, Queue};
 use crate::store::Db;
-use crate::store::a2a as sql;
 use crate::store::jobs::JobRow;
 
 /// The job kind of push deliveries.

@@ -15,11 +15,11 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::push;
+use super::store::{self as sql, EventRow, TaskRow};
 use super::wire::{RpcError, TaskState, timestamp};
 use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::queue::Queue;
-use crate::store::a2a::{self as sql, EventRow, TaskRow};
 use crate::store::{Db, Tx};
 
 /// How many times a change is retried when another writer changed the task first.
@@ -272,7 +272,7 @@ impl TaskEngine {
             return Ok(Decided::Missing);
         };
         let mut task: Value =
-            serde_json::from_str(&row.body).map_err(|e| internal(&Error::Corrupt(e)))?;
+            serde_json::from_str(&row.body).map_err(|e| internal(&Error::corrupt(e)))?;
         let now = self.now();
         Ok(match f(&mut row, &mut task, now)? {
             Change::Keep => Decided::Keep(row),
@@ -556,7 +556,7 @@ fn push_jobs(
                 config_id: c.clone(),
                 seq: *seq,
             })
-            .map_err(Error::Corrupt)?;
+            .map_err(Error::corrupt)?;
             jobs.push((push::job_id(task_id, c, *seq), payload));
         }
     }

@@ -334,7 +334,7 @@ async fn visible_note(
         if row.kind != "out" {
             return Err(Error::NotFound("no such note".into()));
         }
-        let note: Value = serde_json::from_str(&row.body).map_err(Error::Corrupt)?;
+        let note: Value = serde_json::from_str(&row.body).map_err(Error::corrupt)?;
         if row.deleted != 0 {
             return Ok(json!({"id": note_id, "type": "Tombstone", "@gone": true}));
         }

@@ -53,7 +53,7 @@ pub(super) async fn enqueue(
                 inbox: inbox.clone(),
                 body: body.clone(),
             })
-            .map_err(Error::Corrupt)?;
+            .map_err(Error::corrupt)?;
             Ok((format!("ap:{id}|{inbox}"), payload))
         })
         .collect::<Result<_>>()?;

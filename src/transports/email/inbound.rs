@@ -14,6 +14,7 @@ use super::auth::{AuthOutcome, Envelope, Verifier};
 use super::parse::{self, ParseError, ParsedMail};
 use super::session::Receiver;
 use super::smtp::{Rcpt, Reply, SessionEnvelope};
+use super::store;
 use crate::agents::Agent;
 use crate::config::UnauthenticatedMail;
 use crate::message::{
@@ -22,7 +23,6 @@ use crate::message::{
     RecipientCapabilities, RecipientFieldRelay, Sender, TransportProof,
 };
 use crate::pipeline::Pipeline;
-use crate::store::email as store;
 
 /// The receiving side of the transport, shared by every session.
 pub struct Inbound {

@@ -15,6 +15,7 @@ pub mod outbound;
 pub mod parse;
 pub mod session;
 pub mod smtp;
+pub mod store;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -39,7 +40,7 @@ use crate::error::{Error, OutboundError, Result};
 use crate::keys::Keys;
 use crate::message::{BytesRef, Part};
 use crate::pipeline::{Delivery, Pipeline, Transport};
-use crate::store::{Db, email as store};
+use crate::store::Db;
 
 /// The transport name email is ingested under.
 pub const NAME: &str = "email";

@@ -7,7 +7,7 @@ use super::A2aState;
 use super::call::{Call, param_str};
 use super::tasks::visible_task;
 use crate::error::Error;
-use crate::store::a2a::{self as sql, TaskRow};
+use crate::transports::a2a::store::{self as sql, TaskRow};
 use crate::transports::a2a::tasks::internal;
 use crate::transports::a2a::wire::{self, RpcError, Version};
 
@@ -162,7 +162,7 @@ pub(super) async fn get_push(state: &A2aState, call: &Call) -> Result<Value, Rpc
         .await
         .map_err(|e| internal(&e))?
         .ok_or_else(|| RpcError::new(wire::TASK_NOT_FOUND, "Push notification config not found"))?;
-    let cfg: Value = serde_json::from_str(&found.body).map_err(|e| internal(&Error::Corrupt(e)))?;
+    let cfg: Value = serde_json::from_str(&found.body).map_err(|e| internal(&Error::corrupt(e)))?;
     Ok(render_push_config(&cfg, call.version))
 }
 

@@ -15,9 +15,9 @@ use super::turn::{
     addressed_agent, history_message, not_ingested, refusal, store_parts, turn_message,
 };
 use crate::error::Error;
-use crate::store::a2a::{self as sql, TaskRow};
 use crate::transports::a2a::NAME;
 use crate::transports::a2a::mapping::{self, Limits};
+use crate::transports::a2a::store::{self as sql, TaskRow};
 use crate::transports::a2a::tasks::{Change, Created, NewTask, TaskEngine, internal};
 use crate::transports::a2a::wire::{
     self, RpcError, TaskState, UNSUPPORTED_OPERATION, Version, WireMessage,

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::A2aState;
 use super::call::{Call, Reply, param_str, param_usize};
 use super::stream::open_stream;
-use crate::store::a2a::{self as sql, TaskFilter, TaskRow};
+use crate::transports::a2a::store::{self as sql, TaskFilter, TaskRow};
 use crate::transports::a2a::tasks::{Change, TaskEngine, internal};
 use crate::transports::a2a::wire::{
     self, RpcError, TASK_NOT_CANCELABLE, TaskState, UNSUPPORTED_OPERATION, Version,

@@ -10,8 +10,8 @@ use crate::message::{
     BytesRef, Extra, FilePart, MentionRelay, NoRelay, NormalizedMessage, Part, ReceivedVia,
     RecipientCapabilities,
 };
-use crate::store::a2a::TaskRow;
 use crate::transports::a2a::mapping::{self, InPart};
+use crate::transports::a2a::store::TaskRow;
 use crate::transports::a2a::tasks::internal;
 use crate::transports::a2a::wire::{self, RpcError, WireMessage};
 

@@ -4,8 +4,8 @@
 //! of a task is written together with the events it produced, guarded by the task's last event
 //! sequence so two writers (a cancel and a delivery) cannot both apply.
 
-use super::{Arg, Db, Tx};
 use crate::error::Result;
+use crate::store::{self as sql, Arg, Db, Tx};
 
 /// A stored task.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
@@ -56,7 +56,7 @@ pub async fn insert_tasks(tx: &mut Tx, tasks: &[&TaskRow]) -> Result<()> {
     if tasks.is_empty() {
         return Ok(());
     }
-    let (values, args) = super::rows(tasks, |t| {
+    let (values, args) = sql::rows(tasks, |t| {
         [
             Arg::Text(&t.id),
             Arg::Text(&t.agent),
@@ -97,7 +97,7 @@ pub async fn update_tasks(
     if changes.is_empty() {
         return Ok(std::collections::HashSet::new());
     }
-    let (values, args) = super::rows(changes, |(t, expected)| {
+    let (values, args) = sql::rows(changes, |(t, expected)| {
         [
             Arg::Text(&t.id),
             Arg::Text(&t.state),
@@ -134,7 +134,7 @@ pub async fn insert_events(tx: &mut Tx, events: &[(&str, i64, &str)], now: i64) 
     if events.is_empty() {
         return Ok(());
     }
-    let (values, args) = super::rows(events, |(task_id, seq, body)| {
+    let (values, args) = sql::rows(events, |(task_id, seq, body)| {
         [
             Arg::Text(task_id),
             Arg::Int(*seq),
@@ -187,8 +187,8 @@ pub async fn tasks_by_wire_message(
     if turns.is_empty() {
         return Ok(Vec::new());
     }
-    let pairs = super::values_list(turns.len(), 2, 1);
-    let list = super::in_list(states.len(), turns.len() * 2 + 1);
+    let pairs = sql::values_list(turns.len(), 2, 1);
+    let list = sql::in_list(states.len(), turns.len() * 2 + 1);
     let mut args: Vec<Arg<'_>> = turns
         .iter()
         .flat_map(|(owner, id)| [Arg::Text(owner), Arg::Text(id)])
@@ -482,7 +482,7 @@ pub async fn push_config_ids(tx: &mut Tx, task_ids: &[&str]) -> Result<Vec<(Stri
     if task_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let list = super::in_list(task_ids.len(), 1);
+    let list = sql::in_list(task_ids.len(), 1);
     let args: Vec<Arg<'_>> = task_ids.iter().map(|t| Arg::Text(t)).collect();
     let rows: Vec<Ids> = tx
         .fetch_all(

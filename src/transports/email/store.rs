@@ -6,8 +6,8 @@
 //! gets the ones it sends (rows that earlier versions wrote for received mail are still read).
 //! One index fewer per inbound message is one random-key B-tree page fewer to write.
 
-use super::{Arg, Db, Tx};
 use crate::error::Result;
+use crate::store::{self as sql, Arg, Db, Tx};
 
 /// One known Message-ID.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
@@ -80,8 +80,8 @@ pub async fn lookup(db: &Db, agent: &str, ids: &[&str]) -> Result<Vec<KnownMessa
          FROM inbound_seen s JOIN messages m ON m.id = s.message_id \
               JOIN threads t ON t.id = m.thread_id \
          WHERE s.transport = 'email' AND s.external_id IN ({})",
-        super::in_list(ids.len(), 2),
-        super::in_list(ids.len(), 2 + ids.len()),
+        sql::in_list(ids.len(), 2),
+        sql::in_list(ids.len(), 2 + ids.len()),
     );
     let mut args = vec![Arg::Text(agent)];
     args.extend(ids.iter().map(|s| Arg::Text(s)));
