@@ -11,6 +11,12 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> i64;
 
+    /// Whole seconds since the Unix epoch, for wire formats that count in seconds (HTTP
+    /// signatures, JWTs).
+    fn now_s(&self) -> i64 {
+        self.now_ms().div_euclid(1000)
+    }
+
     /// The current instant as a contract timestamp.
     fn now(&self) -> Timestamp {
         Timestamp::from_unix_millis(self.now_ms())

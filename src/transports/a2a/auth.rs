@@ -439,7 +439,7 @@ impl Verifier {
         if claims.get("active").and_then(Value::as_bool) != Some(true) {
             return Err(Refused("token is not active".into()));
         }
-        let now_s = self.clock.now_ms() / 1000;
+        let now_s = self.clock.now_s();
         if claims
             .get("exp")
             .and_then(Value::as_i64)

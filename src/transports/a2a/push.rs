@@ -126,10 +126,10 @@ impl PushHandler {
 
     async fn jwt(&self, job_id: &str, task_id: &str, audience: &str) -> Result<String> {
         let key = self.keys.ed25519(KEY_NAME).await?;
-        let now = self.clock.now_ms() / 1000;
+        let now_s = self.clock.now_s();
         let header = json!({"alg": "EdDSA", "typ": "JWT", "kid": kid(&key.public_key_raw())});
         let claims = json!({
-            "iss": self.issuer, "aud": audience, "iat": now, "exp": now + JWT_TTL_S,
+            "iss": self.issuer, "aud": audience, "iat": now_s, "exp": now_s + JWT_TTL_S,
             "jti": job_id, "taskId": task_id,
         });
         let input = format!(

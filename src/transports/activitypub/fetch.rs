@@ -138,15 +138,15 @@ impl Inner {
             .rsa(&key_name)
             .await
             .map_err(|e| OutboundError::temporary(format!("signing key: {e}")))?;
-        let now = self.clock.now_ms() / 1000;
+        let now_s = self.clock.now_s();
         let sign = |m: &[u8]| {
             key.sign_pkcs1_sha256(m)
                 .map_err(|e| OutboundError::permanent(format!("signing failed: {e}")))
         };
         let pairs = if rfc9421 {
-            sig::sign_rfc9421(method, url, body, &key_id, "rsa-v1_5-sha256", now, sign)?
+            sig::sign_rfc9421(method, url, body, &key_id, "rsa-v1_5-sha256", now_s, sign)?
         } else {
-            sig::sign_cavage(method, url, body, &key_id, now, sign)?
+            sig::sign_cavage(method, url, body, &key_id, now_s, sign)?
         };
         let mut headers = HeaderMap::new();
         for (name, value) in pairs {

@@ -150,14 +150,14 @@ const DEFAULT_VALIDITY_S: i64 = 300;
 const MAX_VALIDITY_S: i64 = 12 * 3600;
 const SKEW_S: i64 = 3600;
 
-fn check_window(created: i64, expires: Option<i64>, now: i64) -> Result<(), SigError> {
-    if created > now + SKEW_S {
+fn check_window(created: i64, expires: Option<i64>, now_s: i64) -> Result<(), SigError> {
+    if created > now_s + SKEW_S {
         return Err(SigError::Window("dated in the future"));
     }
     let expires = expires
         .unwrap_or(created + DEFAULT_VALIDITY_S)
         .min(created + MAX_VALIDITY_S);
-    if now > expires + SKEW_S {
+    if now_s > expires + SKEW_S {
         return Err(SigError::Window("expired"));
     }
     Ok(())
@@ -306,7 +306,7 @@ fn cavage_params(s: &str) -> Result<Vec<(String, String)>, SigError> {
 pub fn parse_cavage<H: Fn(&str) -> Option<String>>(
     req: &RequestView<'_, H>,
     body: Option<&[u8]>,
-    now: i64,
+    now_s: i64,
 ) -> Result<ParsedSignature, SigError> {
     let raw = match (req.header)("signature") {
         Some(s) => s,
@@ -378,7 +378,7 @@ pub fn parse_cavage<H: Fn(&str) -> Option<String>>(
     } else {
         None
     };
-    check_window(created, expires, now)?;
+    check_window(created, expires, now_s)?;
 
     // Signing strings: with the query, and without it (legacy senders).
     let path_only = req
@@ -651,7 +651,7 @@ fn assemble_base(lines: &[(String, String)], signature_params: &str) -> String {
 pub fn parse_rfc9421<H: Fn(&str) -> Option<String>>(
     req: &RequestView<'_, H>,
     body: Option<&[u8]>,
-    now: i64,
+    now_s: i64,
 ) -> Result<ParsedSignature, SigError> {
     let input_header = (req.header)("signature-input").ok_or(SigError::Missing)?;
     let sig_header = (req.header)("signature").ok_or(SigError::Missing)?;
@@ -701,7 +701,7 @@ pub fn parse_rfc9421<H: Fn(&str) -> Option<String>>(
         Some(other) => return Err(SigError::Algorithm(other.to_owned())),
     };
     let created = int_param("created")?.ok_or(SigError::Coverage("created"))?;
-    check_window(created, int_param("expires")?, now)?;
+    check_window(created, int_param("expires")?, now_s)?;
     // Coverage goes by component name, whatever its parameters (`"content-digest";sf` covers
     // the digest as well).
     let names: Vec<String> = input
@@ -743,12 +743,12 @@ pub fn parse_rfc9421<H: Fn(&str) -> Option<String>>(
 pub fn parse_any<H: Fn(&str) -> Option<String>>(
     req: &RequestView<'_, H>,
     body: Option<&[u8]>,
-    now: i64,
+    now_s: i64,
 ) -> Result<ParsedSignature, SigError> {
     if (req.header)("signature-input").is_some() {
-        parse_rfc9421(req, body, now)
+        parse_rfc9421(req, body, now_s)
     } else {
-        parse_cavage(req, body, now)
+        parse_cavage(req, body, now_s)
     }
 }
 
@@ -766,11 +766,11 @@ pub fn sign_cavage<E>(
     url: &url::Url,
     body: Option<&[u8]>,
     key_id: &str,
-    now: i64,
+    now_s: i64,
     sign: impl FnOnce(&[u8]) -> Result<Vec<u8>, E>,
 ) -> Result<SignedHeaders, E> {
     let host = authority(url);
-    let date = date::format_unix_s(now);
+    let date = date::format_unix_s(now_s);
     let target = request_target(url);
     let mut names = vec!["(request-target)", "host", "date"];
     let mut lines = vec![
@@ -829,7 +829,7 @@ pub fn sign_rfc9421<E>(
     body: Option<&[u8]>,
     key_id: &str,
     alg: &str,
-    now: i64,
+    now_s: i64,
     sign: impl FnOnce(&[u8]) -> Result<Vec<u8>, E>,
 ) -> Result<SignedHeaders, E> {
     let mut components = vec![
@@ -844,7 +844,7 @@ pub fn sign_rfc9421<E>(
     }
     let (key_id, alg) = (sf_string(key_id), sf_string(alg));
     // Unix seconds stay far inside the 15 digits of an sf-integer.
-    let created = sfv::Integer::try_from(now).unwrap_or(sfv::integer(0));
+    let created = sfv::Integer::try_from(now_s).unwrap_or(sfv::integer(0));
     let mut params = ListSerializer::new();
     {
         let mut inner = params.inner_list();

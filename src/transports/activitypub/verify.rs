@@ -72,8 +72,8 @@ pub(super) async fn verify_http(
         target_uri: &target,
         header: &lookup,
     };
-    let now = inner.clock.now_ms() / 1000;
-    let parsed = sig::parse_any(&view, body, now).map_err(VerifyError::Sig)?;
+    let now_s = inner.clock.now_s();
+    let parsed = sig::parse_any(&view, body, now_s).map_err(VerifyError::Sig)?;
     let mut force = false;
     loop {
         let actor = inner
