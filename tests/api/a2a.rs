@@ -1247,15 +1247,7 @@ mod push {
         );
         // Push jobs finish through the queue like every job, and show in the job metrics.
         wait_for(10, "the push job metrics", || async {
-            let text = t
-                .http
-                .get(format!("http://{}/metrics", t.app().metrics_addr()))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let text = t.metrics().await;
             (text.contains("switchboard_jobs_total{kind=\"a2a_push\",outcome=\"retry\"}")
                 && text.contains("switchboard_jobs_total{kind=\"a2a_push\",outcome=\"done\"}"))
             .then_some(())

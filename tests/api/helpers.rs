@@ -141,6 +141,18 @@ impl TestApp {
         self.app.as_ref().unwrap()
     }
 
+    /// The metrics listener's exposition text.
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(format!("http://{}/metrics", self.app().metrics_addr()))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn domain(&self) -> String {
         self.app().config().domain().unwrap()
     }

@@ -1,6 +1,6 @@
 //! Health, readiness, metrics and graceful shutdown.
 
-use crate::helpers::{Engine, TestApp, job_states, message, on_both_engines, spawn_app, wait_for};
+use crate::helpers::{Engine, job_states, message, on_both_engines, spawn_app, wait_for};
 
 async fn health_readiness_and_metrics(engine: Engine) {
     let mut t = spawn_app(engine, |_, _| {}).await;
@@ -31,14 +31,14 @@ async fn health_readiness_and_metrics(engine: Engine) {
     })
     .await;
     wait_for(20, "delivery metrics", || async {
-        let text = metrics(&t).await;
+        let text = t.metrics().await;
         text.contains("switchboard_deliveries_total{transport=\"test\",outcome=\"delivered\"} 1")
             .then_some(())
     })
     .await;
     // A scrape that began before the delivery committed can read the job as running and still
     // render the counter recorded meanwhile: judge a scrape begun after it.
-    let text = metrics(&t).await;
+    let text = t.metrics().await;
     for needle in [
         "switchboard_http_requests_total{method=\"GET\",route=\"/healthz\",status=\"200\"} 1",
         "switchboard_inbound_messages_total{transport=\"test\",outcome=\"accepted\"} 1",
@@ -67,25 +67,13 @@ async fn health_readiness_and_metrics(engine: Engine) {
 }
 on_both_engines!(health_readiness_and_metrics);
 
-/// The metrics listener's exposition text.
-async fn metrics(t: &TestApp) -> String {
-    t.http
-        .get(format!("http://{}/metrics", t.app().metrics_addr()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// Queue depth counts the jobs that wait, per kind and state.
 async fn queue_depth_counts_waiting_jobs(engine: Engine) {
     // No workers: the message's dispatch job stays ready.
     let mut t = spawn_app(engine, |_, o| o.workers = false).await;
     t.ingest("m-1", message(&t.agent("echo"), "k", "wait"))
         .await;
-    let text = metrics(&t).await;
+    let text = t.metrics().await;
     assert!(
         text.contains("switchboard_queue_depth{kind=\"dispatch\",state=\"ready\"} 1"),
         "{text}"

@@ -6,7 +6,7 @@ use switchboard::transports::activitypub::mapping;
 
 use super::remote::{note_create, post_signed};
 use super::{count, setup};
-use crate::helpers::{Engine, TestApp, on_both_engines, wait_for};
+use crate::helpers::{Engine, on_both_engines, wait_for};
 
 on_both_engines!(deliveries_retry_stop_and_break);
 
@@ -97,7 +97,7 @@ async fn deliveries_retry_stop_and_break(engine: Engine) {
         "switchboard_jobs_total{kind=\"ap_deliver\",outcome=\"dead\"} 1",
     ];
     wait_for(20, "the delivery metrics", || async {
-        let text = metrics(t).await;
+        let text = t.metrics().await;
         counted
             .iter()
             .all(|needle| text.contains(needle))
@@ -144,16 +144,4 @@ async fn deliveries_retry_stop_and_break(engine: Engine) {
         4,
         "nothing sent"
     );
-}
-
-/// The metrics listener's exposition text.
-async fn metrics(t: &TestApp) -> String {
-    t.http
-        .get(format!("http://{}/metrics", t.app().metrics_addr()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }
