@@ -6,7 +6,7 @@
 //! reading and writing, the timeouts, the TLS handshake and the shutdown.
 //!
 //! Commands per session and recipients per message are capped; DATA ends only on
-//! `<CRLF>.<CRLF>` (a bare LF never ends it), and a message over the size limit is read to its
+//! `<CRLF>.<CRLF>` (no other CR or LF around a dot ends it: `data`), and a message over the size limit is read to its
 //! end without being kept and answered 552. Bodies being received draw on one memory budget
 //! shared by every session ([`DataBudget`]); a message that would go over it is read to its end
 //! without being kept and answered `452 4.3.1`, so the client retries later.
@@ -18,7 +18,7 @@
 use std::borrow::Cow;
 use std::net::SocketAddr;
 
-use smtp_proto::request::receiver::{DataReceiver, DummyDataReceiver, RequestReceiver};
+use smtp_proto::request::receiver::RequestReceiver;
 use smtp_proto::{
     EXT_8BIT_MIME, EXT_ENHANCED_STATUS_CODES, EXT_PIPELINING, EXT_SIZE, EXT_SMTP_UTF8,
     EXT_START_TLS, EhloResponse, Request,
@@ -27,8 +27,11 @@ use smtp_proto::{
 use super::smtp::{DataBudget, Held, Rcpt, Reply, SessionEnvelope};
 use crate::config::EmailConfig;
 
+mod data;
 #[cfg(test)]
 mod tests;
+
+use data::DataReader;
 
 /// Session limits.
 #[derive(Debug, Clone)]
@@ -138,9 +141,9 @@ enum Mode {
     /// Commands.
     Command,
     /// A message body being kept, with its share of the memory budget.
-    Data(DataReceiver, Vec<u8>, Held),
+    Data(DataReader, Vec<u8>, Held),
     /// A message body that is not kept, read to its end; then this reply.
-    Skip(DummyDataReceiver, Reply),
+    Skip(DataReader, Reply),
 }
 
 /// What a command leads to, beyond its reply.
@@ -209,7 +212,7 @@ impl<'a, R: Receiver> Session<'a, R> {
         loop {
             match &mut self.mode {
                 Mode::Data(rx, msg, held) => {
-                    let done = rx.ingest(&mut iter, msg);
+                    let done = rx.ingest(&mut iter, Some(msg));
                     let refusal = if msg.len() > limits.max_message_bytes {
                         Some(Reply::new(552, [5, 3, 4], "Message too big for system"))
                     } else if !held.cover(msg.len()) {
@@ -229,7 +232,7 @@ impl<'a, R: Receiver> Session<'a, R> {
                             reply.write(out);
                             self.state.reset();
                         } else {
-                            self.mode = Mode::Skip(DummyDataReceiver::new_data(rx), reply);
+                            self.mode = Mode::Skip(*rx, reply);
                         }
                         continue;
                     }
@@ -248,7 +251,7 @@ impl<'a, R: Receiver> Session<'a, R> {
                     self.state.reset();
                 }
                 Mode::Skip(rx, reply) => {
-                    if !rx.ingest(&mut iter) {
+                    if !rx.ingest(&mut iter, None) {
                         return Flow::Read;
                     }
                     reply.write(out);
@@ -284,7 +287,7 @@ impl<'a, R: Receiver> Session<'a, R> {
                                 b"354 Start mail input; end with <CRLF>.<CRLF>\r\n",
                             );
                             self.mode = Mode::Data(
-                                data_receiver(),
+                                DataReader::new(),
                                 Vec::with_capacity(8192),
                                 self.settings.budget.hold(),
                             );
@@ -439,17 +442,6 @@ impl State {
         reply.write(out);
         Step::Next
     }
-}
-
-/// A DATA receiver primed as if a CRLF had just been seen: the 354 reply ends a line, so a
-/// `.` right at the start of the body is the end-of-data dot (an empty message) or a stuffed
-/// dot, exactly as after any other CRLF.
-fn data_receiver() -> DataReceiver {
-    let mut rx = DataReceiver::new();
-    let mut scratch = Vec::with_capacity(2);
-    // Two bytes with no dot cannot end the message; they only set the CRLF state.
-    let _ = rx.ingest(&mut b"\r\n".iter(), &mut scratch);
-    rx
 }
 
 /// The reply to a command that does not parse.

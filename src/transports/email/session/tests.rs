@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use futures_util::FutureExt as _;
 use prometheus_client::metrics::gauge::Gauge;
 
-use super::{Flow, Limits, Receiver, Session, Settings, data_receiver};
+use super::{DataReader, Flow, Limits, Receiver, Session, Settings};
 use crate::transports::email::smtp::{DataBudget, Rcpt, Reply, SessionEnvelope};
 
 /// A message the fake was handed.
@@ -464,7 +464,15 @@ fn data_ends_only_at_crlf_dot_crlf_and_dots_are_unstuffed() {
 
 #[test]
 fn bare_lf_and_cr_never_end_data_so_nothing_is_smuggled() {
-    for end in ["\n.\n", "\r\n.\n", "\n.\r\n", "\r.\r\n", "\r.\r"] {
+    for end in [
+        "\n.\n",
+        "\r\n.\n",
+        "\n.\r\n",
+        "\r.\r\n",
+        "\r.\r",
+        "\r\n.\r\r\n",
+        "\r\n.\r\r\r\n",
+    ] {
         talk(
             |_| {},
             |t| {
@@ -533,6 +541,35 @@ fn a_message_over_the_size_limit_is_read_to_its_end_and_refused() {
             assert_eq!(t.only_body().len(), 100);
         },
     );
+}
+
+#[test]
+fn a_look_alike_terminator_in_a_message_not_kept_smuggles_nothing_either() {
+    for end in [
+        "\r\n.\r\r\n",
+        "\r\n.\r\r\r\n",
+        "\n.\n",
+        "\r\n.\n",
+        "\n.\r\n",
+        "\r.\r\n",
+    ] {
+        talk(
+            |s| s.limits.max_message_bytes = 100,
+            |t| {
+                t.transaction("bob@b.example", &["echo@agents.test"]);
+                // Over the limit first, so the rest is read without being kept.
+                let smuggled = format!(
+                    "{}{end}MAIL FROM:<admin@agents.test>\r\nRCPT TO:<echo@agents.test>\r\nDATA\r\nsmuggled\r\n",
+                    "x".repeat(200)
+                );
+                t.group(&smuggled, &[]);
+                assert!(t.session.receiving_data(), "{end:?} ended DATA");
+                t.group(".\r\n", &["552 5.3.4"]);
+                assert!(t.delivered().is_empty(), "{end:?}");
+                t.cmd("RCPT TO:<echo@agents.test>", "503");
+            },
+        );
+    }
 }
 
 #[test]
@@ -639,11 +676,11 @@ fn starttls_drops_what_follows_and_starts_anew() {
     );
 }
 
-/// The DATA receiver alone, as primed after 354.
+/// The DATA reader alone, as it starts after 354.
 fn feed(input: &[u8]) -> (bool, Vec<u8>) {
-    let mut rx = data_receiver();
+    let mut rx = DataReader::new();
     let mut msg = Vec::new();
-    let done = rx.ingest(&mut input.iter(), &mut msg);
+    let done = rx.ingest(&mut input.iter(), Some(&mut msg));
     (done, msg)
 }
 
