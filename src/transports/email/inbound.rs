@@ -473,7 +473,16 @@ impl Inbound {
 
 /// The session asks the inbound side about recipients and hands it finished messages.
 impl Receiver for Inbound {
+    /// A mailbox of ours (an agent, a bounce address), else `550 5.1.1`; an address in
+    /// another domain is relaying, which this server never does: `550 5.7.1`.
     async fn rcpt(&self, address: &str) -> Result<Rcpt, Reply> {
+        let ours = address
+            .trim()
+            .rsplit_once('@')
+            .is_some_and(|(_, domain)| domain.eq_ignore_ascii_case(&self.mail_domain));
+        if !ours {
+            return Err(Reply::new(550, [5, 7, 1], "Relaying denied"));
+        }
         self.resolve(address)
             .ok_or_else(|| Reply::new(550, [5, 1, 1], "Mailbox unavailable"))
     }
