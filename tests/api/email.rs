@@ -289,6 +289,12 @@ fn dns_records(c: &mut switchboard::Config) {
         "weak._domainkey.dkimonly.test".into(),
         format!("v=DKIM1; k=rsa; p={weak}"),
     );
+    // A domain that signs and publishes DMARC p=reject, without SPF: DMARC rests on DKIM.
+    r.insert(
+        "sel1._domainkey.dmarconly.test".into(),
+        format!("v=DKIM1; k=rsa; p={key}"),
+    );
+    r.insert("_dmarc.dmarconly.test".into(), "v=DMARC1; p=reject".into());
 }
 
 /// A server with email on a loopback port, offline DNS pre-loaded, and a recording agent
@@ -789,6 +795,37 @@ async fn unauthenticated_mail_is_refused_or_flagged_per_agent() {
         ok && out.contains("250 2.0.0"),
         "relaxed body with blank tail: {out}"
     );
+    // The repaired pass is a DKIM pass for DMARC too: a domain publishing p=reject whose
+    // aligned signature verifies only over the repaired body passes DMARC, so a strict agent
+    // takes it and a lenient one is told it is `email-dmarc`.
+    let trailing = "From: Erin <erin@dmarconly.test>\nTo: strict@agents.test, helper@agents.test\nSubject: blank tail\nMessage-ID: <w3@dmarconly.test>\n\nHello!\n  \n\n";
+    let signed = dkimpy_sign(
+        &p,
+        "sender-dkim.key",
+        "sel1",
+        "dmarconly.test",
+        trailing,
+        "rsa-sha256",
+    );
+    let (ok, out) = swaks(
+        &p,
+        addr,
+        "erin@dmarconly.test",
+        &["strict@agents.test", "helper@agents.test"],
+        &signed,
+    );
+    assert!(
+        ok && out.contains("250 2.0.0"),
+        "DMARC passes on the repaired DKIM signature: {out}"
+    );
+    let got = wait_seen(&helper, 2).await;
+    let erin = got
+        .iter()
+        .find(|m| m.sender.address == "erin@dmarconly.test")
+        .expect("erin's message reached helper");
+    let sender = serde_json::to_value(&erin.sender).unwrap();
+    assert_eq!(sender["auth_method"], "email-dmarc", "{sender}");
+    assert!(erin.sender.verified);
     app.stop().await;
 }
 

@@ -8,7 +8,7 @@
 //! mail-auth ≤ 0.14 computes the relaxed body hash without ignoring whitespace-only lines at
 //! the end of the body (fixed in 0.15, which needs a newer Rust). A `c=…/relaxed` signature that
 //! fails only on its body hash is verified again over the body with those lines removed, which is
-//! the RFC 6376 §3.4.4 canonical form; a pass there counts as a pass.
+//! the RFC 6376 §3.4.4 canonical form; a pass there counts as a pass, for DMARC alignment too.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -372,13 +372,14 @@ impl Verifier {
                 .is_some_and(|s| s.cb == Canonicalization::Relaxed)
         });
         let trimmed = if retry { trim_body_tail(raw) } else { None };
+        let tmsg = trimmed.as_deref().and_then(AuthenticatedMessage::parse);
         let mut repaired = Vec::new();
-        if let Some(t) = &trimmed
-            && let Some(tmsg) = AuthenticatedMessage::parse(t)
-        {
+        // The passes over the repaired body, which DMARC counts like any other pass.
+        let mut repaired_passes = Vec::new();
+        if let Some(tmsg) = &tmsg {
             let again = self
                 .auth
-                .verify_dkim(Parameters::new(&tmsg).with_txt_cache(&self.txt))
+                .verify_dkim(Parameters::new(tmsg).with_txt_cache(&self.txt))
                 .await;
             for o in again {
                 if o.result() == &DkimResult::Pass
@@ -387,6 +388,7 @@ impl Verifier {
                     && s.cb == Canonicalization::Relaxed
                 {
                     repaired.push((s.d.clone(), s.s.clone()));
+                    repaired_passes.push(o);
                 }
             }
         }
@@ -448,11 +450,18 @@ impl Verifier {
             .auth
             .verify_arc(Parameters::new(&msg).with_txt_cache(&self.txt))
             .await;
+        let mut dmarc_dkim = dkim.clone();
+        dmarc_dkim.extend(repaired_passes);
         let dmarc = self
             .auth
             .verify_dmarc(
-                Parameters::new(DmarcParameters::new(&msg, &dkim, &mail_from_domain, &spf))
-                    .with_txt_cache(&self.txt),
+                Parameters::new(DmarcParameters::new(
+                    &msg,
+                    &dmarc_dkim,
+                    &mail_from_domain,
+                    &spf,
+                ))
+                .with_txt_cache(&self.txt),
             )
             .await;
 
