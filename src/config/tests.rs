@@ -227,6 +227,26 @@ fn example_config_loads_and_documents_every_key() {
         c.agents.len() >= 2,
         "the example shows an echo and a webhook agent"
     );
+    // The static JWT keys it shows are keys the A2A verifier can read.
+    let pems: Vec<&str> = c
+        .agents
+        .iter()
+        .filter_map(|a| match a.a2a.as_ref().map(|a| &a.auth) {
+            Some(A2aAuthConfig::Jwt { issuers, .. }) => Some(issuers),
+            _ => None,
+        })
+        .flatten()
+        .flat_map(|i| &i.keys)
+        .map(|k| k.pem.as_str())
+        .collect();
+    assert!(!pems.is_empty(), "the example shows a static key");
+    for pem in pems {
+        let pem = pem.as_bytes();
+        let read = jsonwebtoken::DecodingKey::from_ed_pem(pem)
+            .or_else(|_| jsonwebtoken::DecodingKey::from_rsa_pem(pem))
+            .or_else(|_| jsonwebtoken::DecodingKey::from_ec_pem(pem));
+        assert!(read.is_ok(), "an unreadable key in the example");
+    }
     let text = std::fs::read_to_string(&path).unwrap();
     let defaults = toml::Value::try_from(Config::default()).unwrap();
     let mut missing = Vec::new();
