@@ -177,4 +177,9 @@ pub enum RelayTls {
 pub struct AgentEmailConfig {
     /// Overrides `email.unauthenticated` for this agent.
     pub unauthenticated: Option<UnauthenticatedMail>,
+    /// Mail replies to senders whose From address was not authenticated (no aligned DKIM
+    /// signature, no DMARC pass), to their From address (never to a Reply-To). Off by default:
+    /// a forged From would otherwise turn the agent into a signed reflector aimed at the
+    /// address it names.
+    pub reply_to_unauthenticated: bool,
 }

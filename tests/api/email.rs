@@ -280,6 +280,9 @@ fn dns_records(c: &mut switchboard::Config) {
     );
     r.insert("example.com".into(), "v=spf1 ip4:127.0.0.1 -all".into());
     r.insert("_dmarc.example.com".into(), "v=DMARC1; p=reject".into());
+    // A domain that authenticates by SPF and DMARC but has no MX and no address.
+    r.insert("nowhere.test".into(), "v=spf1 ip4:127.0.0.1 -all".into());
+    r.insert("_dmarc.nowhere.test".into(), "v=DMARC1; p=none".into());
     // A domain with a DKIM key but no SPF: DMARC rests on DKIM alone.
     r.insert(
         "sel1._domainkey.dkimonly.test".into(),
@@ -656,6 +659,7 @@ async fn unauthenticated_mail_is_refused_or_flagged_per_agent() {
             a2a: None,
             email: Some(AgentEmailConfig {
                 unauthenticated: Some(UnauthenticatedMail::Reject),
+                ..AgentEmailConfig::default()
             }),
         });
     })
@@ -830,14 +834,66 @@ async fn unauthenticated_mail_is_refused_or_flagged_per_agent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_reply_is_mailed_to_an_unauthenticated_sender_unless_the_agent_opts_in() {
+    let Some(p) = peers() else { return };
+    let catcher = Catcher::start(&p, 250);
+    let (mut app, _helper, addr) = spawn_email(Some(catcher.port), |c| {
+        c.agents.push(switchboard::config::AgentConfig {
+            name: "open".into(),
+            display_name: None,
+            summary: None,
+            backend: switchboard::config::BackendConfig::Echo,
+            a2a: None,
+            email: Some(AgentEmailConfig {
+                reply_to_unauthenticated: true,
+                ..AgentEmailConfig::default()
+            }),
+        });
+    })
+    .await;
+    let mut r = Raw::connect(addr).await;
+    // Unsigned, from a domain with no SPF or DMARC, naming a victim in From and Reply-To: the
+    // agent is told (verified: false), but no signed reply carries the text to the victim.
+    transaction(&mut r, "mallory@elsewhere.test", &["echo@agents.test"]).await;
+    r.send(b"From: victim@elsewhere.test\r\nReply-To: other@elsewhere.test\r\nTo: echo@agents.test\r\nMessage-ID: <refl1@elsewhere.test>\r\n\r\nquote me\r\n.\r\n").await;
+    assert!(r.reply().await.starts_with("250"));
+    let db = app.open_db().await;
+    let job = wait_for(20, "the reply to be refused", || {
+        let db = db.clone();
+        async move {
+            let jobs = switchboard::store::jobs::list(&db, None, Some("deliver"), 10)
+                .await
+                .unwrap();
+            jobs.into_iter().find(|j| j.state == "dead")
+        }
+    })
+    .await;
+    let err = job.last_error.unwrap_or_default();
+    assert!(err.contains("not authenticated"), "{err}");
+    // An agent that opts in answers the From address, never the claimed Reply-To.
+    transaction(&mut r, "mallory@elsewhere.test", &["open@agents.test"]).await;
+    r.send(b"From: victim@elsewhere.test\r\nReply-To: other@elsewhere.test\r\nTo: open@agents.test\r\nMessage-ID: <refl2@elsewhere.test>\r\n\r\nquote me\r\n.\r\n").await;
+    assert!(r.reply().await.starts_with("250"));
+    let (reply, envelope) = catcher.message(1).await;
+    assert_eq!(envelope[1], "victim@elsewhere.test", "{envelope:?}");
+    assert_eq!(
+        header(&reply, "In-Reply-To").unwrap(),
+        "<refl2@elsewhere.test>",
+        "the first message got no reply"
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_refusals_end_the_delivery_and_deferrals_are_retried() {
     let Some(p) = peers() else { return };
     for code in [550u16, 451] {
         let catcher = Catcher::start(&p, code);
         let (mut app, _helper, addr) = spawn_email(Some(catcher.port), |_| {}).await;
         let mut r = Raw::connect(addr).await;
-        transaction(&mut r, "bob@elsewhere.test", &["echo@agents.test"]).await;
-        r.send(b"From: bob@elsewhere.test\r\nTo: echo@agents.test\r\nMessage-ID: <relay@e.test>\r\n\r\nhello\r\n.\r\n").await;
+        // From alice@example.com, authenticated by SPF and DMARC, so a reply is mailed.
+        transaction(&mut r, "alice@example.com", &["echo@agents.test"]).await;
+        r.send(b"From: alice@example.com\r\nTo: echo@agents.test\r\nMessage-ID: <relay@example.com>\r\n\r\nhello\r\n.\r\n").await;
         assert!(r.reply().await.starts_with("250"));
         let db = app.open_db().await;
         let job = wait_for(20, "the delivery to be refused or retried", || {

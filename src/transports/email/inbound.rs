@@ -420,6 +420,8 @@ impl Inbound {
             "thread_index_guid": mail.thread_index_guid,
             "thread_key": thread.key,
             "agent_address": self.email_address(agent),
+            // From is the sender's own: aligned DKIM, or a DMARC pass (DKIM or SPF aligned).
+            "from_authenticated": auth.dmarc_pass || auth.dkim_aligned,
             "authentication_results": auth.results,
             "size": size,
             "body": body.map(|d| json!({"algo": "sha256", "digest": d, "mime": "message/rfc822"})),

@@ -88,6 +88,8 @@ pub struct EmailTransport {
     mail_domain: String,
     selector: String,
     display_names: HashMap<String, String>,
+    /// Agents that reply to unauthenticated senders too (lowercase names).
+    reply_unauthenticated: std::collections::HashSet<String>,
     relay: Option<AsyncSmtpTransport<Tokio1Executor>>,
     direct: Direct,
 }
@@ -241,6 +243,12 @@ impl EmailTransport {
             .iter()
             .filter_map(|a| Some((a.name.to_lowercase(), a.display_name.clone()?)))
             .collect();
+        let reply_unauthenticated = config
+            .agents
+            .iter()
+            .filter(|a| a.email.as_ref().is_some_and(|e| e.reply_to_unauthenticated))
+            .map(|a| a.name.to_lowercase())
+            .collect();
         Ok(Self {
             db,
             blobs,
@@ -249,6 +257,7 @@ impl EmailTransport {
             mail_domain,
             selector: config.email.dkim_selector.clone(),
             display_names,
+            reply_unauthenticated,
             relay: relay(&config.email, &hostname)?,
             direct: Direct {
                 dns: auth::authenticator(config.email.dns)?,
@@ -301,6 +310,46 @@ fn str_list(v: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Where a reply to `original` goes: its Reply-To, else its From, else its envelope sender —
+/// when the From address was authenticated (aligned DKIM or a DMARC pass). Otherwise nowhere,
+/// unless the agent replies to unauthenticated senders too (`reply_unauthenticated`), and then
+/// to the From address only: a Reply-To is the sender's word and counts only when From does.
+fn reply_target(
+    raw: &Value,
+    original: &crate::message::NormalizedMessage,
+    reply_unauthenticated: bool,
+) -> std::result::Result<parse::Mailbox, &'static str> {
+    let mailbox = |key: &str| -> Option<parse::Mailbox> {
+        serde_json::from_value(raw.get(key)?.clone()).ok()
+    };
+    // Messages stored before the flag existed: a DMARC pass is an authenticated From.
+    let authenticated = raw
+        .get("from_authenticated")
+        .and_then(Value::as_bool)
+        .unwrap_or(original.sender.auth_method == crate::message::AuthMethod::EmailDmarc);
+    if !authenticated && !reply_unauthenticated {
+        return Err(
+            "the sender's address is not authenticated (no aligned DKIM signature, no DMARC \
+             pass): no reply is mailed to it",
+        );
+    }
+    let reply_to = if authenticated {
+        mailbox("reply_to")
+    } else {
+        None
+    };
+    reply_to
+        .or_else(|| mailbox("from"))
+        .or_else(|| {
+            let mf = raw.pointer("/envelope/mail_from")?.as_str()?;
+            (!mf.is_empty()).then(|| parse::Mailbox {
+                name: None,
+                address: mf.to_owned(),
+            })
+        })
+        .ok_or("the message has no reply address")
+}
+
 #[async_trait::async_trait]
 impl Transport for EmailTransport {
     fn name(&self) -> &str {
@@ -312,18 +361,21 @@ impl Transport for EmailTransport {
             return Ok(());
         }
         let raw = &d.original.raw;
-        let mailbox = |key: &str| -> Option<parse::Mailbox> {
-            serde_json::from_value(raw.get(key)?.clone()).ok()
-        };
-        let to = mailbox("reply_to").or_else(|| mailbox("from")).or_else(|| {
-            let mf = raw.pointer("/envelope/mail_from")?.as_str()?;
-            (!mf.is_empty()).then(|| parse::Mailbox {
-                name: None,
-                address: mf.to_owned(),
-            })
-        });
-        let Some(to) = to else {
-            return Err(OutboundError::permanent("the message has no reply address"));
+        let agent = d
+            .response
+            .agent
+            .trim_start_matches('@')
+            .split('@')
+            .next()
+            .unwrap_or("")
+            .to_lowercase();
+        let to = match reply_target(
+            raw,
+            &d.original,
+            self.reply_unauthenticated.contains(&agent),
+        ) {
+            Ok(to) => to,
+            Err(why) => return Err(OutboundError::permanent(why)),
         };
         if to
             .address
@@ -333,14 +385,6 @@ impl Transport for EmailTransport {
             tracing::info!(to = %to.address, "not replying to one of our own addresses");
             return Ok(());
         }
-        let agent = d
-            .response
-            .agent
-            .trim_start_matches('@')
-            .split('@')
-            .next()
-            .unwrap_or("")
-            .to_lowercase();
         let from = raw
             .get("agent_address")
             .and_then(Value::as_str)
@@ -614,5 +658,64 @@ impl TransportModule for Email {
             listeners: vec![("smtp", l.addr)],
             ..Started::default()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::message::NormalizedMessage;
+
+    fn original(auth_method: &str) -> NormalizedMessage {
+        serde_json::from_value(json!({
+            "id": "m1",
+            "thread_id": "t1",
+            "sender": {"address": "bob@b.example", "auth_method": auth_method, "verified": false},
+            "recipient": "@echo@agents.test",
+            "parts": [{"kind": "text", "mime": "text/plain", "content": "hi"}],
+            "recipient_capabilities": {"mention_relay": {"kind": "recipient-field", "fields": ["to"]},
+                "formats": ["text/plain"], "attachments": true, "streaming": false},
+            "received_via": "email",
+            "received_at": "2026-11-25T00:00:00Z",
+        }))
+        .expect("a message")
+    }
+
+    fn raw(authenticated: Option<bool>) -> Value {
+        let mut raw = json!({
+            "from": {"name": "Bob", "address": "bob@b.example"},
+            "reply_to": {"name": null, "address": "elsewhere@c.example"},
+            "envelope": {"mail_from": "bounce@b.example"},
+        });
+        if let Some(a) = authenticated {
+            raw["from_authenticated"] = json!(a);
+        }
+        raw
+    }
+
+    #[test]
+    fn an_authenticated_from_gets_the_reply_at_its_reply_to() {
+        let to = reply_target(&raw(Some(true)), &original("email-dkim"), false).expect("a target");
+        assert_eq!(to.address, "elsewhere@c.example");
+    }
+
+    #[test]
+    fn an_unauthenticated_from_gets_no_reply_unless_the_agent_opts_in_and_then_not_at_reply_to() {
+        let refused = reply_target(&raw(Some(false)), &original("none"), false);
+        assert!(refused.is_err_and(|why| why.contains("not authenticated")));
+        let to = reply_target(&raw(Some(false)), &original("none"), true).expect("a target");
+        assert_eq!(
+            to.address, "bob@b.example",
+            "From, never the claimed Reply-To"
+        );
+    }
+
+    #[test]
+    fn a_message_stored_before_the_flag_counts_a_dmarc_pass_as_authenticated() {
+        let to = reply_target(&raw(None), &original("email-dmarc"), false).expect("a target");
+        assert_eq!(to.address, "elsewhere@c.example");
+        assert!(reply_target(&raw(None), &original("email-dkim"), false).is_err());
     }
 }
