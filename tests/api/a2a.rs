@@ -141,6 +141,99 @@ async fn cards_have_fields_and_validators(engine: Engine) {
 }
 on_both_engines!(cards_have_fields_and_validators);
 
+/// Cards answer HEAD, refuse other methods with 405 and `Allow`, compare entity tags weakly,
+/// honour `If-Modified-Since`, and date their content: `Last-Modified` is when the content
+/// first appeared, the same across restarts, and moves only when the card changes.
+async fn cards_are_cacheable_http_resources(engine: Engine) {
+    use switchboard::clock::ManualClock;
+    let day = 86_400_000;
+    let start = |db, clock: std::sync::Arc<ManualClock>, summary: &'static str| {
+        crate::helpers::spawn_on(db, move |c, o| {
+            c.server.public_url = Some("http://cards.test".into());
+            c.agents[0].summary = Some(summary.into());
+            o.clock = clock;
+        })
+    };
+    let first = 1_780_000_000_000;
+    let mut t = start(
+        crate::helpers::fresh_db(engine).await,
+        ManualClock::new(first),
+        "Echoes.",
+    )
+    .await;
+    let url = format!("{}/agents/echo/agent-card.json", t.base);
+    let get = |t: &TestApp, h: Option<(&'static str, String)>| {
+        let mut r = t.http.get(&url);
+        if let Some((k, v)) = h {
+            r = r.header(k, v);
+        }
+        r.send()
+    };
+    let r = get(&t, None).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let etag = r.headers()["etag"].to_str().unwrap().to_owned();
+    let modified = r.headers()["last-modified"].to_str().unwrap().to_owned();
+    assert_eq!(modified, "Thu, 28 May 2026 20:26:40 GMT");
+    let length = r.headers()["content-length"].to_str().unwrap().to_owned();
+
+    let head = t.http.head(&url).send().await.unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["etag"].to_str().unwrap(), etag);
+    assert_eq!(head.headers()["content-length"].to_str().unwrap(), length);
+    assert!(head.bytes().await.unwrap().is_empty(), "HEAD has no body");
+
+    for method in [
+        reqwest::Method::POST,
+        reqwest::Method::PUT,
+        reqwest::Method::DELETE,
+    ] {
+        let r = t.http.request(method.clone(), &url).send().await.unwrap();
+        assert_eq!(r.status(), 405, "{method}");
+        assert_eq!(r.headers()["allow"].to_str().unwrap(), "GET, HEAD");
+    }
+
+    let weak = format!("W/{etag}");
+    let r = get(&t, Some(("If-None-Match", weak))).await.unwrap();
+    assert_eq!(r.status(), 304, "a weak tag matches its strong twin");
+    let r = get(&t, Some(("If-None-Match", "\"other\"".into())))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = get(&t, Some(("If-Modified-Since", modified.clone())))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 304);
+    let r = get(
+        &t,
+        Some(("If-Modified-Since", "Fri, 01 May 2026 00:00:00 GMT".into())),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+
+    // A day later, the same card: the same date. Another summary: a new date and tag.
+    t.stop().await;
+    let db = t.db.take();
+    let mut t = start(db, ManualClock::new(first + day), "Echoes.").await;
+    let url = format!("{}/agents/echo/agent-card.json", t.base);
+    let r = t.http.get(&url).send().await.unwrap();
+    assert_eq!(r.headers()["last-modified"].to_str().unwrap(), modified);
+    assert_eq!(r.headers()["etag"].to_str().unwrap(), etag);
+    t.stop().await;
+    let db = t.db.take();
+    let mut t = start(db, ManualClock::new(first + 2 * day), "Says it back.").await;
+    let url = format!("{}/agents/echo/agent-card.json", t.base);
+    let r = t.http.get(&url).send().await.unwrap();
+    assert_eq!(
+        r.headers()["last-modified"].to_str().unwrap(),
+        "Sat, 30 May 2026 20:26:40 GMT"
+    );
+    assert_ne!(r.headers()["etag"].to_str().unwrap(), etag);
+    t.stop().await;
+}
+
+on_both_engines!(cards_are_cacheable_http_resources);
+
 async fn send_get_list_cancel(engine: Engine) {
     let t = spawn_app(engine, |_, _| {}).await;
     // Blocking send: the echo agent's answer is an artifact of the completed task.

@@ -15,10 +15,12 @@ pub struct RenderedCard {
     pub body: String,
     /// Strong entity tag (quoted).
     pub etag: String,
+    /// When this content first appeared (unix seconds), for Last-Modified.
+    pub modified_s: i64,
 }
 
 impl RenderedCard {
-    /// Renders `card`.
+    /// Renders `card`; its modification time is set once known ([`RenderedCard::modified_at`]).
     #[must_use]
     pub fn new(card: &Value) -> Self {
         let body = card.to_string();
@@ -26,7 +28,36 @@ impl RenderedCard {
         Self {
             etag: format!("\"{}\"", hex::encode(&digest[..16])),
             body,
+            modified_s: 0,
         }
+    }
+
+    /// The card, with the time its content first appeared (unix milliseconds).
+    #[must_use]
+    pub fn modified_at(mut self, unix_ms: i64) -> Self {
+        self.modified_s = unix_ms.div_euclid(1000);
+        self
+    }
+
+    /// Whether a conditional request can be answered 304: `If-None-Match` (weak comparison,
+    /// RFC 9110 §13.1.2: a `W/` tag matches its strong twin; `*` matches any) when present,
+    /// else `If-Modified-Since` at or after the content's time.
+    #[must_use]
+    pub fn not_modified(
+        &self,
+        if_none_match: Option<&str>,
+        if_modified_since: Option<&str>,
+    ) -> bool {
+        let opaque = |t: &str| t.trim().trim_start_matches("W/").to_owned();
+        if let Some(tags) = if_none_match {
+            let mine = opaque(&self.etag);
+            return tags
+                .split(',')
+                .any(|t| t.trim() == "*" || opaque(t) == mine);
+        }
+        if_modified_since
+            .and_then(crate::net::date::parse_unix_s)
+            .is_some_and(|since| since >= self.modified_s)
     }
 }
 

@@ -87,7 +87,7 @@ impl TransportModule for A2a {
     /// one `LISTEN` connection, which carries task changes made by other instances to this
     /// one's streams.
     async fn start(&self, pipeline: &Pipeline, _: watch::Receiver<bool>) -> Result<Started> {
-        let state = build_state(pipeline.clone(), self.engine.clone(), &self.parts)?;
+        let state = build_state(pipeline.clone(), self.engine.clone(), &self.parts).await?;
         tasks::listen(&self.engine, &self.parts.queue);
         Ok(Started {
             routes: Some(Arc::new(move |cfg: &mut web::ServiceConfig| {
@@ -102,7 +102,11 @@ impl TransportModule for A2a {
 ///
 /// # Errors
 /// [`Error::Config`] when no agent can answer at the hub.
-fn build_state(pipeline: Pipeline, engine: TaskEngine, parts: &Parts) -> Result<Arc<A2aState>> {
+async fn build_state(
+    pipeline: Pipeline,
+    engine: TaskEngine,
+    parts: &Parts,
+) -> Result<Arc<A2aState>> {
     let config = &parts.config;
     let public_url = parts.site.base_url();
     let agents = pipeline.agents().all();
@@ -143,7 +147,18 @@ fn build_state(pipeline: Pipeline, engine: TaskEngine, parts: &Parts) -> Result<
         policies.values(),
         default_policy,
     ));
-    let cards_modified = crate::net::date::format_unix_ms(pipeline.clock().now_ms());
+    // Last-Modified: when each card's content first appeared, kept in the database.
+    let now = pipeline.clock().now_ms();
+    let hub_card = {
+        let at = store::card_modified(&parts.db, "", &hub_card.etag, now).await?;
+        hub_card.modified_at(at)
+    };
+    let mut dated = HashMap::with_capacity(cards.len());
+    for (name, card) in cards {
+        let at = store::card_modified(&parts.db, &name, &card.etag, now).await?;
+        dated.insert(name, card.modified_at(at));
+    }
+    let cards = dated;
     Ok(Arc::new(A2aState {
         pipeline,
         engine,
@@ -152,7 +167,6 @@ fn build_state(pipeline: Pipeline, engine: TaskEngine, parts: &Parts) -> Result<
         max_body: config.server.max_body_bytes,
         hub_card,
         cards,
-        cards_modified,
         verifier: Verifier::new(parts.http.clone(), parts.clock.clone(), parts.site.domain()),
         policies,
     }))

@@ -507,3 +507,31 @@ pub async fn push_config(db: &Db, task_id: &str, id: &str) -> Result<Option<Push
     )
     .await
 }
+
+#[derive(sqlx::FromRow, serde::Deserialize)]
+struct CardRow {
+    modified_at: i64,
+}
+
+/// When the card called `name` (`""` for the hub) took the content whose ETag is `etag`: the
+/// stored time while the ETag is unchanged, else `now_ms`, recorded. Every instance serving the
+/// same card therefore tells the same Last-Modified, across restarts.
+///
+/// # Errors
+/// Database errors.
+pub async fn card_modified(db: &Db, name: &str, etag: &str, now_ms: i64) -> Result<i64> {
+    db.execute(
+        "INSERT INTO a2a_cards (name, etag, modified_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (name) DO UPDATE SET etag = excluded.etag, modified_at = excluded.modified_at \
+         WHERE a2a_cards.etag <> excluded.etag",
+        &[Arg::Text(name), Arg::Text(etag), Arg::Int(now_ms)],
+    )
+    .await?;
+    let rows: Vec<CardRow> = db
+        .write_fetch_all(
+            "SELECT modified_at FROM a2a_cards WHERE name = $1",
+            &[Arg::Text(name)],
+        )
+        .await?;
+    Ok(rows.first().map_or(now_ms, |r| r.modified_at))
+}

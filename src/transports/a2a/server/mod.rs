@@ -48,8 +48,6 @@ pub struct A2aState {
     pub hub_card: RenderedCard,
     /// Per-agent cards, by lower-case name.
     pub cards: HashMap<String, RenderedCard>,
-    /// `Last-Modified` of the cards (the start of this process).
-    pub cards_modified: String,
     /// Checks bearer tokens.
     pub verifier: Verifier,
     /// Who may call each agent, by lower-case name (public when absent).
@@ -104,12 +102,29 @@ impl A2aState {
     }
 }
 
+/// A card's resource: GET and HEAD, `405` with `Allow` for any other method.
+fn card_resource<F, Args>(path: &str, handler: F) -> actix_web::Resource
+where
+    F: actix_web::Handler<Args> + Clone,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    web::resource(path)
+        .route(web::get().to(handler.clone()))
+        .route(web::head().to(handler))
+        .default_service(web::to(|| async {
+            HttpResponse::MethodNotAllowed()
+                .insert_header(("Allow", "GET, HEAD"))
+                .finish()
+        }))
+}
+
 /// Registers the A2A routes.
 pub fn configure(cfg: &mut web::ServiceConfig, state: Arc<A2aState>) {
     cfg.app_data(web::Data::from(state))
-        .route("/.well-known/agent-card.json", web::get().to(hub_card))
-        .route("/.well-known/agent-card/{name}", web::get().to(agent_card))
-        .route("/agents/{name}/agent-card.json", web::get().to(agent_card))
+        .service(card_resource("/.well-known/agent-card.json", hub_card))
+        .service(card_resource("/.well-known/agent-card/{name}", agent_card))
+        .service(card_resource("/agents/{name}/agent-card.json", agent_card))
         .route("/.well-known/jwks.json", web::get().to(jwks))
         .route("/a2a", web::post().to(hub_rpc))
         .route("/a2a/", web::post().to(hub_rpc))
@@ -119,14 +134,8 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: Arc<A2aState>) {
 
 fn card_response(state: &A2aState, req: &HttpRequest, card: &RenderedCard) -> HttpResponse {
     let cache = format!("public, max-age={}", state.cfg.card_max_age_seconds);
-    let matches = req
-        .headers()
-        .get("if-none-match")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(',')
-                .any(|t| t.trim() == card.etag || t.trim() == "*")
-        });
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let matches = card.not_modified(header("if-none-match"), header("if-modified-since"));
     let mut resp = if matches {
         HttpResponse::NotModified()
     } else {
@@ -134,7 +143,10 @@ fn card_response(state: &A2aState, req: &HttpRequest, card: &RenderedCard) -> Ht
     };
     resp.insert_header(("Cache-Control", cache))
         .insert_header(("ETag", card.etag.clone()))
-        .insert_header(("Last-Modified", state.cards_modified.clone()));
+        .insert_header((
+            "Last-Modified",
+            crate::net::date::format_unix_s(card.modified_s),
+        ));
     if matches {
         resp.finish()
     } else {
