@@ -566,11 +566,21 @@ async fn hub_routes_by_handle_and_context(engine: Engine) {
 on_both_engines!(hub_routes_by_handle_and_context);
 
 async fn idempotency_key_and_resend(engine: Engine) {
-    let t = spawn_app(engine, |_, _| {}).await;
+    let t = spawn_app(engine, |_, o| {
+        o.agents.push((
+            "other".into(),
+            std::sync::Arc::new(crate::helpers::RecordingAgent::default()),
+        ));
+    })
+    .await;
     let m = user_message("once");
     let headers = [("A2A-Version", "1.0"), ("Idempotency-Key", "k-1")];
     let a = rpc_with(&t, "/a2a", "SendMessage", json!({"message": m}), &headers).await;
-    let b = rpc_with(
+    // A retry (the same request with the same key) gets the task the first one started.
+    let b = rpc_with(&t, "/a2a", "SendMessage", json!({"message": m}), &headers).await;
+    assert_eq!(a["result"]["task"]["id"], b["result"]["task"]["id"]);
+    // The same key with another request is an error, and starts nothing.
+    let other = rpc_with(
         &t,
         "/a2a",
         "SendMessage",
@@ -578,7 +588,20 @@ async fn idempotency_key_and_resend(engine: Engine) {
         &headers,
     )
     .await;
-    assert_eq!(a["result"]["task"]["id"], b["result"]["task"]["id"]);
+    assert_eq!(other["error"]["code"], -32602, "{other}");
+    let listed = rpc(&t, "/a2a", "ListTasks", json!({})).await;
+    assert_eq!(listed["result"]["totalSize"], 1, "{listed}");
+    // Keys are scoped per endpoint: the same key at another agent's endpoint is another key.
+    let elsewhere = rpc_with(
+        &t,
+        "/agents/other/a2a",
+        "SendMessage",
+        json!({"message": user_message("twice")}),
+        &headers,
+    )
+    .await;
+    assert!(elsewhere["result"]["task"]["id"].is_string(), "{elsewhere}");
+    assert_ne!(elsewhere["result"]["task"]["id"], a["result"]["task"]["id"]);
     // Without a key, the same messageId after the task finished starts a new task (the
     // conformance kit relies on this).
     let c = rpc(&t, "/a2a", "SendMessage", json!({"message": m})).await;

@@ -322,42 +322,67 @@ pub async fn count_tasks(db: &Db, f: &TaskFilter<'_>) -> Result<i64> {
     Ok(row.map_or(0, |r| r.n))
 }
 
-/// The task an idempotency key of `owner` started.
+/// An idempotency key as stored: whose, at which endpoint (`""` the hub, else the agent's
+/// name), and a fingerprint of the request it came with.
+#[derive(Debug, Clone, Copy)]
+pub struct IdempotencyKey<'a> {
+    /// The caller.
+    pub owner: &'a str,
+    /// The endpoint: `""` for the hub, else the agent's lower-case name.
+    pub scope: &'a str,
+    /// The key the caller sent.
+    pub key: &'a str,
+    /// A digest of the request.
+    pub fingerprint: &'a str,
+}
+
+/// The task an idempotency key started, with the fingerprint of the request that started it
+/// (none for keys stored before fingerprints were).
 ///
 /// # Errors
 /// Database errors.
-pub async fn idempotent_task(db: &Db, owner: &str, key: &str) -> Result<Option<String>> {
+pub async fn idempotent_task(
+    db: &Db,
+    key: &IdempotencyKey<'_>,
+) -> Result<Option<(String, Option<String>)>> {
     #[derive(sqlx::FromRow, serde::Deserialize)]
     struct T {
         task_id: String,
+        fingerprint: Option<String>,
     }
     let row: Option<T> = db
         .fetch_optional(
-            "SELECT task_id FROM a2a_idempotency WHERE owner = $1 AND key = $2",
-            &[Arg::Text(owner), Arg::Text(key)],
+            "SELECT task_id, fingerprint FROM a2a_idempotency \
+             WHERE owner = $1 AND scope = $2 AND key = $3",
+            &[
+                Arg::Text(key.owner),
+                Arg::Text(key.scope),
+                Arg::Text(key.key),
+            ],
         )
         .await?;
-    Ok(row.map(|r| r.task_id))
+    Ok(row.map(|r| (r.task_id, r.fingerprint)))
 }
 
-/// Records that `key` of `owner` started `task_id`; false when the key was already taken.
+/// Records that `key` started `task_id`; false when the key was already taken.
 ///
 /// # Errors
 /// Database errors.
 pub async fn claim_idempotency_key(
     tx: &mut Tx,
-    owner: &str,
-    key: &str,
+    key: &IdempotencyKey<'_>,
     task_id: &str,
     now: i64,
 ) -> Result<bool> {
     let n = tx
         .execute(
-            "INSERT INTO a2a_idempotency (owner, key, task_id, created_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT DO NOTHING",
+            "INSERT INTO a2a_idempotency (owner, scope, key, fingerprint, task_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
             &[
-                Arg::Text(owner),
-                Arg::Text(key),
+                Arg::Text(key.owner),
+                Arg::Text(key.scope),
+                Arg::Text(key.key),
+                Arg::Text(key.fingerprint),
                 Arg::Text(task_id),
                 Arg::Int(now),
             ],

@@ -452,7 +452,8 @@ pub(super) struct NewTask {
     engine: TaskEngine,
     row: TaskRow,
     events: Vec<(i64, String)>,
-    idempotency_key: Option<String>,
+    /// Its idempotency key: scope, key and the request's fingerprint.
+    idempotency_key: Option<(String, String, String)>,
     any_agent: bool,
     /// The push config's id and (1.0) body.
     push: Option<(String, String)>,
@@ -467,7 +468,7 @@ impl NewTask {
         engine: &TaskEngine,
         row: TaskRow,
         events: Vec<(i64, String)>,
-        idempotency_key: Option<String>,
+        idempotency_key: Option<(String, String, String)>,
         any_agent: bool,
         push: Option<(String, String)>,
     ) -> Self {
@@ -499,8 +500,19 @@ impl crate::pipeline::IngestWrite for NewTask {
             self.created = Some(Created::Resent(Box::new(k)));
             return Ok(false);
         }
-        if let Some(key) = &self.idempotency_key
-            && !sql::claim_idempotency_key(tx, &self.row.owner, key, &self.row.id, now).await?
+        if let Some((scope, key, fingerprint)) = &self.idempotency_key
+            && !sql::claim_idempotency_key(
+                tx,
+                &sql::IdempotencyKey {
+                    owner: &self.row.owner,
+                    scope,
+                    key,
+                    fingerprint,
+                },
+                &self.row.id,
+                now,
+            )
+            .await?
         {
             self.created = Some(Created::KeyTaken);
             return Ok(false);

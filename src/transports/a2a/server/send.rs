@@ -121,13 +121,14 @@ pub(super) async fn send(
     };
     let in_parts = mapping::parse_parts(&msg.parts, limits)?;
 
-    // Retries: an Idempotency-Key names the task it started; a resend of a messageId attaches
-    // to its task while that task is still running.
-    if let Some(key) = &call.idempotency_key
-        && let Some(task_id) = sql::idempotent_task(state.engine.db(), &owner, key)
-            .await
-            .map_err(|e| internal(&e))?
-    {
+    // Retries: an Idempotency-Key names the task it started (per caller and endpoint; the same
+    // key with another request is refused); a resend of a messageId attaches to its task while
+    // that task is still running.
+    let idempotency = call.idempotency_key.as_ref().map(|key| {
+        let scope = call.agent.as_deref().unwrap_or_default().to_lowercase();
+        (scope, key.clone(), fingerprint(&call.params))
+    });
+    if let Some(task_id) = started_by(state, &owner, idempotency.as_ref()).await? {
         let row = visible_task(state, &call, &task_id).await?;
         return finish_send(state, &call, &config, row, streaming).await;
     }
@@ -323,7 +324,7 @@ pub(super) async fn send(
         &state.engine,
         working,
         vec![(1, ev.to_string())],
-        call.idempotency_key.clone(),
+        idempotency.clone(),
         call.agent.is_none(),
         push,
     );
@@ -338,15 +339,55 @@ pub(super) async fn send(
         Some(Created::Resent(row)) => finish_send(state, &call, &config, *row, streaming).await,
         Some(Created::KeyTaken) => {
             // Another request with the same key got there first: answer with its task.
-            let key = call.idempotency_key.as_deref().unwrap_or_default();
-            let task_id = sql::idempotent_task(state.engine.db(), &owner, key)
-                .await
-                .map_err(|e| internal(&e))?
+            let task_id = started_by(state, &owner, idempotency.as_ref())
+                .await?
                 .ok_or_else(RpcError::task_not_found)?;
             let row = visible_task(state, &call, &task_id).await?;
             finish_send(state, &call, &config, row, streaming).await
         }
         None => Err(internal(&Error::Unavailable)),
+    }
+}
+
+/// A digest of a call's parameters in their RFC 8785 canonical form, so equal requests digest
+/// alike whatever their key order or number spelling.
+fn fingerprint(params: &serde_json::Map<String, Value>) -> String {
+    use sha2::Digest as _;
+    let body = serde_json_canonicalizer::to_string(params).unwrap_or_default();
+    hex::encode(sha2::Sha256::digest(body.as_bytes()))
+}
+
+/// The task an idempotency key (scope, key, fingerprint) of `owner` started, if any.
+///
+/// # Errors
+/// `-32602` when the key started a task for a different request (the IETF Idempotency-Key
+/// draft's 422, in JSON-RPC terms).
+async fn started_by(
+    state: &Arc<A2aState>,
+    owner: &str,
+    idempotency: Option<&(String, String, String)>,
+) -> Result<Option<String>, RpcError> {
+    let Some((scope, key, fingerprint)) = idempotency else {
+        return Ok(None);
+    };
+    let stored = sql::idempotent_task(
+        state.engine.db(),
+        &sql::IdempotencyKey {
+            owner,
+            scope,
+            key,
+            fingerprint,
+        },
+    )
+    .await
+    .map_err(|e| internal(&e))?;
+    match stored {
+        Some((_, Some(seen))) if &seen != fingerprint => Err(RpcError::invalid_field(
+            "Idempotency-Key",
+            "was already used with a different request",
+        )),
+        Some((task_id, _)) => Ok(Some(task_id)),
+        None => Ok(None),
     }
 }
 
