@@ -1306,6 +1306,44 @@ mod push {
         HttpResponse::Ok().finish()
     }
 
+    /// A config created on a finished task is told the task's final state, once.
+    async fn a_config_on_a_finished_task_gets_its_final_state_once(engine: Engine) {
+        let inbox: Inbox = Arc::default();
+        let url = serve_route!(inbox.clone(), post, "/webhook", receive);
+        let t = spawn_app(engine, |_, _| {}).await;
+        let r = rpc(
+            &t,
+            "/a2a",
+            "SendMessage",
+            json!({"message": user_message("done at once")}),
+        )
+        .await;
+        let task = &r["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{r}");
+        let created = rpc(
+            &t,
+            "/a2a",
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": task["id"], "url": url}),
+        )
+        .await;
+        assert!(created.get("error").is_none(), "{created}");
+        wait_for(10, "the final state", || async {
+            (!inbox.lock().unwrap().posts.is_empty()).then_some(())
+        })
+        .await;
+        // Nothing follows it.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let posts = inbox.lock().unwrap().posts.clone();
+        assert_eq!(posts.len(), 1, "{posts:?}");
+        assert_eq!(
+            posts[0].4["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{posts:?}"
+        );
+        assert_eq!(posts[0].4["statusUpdate"]["taskId"], task["id"]);
+    }
+    on_both_engines!(a_config_on_a_finished_task_gets_its_final_state_once);
+
     async fn push_configs_and_delivery(engine: Engine) {
         let inbox: Inbox = Arc::default();
         let url = serve_route!(inbox.clone(), post, "/webhook", receive);

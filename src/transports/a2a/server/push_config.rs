@@ -9,7 +9,7 @@ use super::tasks::visible_task;
 use crate::error::Error;
 use crate::transports::a2a::store::{self as sql, TaskRow};
 use crate::transports::a2a::tasks::internal;
-use crate::transports::a2a::wire::{self, RpcError, Version};
+use crate::transports::a2a::wire::{self, RpcError, TaskState, Version};
 
 /// A push config from its 1.0 (flat) or 0.3 (nested) shape, checked, in the 1.0 shape.
 pub(super) fn parse_push_config(
@@ -127,8 +127,19 @@ pub(super) async fn create_push(state: &A2aState, call: &Call) -> Result<Value, 
     let task_id = push_task_id(call)?;
     let row = visible_task(state, call, &task_id).await?;
     let cfg = parse_push_config(&Value::Object(call.params.clone()), call.version, &row.id)?;
-    // Notified of the events from now on.
-    store_push_config(state, &row, &cfg, row.last_seq).await?;
+    if TaskState::parse(&row.state).is_some_and(TaskState::is_terminal) {
+        // Nothing more will happen to a finished task: the config is told its last event (the
+        // final state) once, instead of waiting for events that never come.
+        store_push_config(state, &row, &cfg, row.last_seq - 1).await?;
+        let id = cfg["id"].as_str().unwrap_or_default();
+        state
+            .engine
+            .push_stored(&row.id, id, &[row.last_seq])
+            .await?;
+    } else {
+        // Notified of the events from now on.
+        store_push_config(state, &row, &cfg, row.last_seq).await?;
+    }
     Ok(render_push_config(&cfg, call.version))
 }
 
