@@ -444,6 +444,27 @@ async fn legacy_03_and_versions(engine: Engine) {
     .await;
     assert_eq!(r["error"]["code"], -32009);
     assert_eq!(r["error"]["data"][0]["reason"], "VERSION_NOT_SUPPORTED");
+    // Asking for 0.3 by name is the same as asking for nothing: no SendMessage there.
+    let r = rpc_with(
+        &t,
+        "/a2a",
+        "SendMessage",
+        json!({"message": user_message("x")}),
+        &[("A2A-Version", "0.3")],
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32009, "{r}");
+    // A 1.0 client may still call a legacy method name, answered in 0.3's shape.
+    let r = rpc_with(
+        &t,
+        "/a2a",
+        "message/send",
+        json!({"message": {"kind": "message", "messageId": uuid::Uuid::now_v7().to_string(),
+            "role": "user", "parts": [{"kind": "text", "text": "x"}]}}),
+        &[("A2A-Version", "1.0")],
+    )
+    .await;
+    assert_eq!(r["result"]["kind"], "task", "{r}");
     // Extensions are accepted.
     let r = rpc_with(
         &t,

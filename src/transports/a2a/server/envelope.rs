@@ -46,6 +46,23 @@ async fn read_body(mut payload: web::Payload, max: usize) -> Result<Vec<u8>, Rpc
     Ok(body)
 }
 
+/// The one negotiation rule: a request asks for the version in its `A2A-Version` (header or
+/// query parameter), 0.3 when it names none (0.3 clients send none). A 1.0 method is served
+/// only to a request asking for 1.0 — 0.3 has no such method; a 0.3 method (the legacy
+/// names a 1.0 server keeps for old clients) is served to a request asking for 0.3 or 1.0 and
+/// answered in 0.3's shapes. Any other version is not spoken here.
+fn version_serves(requested: &str, method: Version) -> bool {
+    let requested = match requested {
+        "" | "0.3" => Version::V03,
+        "1.0" | "1" => Version::V1,
+        _ => return false,
+    };
+    match method {
+        Version::V1 => requested == Version::V1,
+        Version::V03 => true,
+    }
+}
+
 /// The version a request asks for: header, else query parameter; `""` when absent.
 fn requested_version(req: &HttpRequest) -> String {
     if let Some(v) = header(req, "a2a-version") {
@@ -124,12 +141,7 @@ pub(super) async fn serve(
         return json_reply(&wire::error_envelope(&id, &e, Version::V1));
     };
     let version = requested_version(&req);
-    let supported = match version.as_str() {
-        "" => generation == Version::V03,
-        "1.0" | "1" | "0.3" => true,
-        _ => false,
-    };
-    if !supported {
+    if !version_serves(&version, generation) {
         let shown = if version.is_empty() {
             "0.3"
         } else {
@@ -251,6 +263,36 @@ fn camelize_params(params: &mut Map<String, Value>) {
             if let Value::Object(m) = p {
                 keys(m);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_rule_decides_which_version_serves_which_method() {
+        // (requested A2A-Version, the method's generation, served)
+        let table = [
+            ("", Version::V03, true),
+            ("0.3", Version::V03, true),
+            ("1.0", Version::V03, true),
+            ("1", Version::V03, true),
+            ("", Version::V1, false),
+            ("0.3", Version::V1, false),
+            ("1.0", Version::V1, true),
+            ("1", Version::V1, true),
+            ("99.0", Version::V1, false),
+            ("99.0", Version::V03, false),
+            ("0.2", Version::V03, false),
+        ];
+        for (requested, method, served) in table {
+            assert_eq!(
+                version_serves(requested, method),
+                served,
+                "{requested:?} asking for a {method:?} method"
+            );
         }
     }
 }
