@@ -117,10 +117,10 @@ async fn nodeinfo(state: web::Data<HttpState>) -> HttpResponse {
         .body(
             json!({
                 "version": "2.1",
+                // No repository: the crate names none, and a made-up one would mislead.
                 "software": {
                     "name": "switchboard",
                     "version": env!("CARGO_PKG_VERSION"),
-                    "repository": "https://github.com/switchboard/switchboard",
                 },
                 "protocols": ["activitypub"],
                 "services": {"inbound": [], "outbound": []},

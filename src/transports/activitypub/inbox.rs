@@ -1,10 +1,11 @@
 //! The verified inbox, per agent (`/agents/{name}/inbox`) and shared (`/inbox`).
 //!
 //! Order of work: size (the payload limit), JSON and nesting depth, activity id and its host,
-//! replay check, authentication (`verify`: HTTP signature, FEP-8b32 proof), then the activity
-//! itself (`activities`). Every
-//! activity that authenticates is answered 202 — handled, duplicate, or deliberately ignored; 401
-//! is only for authentication failures, 503 for trouble worth a retry.
+//! authentication (`verify`: HTTP signature, FEP-8b32 proof), replay check (after
+//! authentication, so an unsigned request learns nothing about which ids arrived), then the
+//! activity itself (`activities`). Every activity that authenticates is answered 202 — handled,
+//! duplicate, or deliberately ignored; 401 is only for authentication failures, 503 for trouble
+//! worth a retry.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -150,10 +151,6 @@ async fn process(
             "activities of local actors are not accepted".into(),
         ));
     }
-    if store::seen(&inner.db, &id).await? {
-        return Ok(());
-    }
-
     let auth =
         match verify::authenticate(inner, incoming, body, &activity, &kind, &actor_iri).await? {
             Verdict::Authenticated(auth) => auth,
@@ -163,6 +160,11 @@ async fn process(
                 return Ok(());
             }
         };
+    // A replay is acknowledged without being processed again, but only once its sender is
+    // authenticated: an unsigned request learns nothing about which ids arrived.
+    if store::seen(&inner.db, &id).await? {
+        return Ok(());
+    }
 
     let now = inner.clock.now_ms();
     match kind.as_str() {

@@ -219,6 +219,17 @@ async fn bad_input_is_refused(engine: Engine) {
         .await,
         1
     );
+    // No oracle: the same id, seen already, sent unsigned is 401 like any unsigned request,
+    // so nobody learns from the answer which activity ids arrived.
+    let unsigned = t
+        .http
+        .post(&inbox)
+        .header("content-type", "application/activity+json")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(unsigned), 401, "an unsigned replay");
 
     // A Delete from an actor that is gone (its key answers 410): 202, nothing else.
     remote.add_actor("gone");
