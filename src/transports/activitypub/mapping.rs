@@ -169,6 +169,27 @@ pub fn explicit_thread(note: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// A note's two thread fields, which servers fill differently: `context` (an IRI: Mastodon's
+/// `/contexts/N`, FEP-7888 collections) and `conversation` (Mastodon's `tag:` URI, which some
+/// versions thread on).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadFields<'a> {
+    /// `context`, when the note has one.
+    pub context: Option<&'a str>,
+    /// `conversation`, when the note has one.
+    pub conversation: Option<&'a str>,
+}
+
+/// The thread fields of `note`, each as received. A reply echoes each one; one the note lacks
+/// takes the other's value.
+#[must_use]
+pub fn thread_fields(note: &Value) -> ThreadFields<'_> {
+    ThreadFields {
+        context: note.get("context").and_then(iri),
+        conversation: str_of(note, "conversation"),
+    }
+}
+
 /// `@user@host` of an actor document.
 #[must_use]
 pub fn address_of(actor: &Value) -> Option<String> {
@@ -265,8 +286,9 @@ pub struct ReplyPlan<'a> {
     pub followers: &'a str,
     /// The note replied to.
     pub in_reply_to: Option<&'a str>,
-    /// The conversation (`context`, `conversation`) to keep.
-    pub thread: Option<&'a str>,
+    /// The conversation to keep: the note's `context` and `conversation`, each as received
+    /// ([`thread_fields`]).
+    pub thread: ThreadFields<'a>,
     /// Visibility.
     pub visibility: Visibility,
     /// Addressed and mentioned recipients.
@@ -382,9 +404,11 @@ pub fn reply_note(plan: &ReplyPlan<'_>, attachments: Vec<Value>) -> Value {
         if let Some(r) = plan.in_reply_to {
             m.insert("inReplyTo".into(), r.into());
         }
-        if let Some(t) = plan.thread {
-            m.insert("context".into(), t.into());
-            m.insert("conversation".into(), t.into());
+        if let Some(c) = plan.thread.context.or(plan.thread.conversation) {
+            m.insert("context".into(), c.into());
+        }
+        if let Some(c) = plan.thread.conversation.or(plan.thread.context) {
+            m.insert("conversation".into(), c.into());
         }
         if !attachments.is_empty() {
             m.insert("attachment".into(), Value::Array(attachments));
@@ -703,13 +727,39 @@ mod tests {
             actor: "https://sb.example/agents/h",
             followers: "https://sb.example/agents/h/followers",
             in_reply_to: Some("https://m.example/n/1"),
-            thread: Some("https://m.example/ctx/1"),
+            thread: ThreadFields {
+                context: Some("https://m.example/contexts/1"),
+                conversation: Some("tag:m.example,2026-01-01:objectId=1:objectType=Conversation"),
+            },
             visibility: Visibility::Direct,
             recipients: &r,
             parts: &parts,
             published: "2026-01-01T00:00:00Z",
         };
         let note = reply_note(&plan, vec![]);
+        // Each thread field is echoed as received, never one written over the other.
+        assert_eq!(note["context"], "https://m.example/contexts/1");
+        assert_eq!(
+            note["conversation"],
+            "tag:m.example,2026-01-01:objectId=1:objectType=Conversation"
+        );
+        let only_conversation = ReplyPlan {
+            thread: ThreadFields {
+                context: None,
+                conversation: Some("tag:m.example,2026:c"),
+            },
+            ..plan
+        };
+        let note2 = reply_note(&only_conversation, vec![]);
+        assert_eq!(note2["conversation"], "tag:m.example,2026:c");
+        assert_eq!(note2["context"], "tag:m.example,2026:c");
+        assert_eq!(
+            thread_fields(&json!({"context": "https://a.example/c", "conversation": "tag:x"})),
+            ThreadFields {
+                context: Some("https://a.example/c"),
+                conversation: Some("tag:x"),
+            }
+        );
         assert_eq!(note["to"], json!(["https://m.example/users/alice"]));
         assert_eq!(note["cc"], json!([]));
         assert_eq!(note["inReplyTo"], "https://m.example/n/1");

@@ -181,7 +181,9 @@ impl Inner {
             actor: &actor,
             followers: &followers,
             in_reply_to,
-            thread: thread.as_deref(),
+            thread: original_note
+                .map(mapping::thread_fields)
+                .unwrap_or_default(),
             visibility,
             recipients: &recipients,
             parts: &d.response.parts,
