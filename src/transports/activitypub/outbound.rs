@@ -13,7 +13,7 @@ use reqwest::header::HeaderValue;
 use serde_json::{Value, json};
 
 use super::mapping::{self, Recipient, ReplyPlan, iri, str_of};
-use super::{ActivityPub, Inner, JOB_KIND, NAME, store};
+use super::{ActivityPub, Inner, JOB_KIND, NAME, proof, store};
 use crate::error::{Error, OutboundError, PeerStatus, Result};
 use crate::message::{BytesRef, Part, Visibility};
 use crate::net::HttpRequest;
@@ -190,7 +190,20 @@ impl Inner {
             published: &published,
         };
         let note = mapping::reply_note(&plan, attachments);
-        let create = mapping::create_of(&note);
+        let mut create = mapping::create_of(&note);
+        // An FEP-8b32 proof under the agent's Ed25519 key (its assertionMethod), so a server
+        // that forwards the reply to its followers passes on something they can verify.
+        let key = self
+            .keys
+            .ed25519(&Inner::ed_key_name(&agent.name))
+            .await
+            .map_err(temp)?;
+        proof::attach(
+            &mut create,
+            &format!("{actor}#ed25519-key"),
+            &published,
+            |m| key.sign(m),
+        );
         let mut inboxes: BTreeSet<String> = actors
             .iter()
             .filter_map(|a| a.delivery_inbox().map(str::to_owned))

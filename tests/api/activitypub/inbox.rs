@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchboard::store::Arg;
-use switchboard::transports::activitypub::{mapping, sig};
+use switchboard::transports::activitypub::{mapping, proof, sig};
 
 use super::remote::{Remote, note_create, now_s, post_signed, published_key, rsa_sign};
 use super::{count, setup};
@@ -131,6 +131,31 @@ async fn mention_gets_a_signed_threaded_reply(engine: Engine) {
     let parsed = sig::parse_any(&view, Some(&raw), now_s()).unwrap();
     assert_eq!(parsed.key_id, format!("{echo}#main-key"));
     assert!(parsed.verify(&published_key(&t.http, &parsed.key_id).await));
+    // FEP-8b32: the Create carries an eddsa-jcs-2022 proof under the Ed25519 key echo
+    // publishes as its assertionMethod, so whoever is forwarded the reply can verify it.
+    let info = proof::prepare(&reply)
+        .unwrap()
+        .expect("a proof on the Create");
+    assert_eq!(info.verification_method, format!("{echo}#ed25519-key"));
+    let actor: Value = t
+        .http
+        .get(&echo)
+        .header("accept", "application/activity+json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let multikey = actor["assertionMethod"][0]["publicKeyMultibase"]
+        .as_str()
+        .unwrap();
+    let key = proof::parse_ed25519_multikey(multikey).unwrap();
+    assert!(info.verify(&key), "the proof verifies");
+    let mut tampered = reply.clone();
+    tampered["object"]["content"] = json!("something else");
+    let forged = proof::prepare(&tampered).unwrap().expect("a proof");
+    assert!(!forged.verify(&key), "a changed reply does not verify");
 
     // The note is served at its id and listed in the outbox.
     let id = note["id"].as_str().unwrap();
