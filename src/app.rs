@@ -5,7 +5,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::{App, HttpServer, middleware::from_fn};
+use actix_web::{App, HttpServer, middleware::from_fn, web};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -186,19 +186,60 @@ impl Application {
         let state = AppState {
             pipeline: pipeline.clone(),
         };
-        let max_body = config.server.max_body_bytes;
-        let grace = config.server.shutdown_grace_seconds;
+        let srv = &config.server;
+        let max_body = srv.max_body_bytes;
+        let grace = srv.shutdown_grace_seconds;
+        let deadlines = http::limits::Deadlines {
+            body: Duration::from_millis(srv.body_timeout_ms),
+            request: Duration::from_millis(srv.request_timeout_ms),
+        };
+        let open_files = crate::admission::raise_open_file_limit();
+        let max_connections = match srv.max_connections {
+            0 => crate::admission::auto_max_connections(open_files),
+            n => n,
+        };
+        if let Some(limit) = open_files
+            && u64::try_from(max_connections).unwrap_or(u64::MAX)
+                > limit.saturating_sub(crate::admission::RESERVED_DESCRIPTORS)
+        {
+            tracing::warn!(
+                max_connections,
+                open_file_limit = limit,
+                "server.max_connections leaves too few descriptors for the rest; raise the \
+                 open-file limit (LimitNOFILE) or lower the cap"
+            );
+        }
+        let admission = crate::admission::Admission::new(
+            max_connections,
+            srv.max_connections_per_peer,
+            parts.metrics.connections("http"),
+        );
+        let workers_n = srv.workers.max(1);
+        // actix's own per-worker cap backs ours up: it pauses accepting (leaving connections
+        // in the kernel's queue, holding no descriptor) rather than running out of them.
+        let per_worker = max_connections.div_ceil(workers_n) + 16;
         let app_state = state.clone();
+        let on_connect_metrics = parts.metrics.clone();
         let server = HttpServer::new(move || {
             let s = app_state.clone();
-            let mut app = App::new().wrap(from_fn(http::track));
+            let mut app = App::new()
+                .app_data(web::Data::new(deadlines))
+                .wrap(from_fn(http::limits::deadlines))
+                .wrap(from_fn(http::track));
             for r in &routes {
                 let r = r.clone();
                 app = app.configure(move |c| r(c));
             }
             app.configure(move |c| http::configure(c, s, max_body))
         })
-        .workers(config.server.workers.max(1))
+        .workers(workers_n)
+        .max_connections(per_worker)
+        .client_request_timeout(Duration::from_millis(srv.header_timeout_ms))
+        .client_disconnect_timeout(Duration::from_secs(1))
+        .keep_alive(Duration::from_millis(srv.keep_alive_ms))
+        .on_connect(move |conn, ext| {
+            http::limits::on_connect(&admission, &on_connect_metrics, conn, ext);
+        })
         // Stream events and small answers go out at once, not after the peer's delayed ACK
         // (up to 40 ms per SSE event with Nagle's algorithm on).
         .tcp_nodelay(true)
@@ -225,7 +266,7 @@ impl Application {
             .find(|(name, _)| *name == "smtp")
             .map(|(_, a)| *a);
         let domain = site.domain();
-        tracing::info!(%http_addr, %metrics_addr, %domain, backend = ?db.backend(), "switchboard is up");
+        tracing::info!(%http_addr, %metrics_addr, %domain, backend = ?db.backend(), max_connections, open_file_limit = ?open_files, "switchboard is up");
         Ok(Self {
             http_addr,
             metrics_addr,
@@ -287,23 +328,37 @@ impl Application {
         self.shutdown().await
     }
 
-    /// Stops accepting requests, lets in-flight requests and job batches finish within the grace
-    /// period, and returns any job still leased to this instance to the queue.
+    /// Shuts down in one stage: every listener stops accepting and every worker stops claiming
+    /// jobs at once; in-flight requests, SMTP sessions and job batches then share one grace
+    /// period (`server.shutdown_grace_seconds`), after which what is left is cut and any job
+    /// still leased to this instance returns to the queue.
     ///
     /// # Errors
     /// When leased jobs could not be released (they return when their lease expires).
     pub async fn shutdown(self) -> Result<()> {
-        self.server.stop(true).await;
-        self.metrics_server.stop(false).await;
-        for t in self.server_tasks {
-            let _ = t.await;
-        }
-        let _ = self.shutdown_tx.send(true);
         let grace = Duration::from_secs(self.config.server.shutdown_grace_seconds);
+        let deadline = tokio::time::Instant::now() + grace;
+        // Workers and the SMTP listener watch this; the HTTP servers are told next, so nothing
+        // is accepted or claimed while anything else drains.
+        let _ = self.shutdown_tx.send(true);
+        let (server, metrics_server) = (self.server, self.metrics_server);
+        let mut server_tasks = self.server_tasks;
         let mut workers = self.workers;
-        let all = futures_util::future::join_all(workers.iter_mut());
-        if tokio::time::timeout(grace, all).await.is_err() {
-            tracing::warn!("job batches did not finish within the grace period; releasing them");
+        let http = async {
+            // actix's own shutdown timeout is the same grace period, counted from now.
+            futures_util::future::join(server.stop(true), metrics_server.stop(false)).await;
+            futures_util::future::join_all(server_tasks.iter_mut()).await;
+        };
+        let jobs = futures_util::future::join_all(workers.iter_mut());
+        let drained = tokio::time::timeout_at(deadline, futures_util::future::join(http, jobs));
+        if drained.await.is_err() {
+            tracing::warn!(
+                grace_seconds = grace.as_secs(),
+                "in-flight work did not finish within the grace period; cutting it"
+            );
+            for t in &server_tasks {
+                t.abort();
+            }
             for w in &workers {
                 w.abort();
             }
@@ -313,6 +368,7 @@ impl Application {
             tracing::info!(released, "returned leased jobs to the queue");
         }
         self.pipeline.db().close().await;
+        tracing::info!("stopped");
         Ok(())
     }
 }

@@ -29,6 +29,8 @@ pub struct Metrics {
     agent_latency: Family<Labels, Histogram, fn() -> Histogram>,
     end_to_end: Histogram,
     smtp_data_bytes: Gauge,
+    connections: Family<Labels, Gauge>,
+    connections_refused: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -53,6 +55,8 @@ impl Metrics {
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
         let end_to_end = latency_histogram();
         let smtp_data_bytes = Gauge::default();
+        let connections = Family::<Labels, Gauge>::default();
+        let connections_refused = Family::<Labels, Counter>::default();
         registry.register(
             "http_requests",
             "HTTP requests by method, route and status",
@@ -98,6 +102,16 @@ impl Metrics {
             "Memory held for message bodies being received over SMTP (bytes)",
             smtp_data_bytes.clone(),
         );
+        registry.register(
+            "connections",
+            "Open inbound connections by listener",
+            connections.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Inbound connections refused as they were accepted, by listener and reason (full, peer_full)",
+            connections_refused.clone(),
+        );
         Self {
             registry,
             http_requests,
@@ -109,7 +123,27 @@ impl Metrics {
             agent_latency,
             end_to_end,
             smtp_data_bytes,
+            connections,
+            connections_refused,
         }
+    }
+
+    /// The gauge of open connections on `listener`.
+    #[must_use]
+    pub fn connections(&self, listener: &str) -> Gauge {
+        self.connections
+            .get_or_create(&vec![("listener", listener.to_owned())])
+            .clone()
+    }
+
+    /// Counts a connection refused at accept.
+    pub fn connection_refused(&self, listener: &str, reason: &str) {
+        self.connections_refused
+            .get_or_create(&vec![
+                ("listener", listener.to_owned()),
+                ("reason", reason.to_owned()),
+            ])
+            .inc();
     }
 
     /// The gauge of memory held for SMTP message bodies in flight.

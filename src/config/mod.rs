@@ -165,6 +165,22 @@ impl Config {
         self.queue.check(&mut problems);
         self.activitypub.check(&mut problems);
         self.email.check(&mut problems);
+        // A blocking A2A call or an inbox delivery must be able to finish inside the request
+        // deadline, after a body that took as long as it may.
+        let (server, longest) = (
+            &self.server,
+            self.a2a
+                .blocking_timeout_ms
+                .max(self.activitypub.processing_timeout_ms),
+        );
+        if server.request_timeout_ms < server.body_timeout_ms.saturating_add(longest) {
+            problems.push(format!(
+                "server.request_timeout_ms {}: must be at least server.body_timeout_ms plus the \
+                 longest of a2a.blocking_timeout_ms and activitypub.processing_timeout_ms ({})",
+                server.request_timeout_ms,
+                server.body_timeout_ms.saturating_add(longest)
+            ));
+        }
         if problems.is_empty() {
             Ok(())
         } else {

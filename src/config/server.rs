@@ -20,8 +20,26 @@ pub struct ServerConfig {
     pub workers: usize,
     /// Largest accepted request body in bytes.
     pub max_body_bytes: usize,
-    /// How long shutdown waits for in-flight work before releasing it.
+    /// How long shutdown waits for in-flight work before releasing it: one period for the
+    /// whole shutdown, HTTP, SMTP and job workers together.
     pub shutdown_grace_seconds: u64,
+    /// Most open connections on the public listener; 0 derives it from the open-file limit
+    /// (the limit less 256 descriptors kept for the rest, at most 25,000).
+    pub max_connections: usize,
+    /// Most open connections from one peer (an IPv4 address or an IPv6 /64).
+    pub max_connections_per_peer: usize,
+    /// How long a client may take to send a request's headers.
+    pub header_timeout_ms: u64,
+    /// How long a client may take to send a request's whole body, counted from its headers;
+    /// later, the request is answered 408 and the connection closed.
+    pub body_timeout_ms: u64,
+    /// How long a request may take from its headers to the response's head (a streamed body
+    /// may go on after); later, it is answered 503 and the connection closed. At least
+    /// `body_timeout_ms` plus the longer of `a2a.blocking_timeout_ms` and
+    /// `activitypub.processing_timeout_ms`.
+    pub request_timeout_ms: u64,
+    /// How long an idle keep-alive connection stays open.
+    pub keep_alive_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -33,6 +51,12 @@ impl Default for ServerConfig {
             workers: 2,
             max_body_bytes: 1024 * 1024,
             shutdown_grace_seconds: 30,
+            max_connections: 0,
+            max_connections_per_peer: 256,
+            header_timeout_ms: 5_000,
+            body_timeout_ms: 15_000,
+            request_timeout_ms: 60_000,
+            keep_alive_ms: 5_000,
         }
     }
 }
@@ -66,6 +90,18 @@ impl ServerConfig {
     /// The public URL must be usable and name a host agents can be addressed at; plain http is
     /// expected only where private addresses are allowed (`net.allow_private_addresses`).
     pub(super) fn check(&self, allow_private_addresses: bool, problems: &mut Vec<String>) {
+        for (key, ms) in [
+            ("header_timeout_ms", self.header_timeout_ms),
+            ("body_timeout_ms", self.body_timeout_ms),
+            ("request_timeout_ms", self.request_timeout_ms),
+        ] {
+            if ms == 0 {
+                problems.push(format!("server.{key}: must be above 0"));
+            }
+        }
+        if self.max_connections_per_peer == 0 {
+            problems.push("server.max_connections_per_peer: must be above 0".into());
+        }
         match self.public_url() {
             Ok(url) => {
                 if url.scheme() == "http" && !allow_private_addresses {

@@ -290,3 +290,27 @@ fn collect_keys(v: &toml::Value, prefix: &str, missing: &mut Vec<String>, text: 
         }
     }
 }
+
+/// The request deadline must leave room for a whole body plus the longest wait a request makes.
+#[test]
+fn server_deadlines_must_nest() {
+    let mut c = Config::default();
+    c.server.body_timeout_ms = 20_000;
+    c.server.request_timeout_ms = 20_000;
+    c.server.max_connections_per_peer = 0;
+    let problems = match c.check() {
+        Err(Error::Config(problems)) => problems,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        problems.lines().collect::<Vec<_>>(),
+        [
+            "server.max_connections_per_peer: must be above 0",
+            "server.request_timeout_ms 20000: must be at least server.body_timeout_ms plus the \
+             longest of a2a.blocking_timeout_ms and activitypub.processing_timeout_ms (50000)",
+        ]
+    );
+    c.server.max_connections_per_peer = 1;
+    c.server.request_timeout_ms = 50_000;
+    assert!(c.check().is_ok());
+}

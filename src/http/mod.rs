@@ -1,6 +1,9 @@
 //! HTTP assembly: the public app's own routes (health, readiness, media), the one rendering of
 //! core errors as HTTP responses, request metrics, and the metrics app on its own listener.
-//! Transports mount their routes beside these; this module imports none of them.
+//! Transports mount their routes beside these; this module imports none of them. [`limits`]
+//! keeps one client from holding the listener.
+
+pub mod limits;
 
 use std::time::Instant;
 

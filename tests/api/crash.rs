@@ -2,8 +2,6 @@
 //! every message got exactly one response, delivered.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +11,7 @@ use serde_json::{Value, json};
 use switchboard::store::messages;
 
 use crate::helpers::{
-    Engine, TestDb, fresh_db, header, job_states, on_both_engines, serve_route, wait_for,
+    Binary, Engine, TestDb, fresh_db, header, job_states, on_both_engines, serve_route, wait_for,
 };
 
 const N: usize = 1000;
@@ -41,40 +39,6 @@ async fn receive(sink: web::Data<Arc<Sink>>, req: HttpRequest, body: web::Bytes)
         .insert(key);
     *sink.total.lock().unwrap() += 1;
     HttpResponse::Ok().finish()
-}
-
-struct Server {
-    child: Child,
-    base: String,
-}
-
-fn start(config: &std::path::Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .args(["--config", config.to_str().unwrap(), "serve"])
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // Keep draining the log so the child never blocks on a full pipe.
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str::<Value>(&line)
-                && let Some(addr) = v.get("http_addr").and_then(Value::as_str)
-            {
-                let _ = tx.send(addr.to_owned());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the server reports its address");
-    Server {
-        child,
-        base: format!("http://{addr}"),
-    }
 }
 
 async fn post_all(http: &reqwest::Client, base: &str, ids: &[usize]) -> Vec<(usize, Option<bool>)> {
@@ -145,10 +109,10 @@ callback_url = "{cb}"
     .unwrap();
 
     let http = reqwest::Client::new();
-    let mut server = start(&config);
+    let mut server = Binary::start(&config, None);
     let all: Vec<usize> = (0..N).collect();
     let posting = {
-        let (http, base, all) = (http.clone(), server.base.clone(), all.clone());
+        let (http, base, all) = (http.clone(), format!("http://{}", server.http), all.clone());
         tokio::spawn(async move { post_all(&http, &base, &all).await })
     };
     wait_for(60, "deliveries under way", || async {
@@ -175,8 +139,8 @@ callback_url = "{cb}"
 
     // Restart and let the client retry everything: acknowledged messages come back as
     // duplicates, and so may some whose acknowledgement was lost in the crash.
-    let mut server = start(&config);
-    let second = post_all(&http, &server.base, &all).await;
+    let mut server = Binary::start(&config, None);
+    let second = post_all(&http, &format!("http://{}", server.http), &all).await;
     assert!(
         second.iter().all(|(_, d)| d.is_some()),
         "every retry is accepted"
@@ -207,14 +171,7 @@ callback_url = "{cb}"
         (states.keys().all(|s| s == "done")).then_some(())
     })
     .await;
-    let pid = server.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    server.terminate();
     let status = server.child.wait().unwrap();
     assert!(
         status.success(),

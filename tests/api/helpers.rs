@@ -325,3 +325,105 @@ pub fn interop(what: &str) -> bool {
     }
     on
 }
+
+/// The real `switchboard` binary serving a configuration file, its JSON log collected. It is
+/// killed when dropped.
+pub struct Binary {
+    pub child: std::process::Child,
+    /// The public HTTP address.
+    pub http: std::net::SocketAddr,
+    /// The SMTP address, when email is on.
+    pub smtp: Option<std::net::SocketAddr>,
+    /// Every log line so far, as written.
+    pub lines: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Binary {
+    /// Starts `switchboard --config {config} serve` (the configuration must log JSON) and waits
+    /// until it is up; with `open_files`, under that open-file limit (`ulimit -n`).
+    pub fn start(config: &std::path::Path, open_files: Option<u64>) -> Binary {
+        use std::io::BufRead;
+        let bin = env!("CARGO_BIN_EXE_switchboard");
+        let args = ["--config", config.to_str().unwrap(), "serve"];
+        let mut cmd = match open_files {
+            Some(n) => {
+                let mut c = std::process::Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(bin)
+                    .args(args);
+                c
+            }
+            None => {
+                let mut c = std::process::Command::new(bin);
+                c.args(args);
+                c
+            }
+        };
+        let mut child = cmd
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let lines: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let sink = Arc::clone(&lines);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // Keep draining the log so the child never blocks on a full pipe.
+            let mut smtp = None;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let parsed = serde_json::from_str::<serde_json::Value>(&line).ok();
+                sink.lock().unwrap().push(line);
+                if let Some(v) = parsed {
+                    if v["message"] == "SMTP listener is up" {
+                        smtp = v["addr"].as_str().map(str::to_owned);
+                    }
+                    if let Some(addr) = v["http_addr"].as_str() {
+                        let _ = tx.send((addr.to_owned(), smtp.clone()));
+                    }
+                }
+            }
+        });
+        let (http, smtp) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("the server did not come up: {:?}", lines.lock().unwrap()));
+        Binary {
+            child,
+            http: http.parse().unwrap(),
+            smtp: smtp.map(|a| a.parse().unwrap()),
+            lines,
+        }
+    }
+
+    /// The log lines that contain `needle`.
+    pub fn logged(&self, needle: &str) -> Vec<String> {
+        let lines = self.lines.lock().unwrap();
+        lines
+            .iter()
+            .filter(|l| l.contains(needle))
+            .cloned()
+            .collect()
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let ok = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -TERM failed");
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

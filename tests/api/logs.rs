@@ -2,14 +2,9 @@
 //! dispatch and its delivery inside spans that carry its id, and selecting the log lines by that
 //! id finds all three.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
-use crate::helpers::{Engine, wait_for};
+use crate::helpers::{Binary, Engine, wait_for};
 
 /// Every string value of the line's spans (the current one and its parents), by field.
 fn span_fields(line: &Value) -> Vec<(String, String, String)> {
@@ -58,30 +53,8 @@ token = "logs-token"
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .args(["--config", config.to_str().unwrap(), "serve"])
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let sink = Arc::clone(&lines);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let Ok(v) = serde_json::from_str::<Value>(&line) else {
-                panic!("a log line that is not JSON: {line}");
-            };
-            if let Some(addr) = v.get("http_addr").and_then(Value::as_str) {
-                let _ = tx.send(addr.to_owned());
-            }
-            sink.lock().unwrap().push(v);
-        }
-    });
-    let addr = rx.recv_timeout(Duration::from_secs(60)).unwrap();
-    let base = format!("http://{addr}");
+    let server = Binary::start(&config, None);
+    let base = format!("http://{}", server.http);
     let http = reqwest::Client::new();
     let sent: Value = http
         .post(format!("{base}/api/v1/messages"))
@@ -105,11 +78,15 @@ token = "logs-token"
 
     // The span each of the message's lines was logged in, once the delivery is logged.
     let selected = wait_for(30, "the delivery in the log", || async {
-        let lines = lines.lock().unwrap();
+        let lines = server.lines.lock().unwrap();
         let mine: Vec<(String, Value)> = lines
             .iter()
+            .map(|l| {
+                serde_json::from_str::<Value>(l)
+                    .unwrap_or_else(|_| panic!("a log line that is not JSON: {l}"))
+            })
             .filter_map(|l| {
-                let fields = span_fields(l);
+                let fields = span_fields(&l);
                 fields
                     .iter()
                     .any(|(_, k, v)| k == "message_id" && v == &id)
@@ -122,8 +99,7 @@ token = "logs-token"
         mine.iter().any(|(s, _)| s == "deliver").then_some(mine)
     })
     .await;
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(server);
 
     let spans: Vec<&str> = selected.iter().map(|(s, _)| s.as_str()).collect();
     for (span, message) in [

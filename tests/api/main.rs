@@ -11,6 +11,7 @@ mod activitypub;
 mod api;
 mod architecture;
 mod cli;
+mod connections;
 mod crash;
 mod email;
 mod helpers;

@@ -560,16 +560,22 @@ pub async fn listen(
         // Running sessions: at shutdown the loop waits for them (the application bounds the
         // wait by its grace period; dropping the set aborts what is left).
         let mut running = tokio::task::JoinSet::new();
+        let mut backoff = crate::admission::AcceptBackoff::default();
         loop {
             while running.try_join_next().is_some() {}
             let (stream, peer) = tokio::select! {
                 _ = shutdown.changed() => break,
                 accepted = listener.accept() => match accepted {
-                    Ok(x) => x,
+                    Ok(x) => {
+                        backoff.succeeded("smtp");
+                        x
+                    }
                     Err(e) => {
-                        tracing::warn!(error = %e, "SMTP accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
+                        let pause = backoff.failed("smtp", &e);
+                        tokio::select! {
+                            _ = shutdown.changed() => break,
+                            () = tokio::time::sleep(pause) => continue,
+                        }
                     }
                 },
             };
