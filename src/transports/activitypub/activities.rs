@@ -218,11 +218,25 @@ impl crate::pipeline::IngestWrite for NoteRows {
     }
 }
 
+/// The thread key a note's explicit `context`/`conversation` names: for a context we minted
+/// (a server that adopts the context of the note it answers sends ours back), the thread it
+/// was minted for, so the conversation does not split; else the value itself.
+async fn explicit_thread(inner: &Inner, note: &Value) -> Option<String> {
+    let key = mapping::explicit_thread(note)?;
+    if let Some((agent, id)) = inner.local_context(&key)
+        && let Ok(Some(c)) = store::context(&inner.db, id).await
+        && c.agent == agent
+    {
+        return Some(c.thread_key);
+    }
+    Some(key)
+}
+
 /// The conversation key and the known parent of a note: `context`/`conversation`, else the
 /// thread of a known parent, else the root of the `inReplyTo` chain (fetching at most
 /// `max_parent_fetches` unknown parents), else the note itself.
 async fn thread_of(inner: &Inner, note: &Value) -> (String, Option<store::ObjectRow>) {
-    let explicit = mapping::explicit_thread(note);
+    let explicit = explicit_thread(inner, note).await;
     let Some(mut parent) = note.get("inReplyTo").and_then(iri).map(str::to_owned) else {
         return (
             explicit.unwrap_or_else(|| str_of(note, "id").unwrap_or_default().to_owned()),
@@ -240,7 +254,7 @@ async fn thread_of(inner: &Inner, note: &Value) -> (String, Option<store::Object
         let Ok(doc) = inner.fetch_object(&parent).await else {
             break;
         };
-        if let Some(e) = mapping::explicit_thread(&doc) {
+        if let Some(e) = explicit_thread(inner, &doc).await {
             return (e, None);
         }
         match doc.get("inReplyTo").and_then(iri) {

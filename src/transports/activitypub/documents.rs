@@ -1,6 +1,7 @@
 //! Discovery and the documents other servers fetch: WebFinger, agent actors (JSON for
 //! ActivityPub clients, an HTML profile page for browsers), the instance actor, NodeInfo 2.1,
-//! outbox and followers collections, and every note an agent posted at its id.
+//! outbox and followers collections, the thread contexts agents minted, and every note an agent
+//! posted at its id.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
@@ -20,6 +21,7 @@ pub(super) fn routes(cfg: &mut web::ServiceConfig) {
         .route("/agents/{name}", web::get().to(actor))
         .route("/agents/{name}/outbox", web::get().to(outbox))
         .route("/agents/{name}/followers", web::get().to(followers))
+        .route("/agents/{name}/contexts/{id}", web::get().to(context))
         .route("/agents/{name}/notes/{id}", web::get().to(note))
         .route(
             "/agents/{name}/notes/{id}/activity",
@@ -312,6 +314,47 @@ async fn followers(state: web::Data<HttpState>, path: web::Path<String>) -> Http
         "id": format!("{}/followers", inner.actor_url(&agent.name)),
         "type": "OrderedCollection",
         "totalItems": items.len(),
+        "orderedItems": items,
+    }))
+}
+
+/// How many note ids a context collection lists (oldest first; `totalItems` counts all).
+const CONTEXT_ITEMS: i64 = 500;
+
+/// A thread context an agent minted (FEP-7888): an `OrderedCollection`, attributed to the
+/// agent, of the ids of the thread's notes that anyone may fetch — received and ours, public
+/// or unlisted; followers-only and direct notes are never listed. 404 for an unknown id or one
+/// minted by another agent.
+async fn context(state: web::Data<HttpState>, path: web::Path<(String, String)>) -> HttpResponse {
+    let inner = std::sync::Arc::clone(&state.ap.inner);
+    let (name, id) = path.into_inner();
+    let Some(agent) = inner.agents.get(&name) else {
+        return not_found();
+    };
+    let (db, agent_name) = (inner.db.clone(), agent.name.clone());
+    let found = on_main(&state, async move {
+        let Some(c) = store::context(&db, &id).await? else {
+            return Ok(None);
+        };
+        if c.agent != agent_name {
+            return Ok(None);
+        }
+        let (total, items) = store::public_thread(&db, &c.thread_key, CONTEXT_ITEMS).await?;
+        Ok(Some((c.id, total, items)))
+    })
+    .await;
+    let (id, total, items) = match found {
+        Ok(Some(f)) => f,
+        Ok(None) => return not_found(),
+        Err(r) => return r,
+    };
+    let actor = inner.actor_url(&agent.name);
+    ap(&json!({
+        "@context": "https://www.w3.org/ns/activitystreams",
+        "id": inner.context_url(&agent.name, &id),
+        "type": "OrderedCollection",
+        "attributedTo": actor,
+        "totalItems": total,
         "orderedItems": items,
     }))
 }

@@ -180,13 +180,38 @@ pub struct ThreadFields<'a> {
     pub conversation: Option<&'a str>,
 }
 
-/// The thread fields of `note`, each as received. A reply echoes each one; one the note lacks
-/// takes the other's value.
+/// The thread fields of `note`, each as received.
 #[must_use]
 pub fn thread_fields(note: &Value) -> ThreadFields<'_> {
     ThreadFields {
         context: note.get("context").and_then(iri),
         conversation: str_of(note, "conversation"),
+    }
+}
+
+/// The thread fields of a reply to `note` (FEP-7888), given those of the note it answers
+/// (`parent`, when stored) and the context switchboard minted for the thread (`minted`, needed
+/// only when neither has a `context`):
+/// - `context`: the note's as received, else the parent's, else the minted one;
+/// - `conversation`: the note's as received, else the note's `context`, else the parent's,
+///   else the reply's `context` — a thread we name has one identity in both fields.
+///
+/// Neither is ever written over the other: a Mastodon note's `/contexts/N` context and `tag:`
+/// conversation stay distinct.
+#[must_use]
+pub fn reply_thread<'a>(
+    note: ThreadFields<'a>,
+    parent: ThreadFields<'a>,
+    minted: Option<&'a str>,
+) -> ThreadFields<'a> {
+    let context = note.context.or(parent.context).or(minted);
+    ThreadFields {
+        context,
+        conversation: note
+            .conversation
+            .or(note.context)
+            .or(parent.conversation)
+            .or(context),
     }
 }
 
@@ -286,8 +311,8 @@ pub struct ReplyPlan<'a> {
     pub followers: &'a str,
     /// The note replied to.
     pub in_reply_to: Option<&'a str>,
-    /// The conversation to keep: the note's `context` and `conversation`, each as received
-    /// ([`thread_fields`]).
+    /// The reply's `context` and `conversation` ([`reply_thread`]); a missing conversation is
+    /// the context.
     pub thread: ThreadFields<'a>,
     /// Visibility.
     pub visibility: Visibility,
@@ -404,7 +429,7 @@ pub fn reply_note(plan: &ReplyPlan<'_>, attachments: Vec<Value>) -> Value {
         if let Some(r) = plan.in_reply_to {
             m.insert("inReplyTo".into(), r.into());
         }
-        if let Some(c) = plan.thread.context.or(plan.thread.conversation) {
+        if let Some(c) = plan.thread.context {
             m.insert("context".into(), c.into());
         }
         if let Some(c) = plan.thread.conversation.or(plan.thread.context) {
@@ -743,16 +768,19 @@ mod tests {
             note["conversation"],
             "tag:m.example,2026-01-01:objectId=1:objectType=Conversation"
         );
-        let only_conversation = ReplyPlan {
+        let only_context = ReplyPlan {
             thread: ThreadFields {
-                context: None,
-                conversation: Some("tag:m.example,2026:c"),
+                context: Some("https://sb.example/agents/h/contexts/1"),
+                conversation: None,
             },
             ..plan
         };
-        let note2 = reply_note(&only_conversation, vec![]);
-        assert_eq!(note2["conversation"], "tag:m.example,2026:c");
-        assert_eq!(note2["context"], "tag:m.example,2026:c");
+        let note2 = reply_note(&only_context, vec![]);
+        assert_eq!(note2["context"], "https://sb.example/agents/h/contexts/1");
+        assert_eq!(
+            note2["conversation"],
+            "https://sb.example/agents/h/contexts/1"
+        );
         assert_eq!(
             thread_fields(&json!({"context": "https://a.example/c", "conversation": "tag:x"})),
             ThreadFields {
@@ -773,6 +801,43 @@ mod tests {
         let create = create_of(&note);
         assert_eq!(create["actor"], "https://sb.example/agents/h");
         assert_eq!(create["id"], "https://sb.example/agents/h/notes/1/activity");
+    }
+
+    #[test]
+    fn reply_thread_echoes_then_inherits_then_mints() {
+        let none = ThreadFields::default();
+        let mastodon = ThreadFields {
+            context: Some("https://m.example/contexts/1"),
+            conversation: Some("tag:m.example,2026:c"),
+        };
+        let ours = ThreadFields {
+            context: Some("https://sb.example/agents/h/contexts/7"),
+            conversation: Some("https://sb.example/agents/h/contexts/7"),
+        };
+        let minted = Some("https://sb.example/agents/h/contexts/9");
+        // What came in is echoed as received, and nothing is minted over it.
+        assert_eq!(reply_thread(mastodon, ours, minted), mastodon);
+        // A note without either: the parent's, else the minted one, in both fields.
+        assert_eq!(reply_thread(none, ours, minted), ours);
+        let fresh = reply_thread(none, none, minted);
+        assert_eq!(fresh.context, minted);
+        assert_eq!(fresh.conversation, minted);
+        // Only a conversation came in: it is echoed; the context is the parent's or minted.
+        let tag_only = ThreadFields {
+            context: None,
+            conversation: Some("tag:m.example,2026:c"),
+        };
+        let r = reply_thread(tag_only, none, minted);
+        assert_eq!(r.context, minted);
+        assert_eq!(r.conversation, Some("tag:m.example,2026:c"));
+        // Only a context came in: the conversation is that context (as before).
+        let ctx_only = ThreadFields {
+            context: Some("https://f.example/c/1"),
+            conversation: None,
+        };
+        let r = reply_thread(ctx_only, ours, minted);
+        assert_eq!(r.context, Some("https://f.example/c/1"));
+        assert_eq!(r.conversation, Some("https://f.example/c/1"));
     }
 
     #[test]

@@ -183,6 +183,19 @@ impl Inner {
         format!("{}/agents/{agent}", self.base)
     }
 
+    /// The URL of a thread context an agent minted.
+    fn context_url(&self, agent: &str, id: &str) -> String {
+        format!("{}/contexts/{id}", self.actor_url(agent))
+    }
+
+    /// The id of one of our minted contexts named by `iri`, with the agent it is under.
+    fn local_context<'a>(&self, iri: &'a str) -> Option<(&'a str, &'a str)> {
+        let rest = iri.strip_prefix(&self.base)?.strip_prefix("/agents/")?;
+        let (agent, id) = rest.split_once("/contexts/")?;
+        (!agent.contains('/') && !id.is_empty() && !id.contains(['/', '#', '?']))
+            .then_some((agent, id))
+    }
+
     fn instance_actor(&self) -> String {
         format!("{}/actor", self.base)
     }

@@ -60,6 +60,20 @@ pub(super) async fn enqueue(
     inner.queue.enqueue(tx, JOB_KIND, &rows, now).await
 }
 
+/// A reply, built and signed, with where it goes.
+struct Reply {
+    /// The answering agent.
+    agent: String,
+    /// The `Create(Note)`, with its proof.
+    create: Value,
+    /// Every inbox it is delivered to.
+    inboxes: Vec<String>,
+    /// Whether anyone may fetch it (public or unlisted).
+    public: bool,
+    /// The thread it belongs to (`ap_objects.thread_key`).
+    thread_key: String,
+}
+
 fn temp(e: impl std::fmt::Display) -> OutboundError {
     OutboundError::temporary(e.to_string())
 }
@@ -95,10 +109,50 @@ impl Inner {
         self.actor(href, false).await.ok()
     }
 
-    async fn build_reply(
+    /// The context of a thread that came without one: the one minted for it before (by any
+    /// agent), else a new one minted for `agent`.
+    async fn thread_context(&self, agent: &str, thread_key: &str) -> Result<String> {
+        let row = match store::context_of_thread(&self.db, thread_key).await? {
+            Some(row) => row,
+            None => {
+                let id = uuid::Uuid::now_v7().simple().to_string();
+                store::mint_context(&self.db, &id, thread_key, agent, self.clock.now_ms()).await?
+            }
+        };
+        Ok(self.context_url(&row.agent, &row.id))
+    }
+
+    /// The reply's `context` and `conversation` ([`mapping::reply_thread`]): the note's, else
+    /// those of the stored note it answers, else a context minted for the thread.
+    async fn reply_thread(
         &self,
-        d: &Delivery,
-    ) -> std::result::Result<(String, Value, Vec<String>, bool, String), OutboundError> {
+        agent: &str,
+        note: Option<&Value>,
+        thread_key: &str,
+    ) -> Result<(Option<String>, Option<String>)> {
+        let parent = match note.and_then(|n| n.get("inReplyTo")).and_then(iri) {
+            Some(p) => store::object(&self.db, p).await?,
+            None => None,
+        };
+        let parent: Option<Value> = parent.and_then(|p| serde_json::from_str(&p.body).ok());
+        let ours = note.map(mapping::thread_fields).unwrap_or_default();
+        let theirs = parent
+            .as_ref()
+            .map(mapping::thread_fields)
+            .unwrap_or_default();
+        let minted = if ours.context.or(theirs.context).is_none() {
+            Some(self.thread_context(agent, thread_key).await?)
+        } else {
+            None
+        };
+        let t = mapping::reply_thread(ours, theirs, minted.as_deref());
+        Ok((
+            t.context.map(str::to_owned),
+            t.conversation.map(str::to_owned),
+        ))
+    }
+
+    async fn build_reply(&self, d: &Delivery) -> std::result::Result<Reply, OutboundError> {
         let agent = self
             .agents
             .resolve(&d.response.agent)
@@ -145,18 +199,30 @@ impl Inner {
             })
         });
         let in_reply_to = original_note.and_then(|n| str_of(n, "id"));
-        let thread = original_note.and_then(mapping::explicit_thread);
-        let thread_key = thread
-            .clone()
-            .or_else(|| {
-                original_note.map(|n| {
-                    n.get("inReplyTo")
-                        .and_then(iri)
-                        .unwrap_or(str_of(n, "id").unwrap_or_default())
-                        .to_owned()
+        // The thread key the inbox stored the note under, so the reply joins its thread (and
+        // its context collection); else what the inbox would have chosen.
+        let stored = match in_reply_to {
+            Some(id) => store::object(&self.db, id).await.map_err(temp)?,
+            None => None,
+        };
+        let thread_key = match stored {
+            Some(row) => row.thread_key,
+            None => original_note
+                .and_then(mapping::explicit_thread)
+                .or_else(|| {
+                    original_note.map(|n| {
+                        n.get("inReplyTo")
+                            .and_then(iri)
+                            .unwrap_or(str_of(n, "id").unwrap_or_default())
+                            .to_owned()
+                    })
                 })
-            })
-            .unwrap_or_else(|| d.response.thread_id.clone());
+                .unwrap_or_else(|| d.response.thread_id.clone()),
+        };
+        let (context, conversation) = self
+            .reply_thread(&agent.name, original_note, &thread_key)
+            .await
+            .map_err(temp)?;
         let note_id = format!("{actor}/notes/{}", d.response.id);
         let published = crate::message::Timestamp::from_unix_millis(self.clock.now_ms());
         let published = serde_json::to_value(published)
@@ -181,9 +247,10 @@ impl Inner {
             actor: &actor,
             followers: &followers,
             in_reply_to,
-            thread: original_note
-                .map(mapping::thread_fields)
-                .unwrap_or_default(),
+            thread: mapping::ThreadFields {
+                context: context.as_deref(),
+                conversation: conversation.as_deref(),
+            },
             visibility,
             recipients: &recipients,
             parts: &d.response.parts,
@@ -216,7 +283,13 @@ impl Inner {
         }
         let inboxes: Vec<String> = inboxes.into_iter().filter(|i| !self.is_local(i)).collect();
         let public = matches!(visibility, Visibility::Public | Visibility::Unlisted);
-        Ok((agent.name.clone(), create, inboxes, public, thread_key))
+        Ok(Reply {
+            agent: agent.name.clone(),
+            create,
+            inboxes,
+            public,
+            thread_key,
+        })
     }
 
     fn host_limit(&self, host: &str) -> Arc<tokio::sync::Semaphore> {
@@ -306,7 +379,13 @@ impl Transport for ActivityPub {
 
     async fn deliver(&self, d: &Delivery) -> std::result::Result<(), OutboundError> {
         let inner = &self.inner;
-        let (agent, create, inboxes, public, thread_key) = inner.build_reply(d).await?;
+        let Reply {
+            agent,
+            create,
+            inboxes,
+            public,
+            thread_key,
+        } = inner.build_reply(d).await?;
         let note = create.get("object").cloned().unwrap_or_default();
         let note_id = str_of(&note, "id").unwrap_or_default().to_owned();
         let actor = inner.actor_url(&agent);

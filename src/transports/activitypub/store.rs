@@ -1,6 +1,7 @@
-//! The ActivityPub transport's tables (`migrations/*/20261122000010_activitypub.sql`): followers,
-//! cached remote actors, notes, seen activity ids and per-host delivery health. Portable SQL
-//! over [`crate::store::Db`], like the core's store modules.
+//! The ActivityPub transport's tables (`migrations/*/20261122000010_activitypub.sql`,
+//! `*_ap_contexts.sql`): followers, cached remote actors, notes, the thread contexts we mint,
+//! seen activity ids and per-host delivery health. Portable SQL over [`crate::store::Db`], like
+//! the core's store modules.
 
 use crate::error::Result;
 use crate::store::{Arg, Db, Tx};
@@ -147,6 +148,98 @@ pub async fn outbox_count(db: &Db, agent: &str) -> Result<i64> {
         )
         .await?;
     Ok(c.map_or(0, |c| c.n))
+}
+
+/// A thread context we minted (FEP-7888).
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
+pub struct ContextRow {
+    /// The id in its URL (`{actor}/contexts/{id}`).
+    pub id: String,
+    /// The thread it names (`ap_objects.thread_key`).
+    pub thread_key: String,
+    /// The agent that minted it: the collection's `attributedTo`.
+    pub agent: String,
+}
+
+/// The context minted for a thread, if any.
+///
+/// # Errors
+/// Database errors.
+pub async fn context_of_thread(db: &Db, thread_key: &str) -> Result<Option<ContextRow>> {
+    db.fetch_optional(
+        "SELECT id, thread_key, agent FROM ap_contexts WHERE thread_key = $1",
+        &[Arg::Text(thread_key)],
+    )
+    .await
+}
+
+/// A minted context by id.
+///
+/// # Errors
+/// Database errors.
+pub async fn context(db: &Db, id: &str) -> Result<Option<ContextRow>> {
+    db.fetch_optional(
+        "SELECT id, thread_key, agent FROM ap_contexts WHERE id = $1",
+        &[Arg::Text(id)],
+    )
+    .await
+}
+
+/// The thread's context: the one minted before (by any agent), else `id` minted now for
+/// `agent`. Concurrent mints for one thread agree on the first.
+///
+/// # Errors
+/// Database errors.
+pub async fn mint_context(
+    db: &Db,
+    id: &str,
+    thread_key: &str,
+    agent: &str,
+    now: i64,
+) -> Result<ContextRow> {
+    db.execute(
+        "INSERT INTO ap_contexts (id, thread_key, agent, created_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (thread_key) DO NOTHING",
+        &[
+            Arg::Text(id),
+            Arg::Text(thread_key),
+            Arg::Text(agent),
+            Arg::Int(now),
+        ],
+    )
+    .await?;
+    context_of_thread(db, thread_key)
+        .await?
+        .ok_or_else(|| crate::error::Error::NotFound(format!("context of {thread_key}")))
+}
+
+/// The ids of a thread's notes that anyone may fetch (public or unlisted, not deleted), ours
+/// and received, oldest first, at most `limit`; and how many there are.
+///
+/// # Errors
+/// Database errors.
+pub async fn public_thread(db: &Db, thread_key: &str, limit: i64) -> Result<(i64, Vec<String>)> {
+    #[derive(sqlx::FromRow, serde::Deserialize)]
+    struct Id {
+        id: String,
+    }
+    let c: Option<Count> = db
+        .fetch_optional(
+            "SELECT COUNT(*) AS n FROM ap_objects WHERE thread_key = $1 AND public = 1 AND deleted = 0",
+            &[Arg::Text(thread_key)],
+        )
+        .await?;
+    let ids: Vec<Id> = db
+        .fetch_all(
+            "SELECT id FROM ap_objects WHERE thread_key = $1 AND public = 1 AND deleted = 0 \
+             ORDER BY created_at, id LIMIT $2",
+            &[Arg::Text(thread_key), Arg::Int(limit)],
+        )
+        .await?;
+    Ok((
+        c.map_or(0, |c| c.n),
+        ids.into_iter().map(|i| i.id).collect(),
+    ))
 }
 
 /// A follower.
