@@ -85,6 +85,7 @@ async fn start_switchboard(dir: &std::path::Path) -> Application {
     config.database.url = Secret::new(format!("sqlite://{}", dir.join("bench.db").display()));
     // A second agent whose tasks wait for input, to hold streams open.
     config.agents.push(switchboard::config::AgentConfig {
+        access: None,
         name: "tck".into(),
         display_name: None,
         summary: None,

@@ -38,6 +38,13 @@ pub enum Error {
     /// The principal may not do this.
     #[error("forbidden")]
     Forbidden,
+    /// The agent's access rules refuse this sender (`[agents.access]`).
+    #[error("this agent does not accept messages from this sender")]
+    Refused {
+        /// Whether the sender presented any verified identity: without one, authenticating
+        /// may help; with one, it will not.
+        authenticated: bool,
+    },
     /// The named thing does not exist.
     #[error("not found: {0}")]
     NotFound(String),
@@ -80,7 +87,7 @@ impl Error {
         match self {
             Self::Invalid(_) => ErrorKind::Invalid,
             Self::Unauthenticated => ErrorKind::Unauthenticated,
-            Self::Forbidden => ErrorKind::Forbidden,
+            Self::Forbidden | Self::Refused { .. } => ErrorKind::Forbidden,
             Self::NotFound(_) => ErrorKind::NotFound,
             Self::TooLarge(_) => ErrorKind::TooLarge,
             Self::Config(_) | Self::Corrupt(_) | Self::Startup(_) => ErrorKind::Permanent,

@@ -1,5 +1,6 @@
 #![doc = include_str!("../docs/architecture.md")]
 
+pub mod access;
 pub mod admission;
 pub mod agents;
 pub mod app;

@@ -31,6 +31,7 @@ pub struct Metrics {
     smtp_data_bytes: Gauge,
     connections: Family<Labels, Gauge>,
     connections_refused: Family<Labels, Counter>,
+    refused: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -57,6 +58,7 @@ impl Metrics {
         let smtp_data_bytes = Gauge::default();
         let connections = Family::<Labels, Gauge>::default();
         let connections_refused = Family::<Labels, Counter>::default();
+        let refused = Family::<Labels, Counter>::default();
         registry.register(
             "http_requests",
             "HTTP requests by method, route and status",
@@ -112,6 +114,11 @@ impl Metrics {
             "Inbound connections refused as they were accepted, by listener and reason (full, peer_full)",
             connections_refused.clone(),
         );
+        registry.register(
+            "refused",
+            "Messages refused by an agent's access rules, by agent, transport and reason (denied, not_allowed)",
+            refused.clone(),
+        );
         Self {
             registry,
             http_requests,
@@ -125,7 +132,19 @@ impl Metrics {
             smtp_data_bytes,
             connections,
             connections_refused,
+            refused,
         }
+    }
+
+    /// Counts a message refused by an agent's access rules.
+    pub fn refused(&self, agent: &str, transport: &str, reason: &str) {
+        self.refused
+            .get_or_create(&vec![
+                ("agent", agent.to_owned()),
+                ("transport", transport.to_owned()),
+                ("reason", reason.to_owned()),
+            ])
+            .inc();
     }
 
     /// The gauge of open connections on `listener`.

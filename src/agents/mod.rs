@@ -72,6 +72,8 @@ pub struct Agent {
     pub summary: Option<String>,
     /// What answers for it.
     pub backend: Arc<dyn AgentBackend>,
+    /// Who may reach it.
+    pub access: crate::access::Access,
 }
 
 /// The agents of this instance, by name.
@@ -127,11 +129,16 @@ impl AgentRegistry {
                 )),
             };
             reg.insert(&a.name, a.display_name.clone(), a.summary.clone(), backend);
+            if let Some(agent) = reg.by_name.get_mut(&a.name.to_lowercase())
+                && let Some(agent) = Arc::get_mut(agent)
+            {
+                agent.access = crate::access::Access::new(a.access.as_ref());
+            }
         }
         reg
     }
 
-    /// Adds or replaces an agent.
+    /// Adds an agent, or replaces its backend (keeping its access rules).
     pub fn insert(
         &mut self,
         name: &str,
@@ -139,12 +146,18 @@ impl AgentRegistry {
         summary: Option<String>,
         backend: Arc<dyn AgentBackend>,
     ) {
+        let access = self
+            .by_name
+            .get(&name.to_lowercase())
+            .map(|a| a.access.clone())
+            .unwrap_or_default();
         let agent = Agent {
             name: name.to_owned(),
             address: format!("@{name}@{}", self.domain),
             display_name,
             summary,
             backend,
+            access,
         };
         self.by_name.insert(name.to_lowercase(), Arc::new(agent));
     }

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 
 use super::a2a::AgentA2aConfig;
+use super::access::AccessConfig;
 use super::email::AgentEmailConfig;
 use super::secret::Secret;
 use crate::message::is_handle_name;
@@ -29,6 +30,9 @@ pub struct AgentConfig {
     /// A2A settings of this agent (card skills).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub a2a: Option<AgentA2aConfig>,
+    /// Who may reach this agent (`[agents.access]`); everyone when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<AccessConfig>,
 }
 
 /// The `[[agents]]` section: at least one agent; each named so it can be addressed, unique
@@ -53,6 +57,9 @@ pub(super) fn check(agents: &[AgentConfig], lease_seconds: u64, problems: &mut V
         agent.backend.check(&at, lease_seconds, problems);
         if let Some(a2a) = &agent.a2a {
             a2a.auth.check(&format!("{at}.a2a.auth"), problems);
+        }
+        if let Some(access) = &agent.access {
+            access.check(&at, problems);
         }
     }
 }

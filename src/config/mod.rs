@@ -9,6 +9,7 @@
 //! [`Config::check`] runs them all and reports every problem together.
 
 mod a2a;
+mod access;
 mod activitypub;
 mod agents;
 mod api;
@@ -31,6 +32,7 @@ pub use a2a::{
     A2aAuthConfig, A2aConfig, A2aSkillConfig, AgentA2aConfig, IntrospectionConfig, JwtIssuerConfig,
     StaticKeyConfig,
 };
+pub use access::{AccessConfig, AccessDefault, AccessRule};
 pub use activitypub::ActivityPubConfig;
 pub use agents::{AgentConfig, BackendConfig};
 pub use api::ApiConfig;
@@ -101,6 +103,7 @@ impl Default for Config {
                 backend: BackendConfig::Echo,
                 email: None,
                 a2a: None,
+                access: None,
             }],
         }
     }

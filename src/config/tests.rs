@@ -101,6 +101,7 @@ fn every_section_reports_its_problems_under_its_path() {
             skills: vec![],
             auth,
         }),
+        access: None,
     };
     let issuer = JwtIssuerConfig {
         issuer: "https://id.example".into(),

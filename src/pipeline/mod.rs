@@ -20,12 +20,12 @@ use tracing::Instrument as _;
 pub use ingest::{IngestOutcome, IngestWrite};
 pub use transport::{AfterCommit, Delivery, Transport, TransportRegistry};
 
-use crate::agents::AgentRegistry;
+use crate::agents::{Agent, AgentRegistry};
 use crate::blobs::BlobStore;
 use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::keys::Keys;
-use crate::message::{HistoryPolicy, NormalizedMessage};
+use crate::message::{HistoryPolicy, NormalizedMessage, Sender};
 use crate::metrics::Metrics;
 use crate::queue::{JobHandler, Queue};
 use crate::store::Db;
@@ -142,6 +142,31 @@ impl Pipeline {
         Ok((outcome, *write))
     }
 
+    /// Whether `agent`'s access rules let `sender` in ([`crate::access`]); a refusal is
+    /// counted and logged with a summary of the evidence (never the message). Ingest asks on
+    /// every message; a transport may ask earlier to answer its peer sooner.
+    ///
+    /// # Errors
+    /// [`Error::Refused`] when the rules refuse the sender.
+    pub fn authorize(&self, agent: &Agent, transport: &str, sender: &Sender) -> Result<()> {
+        let Err(denial) = agent.access.decide(sender) else {
+            return Ok(());
+        };
+        self.core
+            .metrics
+            .refused(&agent.name, transport, denial.label());
+        tracing::info!(
+            agent = %agent.name,
+            transport,
+            reason = denial.label(),
+            evidence = %crate::access::evidence_summary(sender),
+            "refused by the agent's access rules"
+        );
+        Err(Error::Refused {
+            authenticated: sender.identities.as_ref().is_some_and(|i| !i.is_empty()),
+        })
+    }
+
     async fn submit(
         &self,
         transport: &str,
@@ -158,6 +183,7 @@ impl Pipeline {
             .agents
             .resolve(&msg.recipient)
             .ok_or_else(|| Error::NotFound(format!("no agent {}", msg.recipient)))?;
+        self.authorize(&agent, transport, &msg.sender)?;
         let span = tracing::debug_span!(
             "ingest",
             message_id = %msg.id,

@@ -962,6 +962,7 @@ mod jwt {
         let vault_jwks = jwks_url.clone();
         let t = spawn_app(engine, move |c, o| {
             c.agents.push(AgentConfig {
+                access: None,
                 name: "secure".into(),
                 display_name: None,
                 summary: None,
@@ -997,6 +998,7 @@ mod jwt {
             });
             // Trusts the same issuer for another audience.
             c.agents.push(AgentConfig {
+                access: None,
                 name: "vault".into(),
                 display_name: None,
                 summary: None,
@@ -1678,6 +1680,7 @@ async fn client_backend_talks_to_a2a_sdk_server(engine: Engine) {
         let with_remote = |card: String| {
             move |c: &mut switchboard::Config, _: &mut switchboard::app::Options| {
                 c.agents.push(switchboard::config::AgentConfig {
+                    access: None,
                     name: "remote".into(),
                     display_name: None,
                     summary: None,

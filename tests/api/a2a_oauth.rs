@@ -72,6 +72,7 @@ async fn introspected_tokens_are_checked_and_cached(engine: Engine) {
     let rec = recorder.clone();
     let t = spawn_app(engine, move |c, o| {
         c.agents.push(AgentConfig {
+            access: None,
             name: "opaque".into(),
             display_name: None,
             summary: None,
@@ -181,3 +182,132 @@ async fn introspected_tokens_are_checked_and_cached(engine: Engine) {
 }
 
 on_both_engines!(introspected_tokens_are_checked_and_cached);
+
+/// `[agents.access]` over A2A: a caller whose verified evidence no rule allows gets 403 (its
+/// credential is fine, it is just not let in); a caller with no credential gets 401 with a
+/// Bearer challenge (presenting one may help); an allowed caller's message reaches the agent.
+async fn access_rules_refuse_a2a_callers_by_evidence(engine: Engine) {
+    use switchboard::config::{AccessConfig, AccessDefault, AccessRule};
+    let idp = Arc::new(Idp::default());
+    let url = serve_route!(idp.clone(), post, "/introspect", introspect);
+    let recorder = Arc::new(RecordingAgent::default());
+    let rec = recorder.clone();
+    let oauth = move || {
+        Some(AgentA2aConfig {
+            skills: vec![],
+            auth: A2aAuthConfig::Oauth {
+                issuers: vec![],
+                introspection: Some(IntrospectionConfig {
+                    url: url.clone(),
+                    client_id: "switchboard".into(),
+                    client_secret: Secret::new("s3cret"),
+                    audience: Some(AUD.into()),
+                    cache_seconds: 60,
+                }),
+                token_url: None,
+                metadata_url: None,
+                leeway_seconds: 5,
+            },
+        })
+    };
+    let only = |rule: AccessRule| {
+        Some(AccessConfig {
+            default: AccessDefault::Deny,
+            allow: vec![rule],
+            deny: vec![],
+        })
+    };
+    let t = spawn_app(engine, move |c, o| {
+        for (name, a2a, access) in [
+            (
+                "allowed",
+                oauth(),
+                only(AccessRule {
+                    method: Some("a2a-oauth".into()),
+                    subject: Some("client-7".into()),
+                    ..AccessRule::default()
+                }),
+            ),
+            (
+                "picky",
+                oauth(),
+                only(AccessRule {
+                    subject: Some("client-99".into()),
+                    ..AccessRule::default()
+                }),
+            ),
+            (
+                "closed",
+                None,
+                only(AccessRule {
+                    method: Some("a2a-jwt".into()),
+                    ..AccessRule::default()
+                }),
+            ),
+        ] {
+            c.agents.push(AgentConfig {
+                access,
+                name: name.into(),
+                display_name: None,
+                summary: None,
+                backend: BackendConfig::Echo,
+                email: None,
+                a2a,
+            });
+        }
+        o.agents.push(("allowed".into(), rec));
+    })
+    .await;
+    let call = |agent: &'static str, token: Option<&'static str>| {
+        let t = &t;
+        async move {
+            let mut r = t
+                .http
+                .post(format!("{}/agents/{agent}/a2a", t.base))
+                .header("A2A-Version", "1.0")
+                .json(
+                    &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                    "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+                                "parts": [{"text": "let me in"}]},
+                    "configuration": {"returnImmediately": true}}}),
+                );
+            if let Some(tok) = token {
+                r = r.bearer_auth(tok);
+            }
+            let resp = r.send().await.unwrap();
+            let status = resp.status().as_u16();
+            let www = resp
+                .headers()
+                .get("www-authenticate")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (
+                status,
+                www,
+                resp.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let (status, _, body) = call("allowed", Some("opaque-good")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, www, body) = call("picky", Some("opaque-good")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(www.is_none());
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    let (status, www, body) = call("closed", None).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(www.unwrap_or_default().starts_with("Bearer"));
+    let seen = wait_for(10, "the allowed message", || async {
+        let seen = recorder.seen.lock().unwrap().clone();
+        (!seen.is_empty()).then_some(seen)
+    })
+    .await;
+    assert_eq!(seen[0].sender.auth_method.as_str(), "a2a-oauth");
+    let metrics = t.metrics().await;
+    for (agent, n) in [("picky", 1), ("closed", 1)] {
+        let line = format!(
+            "switchboard_refused_total{{agent=\"{agent}\",transport=\"a2a\",reason=\"not_allowed\"}} {n}"
+        );
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+}
+on_both_engines!(access_rules_refuse_a2a_callers_by_evidence);

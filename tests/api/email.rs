@@ -652,6 +652,7 @@ async fn unauthenticated_mail_is_refused_or_flagged_per_agent() {
     let Some(p) = peers() else { return };
     let (mut app, helper, addr) = spawn_email(None, |c| {
         c.agents.push(switchboard::config::AgentConfig {
+            access: None,
             name: "strict".into(),
             display_name: None,
             summary: None,
@@ -839,6 +840,7 @@ async fn no_reply_is_mailed_to_an_unauthenticated_sender_unless_the_agent_opts_i
     let catcher = Catcher::start(&p, 250);
     let (mut app, _helper, addr) = spawn_email(Some(catcher.port), |c| {
         c.agents.push(switchboard::config::AgentConfig {
+            access: None,
             name: "open".into(),
             display_name: None,
             summary: None,
@@ -1781,3 +1783,134 @@ async fn starttls_discards_injected_plaintext() {
     assert_eq!(v["raw"]["envelope"]["mail_from"], "bob@elsewhere.test");
     app.stop().await;
 }
+
+/// `[agents.access]` over SMTP: an agent no mail could satisfy refuses at RCPT; otherwise the
+/// verified evidence decides after DATA (DMARC-aligned From in, a look-alike display name and
+/// an unauthenticated From out, a deny rule winning over an allow rule).
+async fn access_rules_decide_mail_on_verified_evidence_only(engine: Engine) {
+    use switchboard::config::{
+        AccessConfig, AccessDefault, AccessRule, AgentConfig, BackendConfig,
+    };
+    let agent = |name: &str, access: AccessConfig| AgentConfig {
+        access: Some(access),
+        name: name.into(),
+        display_name: None,
+        summary: None,
+        backend: BackendConfig::Echo,
+        a2a: None,
+        email: None,
+    };
+    let (mut app, helper, addr) = spawn_email_on(engine, None, |c| {
+        c.agents.push(agent(
+            "helper",
+            AccessConfig {
+                default: AccessDefault::Deny,
+                allow: vec![AccessRule {
+                    method: Some("email-dmarc".into()),
+                    subject: Some("mailto:*@example.com".into()),
+                    ..AccessRule::default()
+                }],
+                deny: vec![AccessRule {
+                    subject: Some("mailto:blocked@example.com".into()),
+                    ..AccessRule::default()
+                }],
+            },
+        ));
+        c.agents.push(agent(
+            "fedionly",
+            AccessConfig {
+                default: AccessDefault::Deny,
+                allow: vec![AccessRule {
+                    method: Some("ap-http-signature".into()),
+                    ..AccessRule::default()
+                }],
+                deny: vec![],
+            },
+        ));
+    })
+    .await;
+    let to = format!("helper@{DOMAIN}");
+
+    // No mail can carry an ActivityPub signature: refused before the body is sent.
+    let mut r = Raw::connect(addr).await;
+    assert!(r.cmd("EHLO client.test").await.starts_with("250"));
+    assert!(
+        r.cmd("MAIL FROM:<alice@example.com>")
+            .await
+            .starts_with("250")
+    );
+    let rcpt = r.cmd(&format!("RCPT TO:<fedionly@{DOMAIN}>")).await;
+    assert!(rcpt.starts_with("550 5.7.1"), "{rcpt}");
+
+    async fn mail(addr: SocketAddr, from: &str, header_from: &str, to: &str, id: &str) -> String {
+        let mut r = Raw::connect(addr).await;
+        transaction(&mut r, from, &[to]).await;
+        let body = format!(
+            "From: {header_from}\r\nTo: {to}\r\nSubject: access\r\nMessage-ID: <{id}>\r\n\r\nHello.\r\n.\r\n"
+        );
+        r.send(body.as_bytes()).await;
+        r.reply().await
+    }
+    // From aligned with an SPF pass (DMARC pass): email-dmarc evidence for mailto:alice@….
+    let ok = mail(
+        addr,
+        "alice@example.com",
+        "Alice <alice@example.com>",
+        &to,
+        "a1@example.com",
+    )
+    .await;
+    assert!(ok.starts_with("250"), "{ok}");
+    let got = wait_seen(&helper, 1).await;
+    let evidence = serde_json::to_value(&got[0].sender.identities).unwrap();
+    assert_eq!(evidence[0]["method"], "email-dmarc", "{evidence}");
+    assert_eq!(evidence[0]["subject"], "mailto:alice@example.com");
+
+    // A display name or a From that only looks like a partner's grants nothing.
+    let forged = mail(
+        addr,
+        "mallory@elsewhere.test",
+        "\"mailto:alice@example.com\" <mallory@elsewhere.test>",
+        &to,
+        "m1@elsewhere.test",
+    )
+    .await;
+    assert!(forged.starts_with("550 5.7.1"), "{forged}");
+    let spoofed = mail(
+        addr,
+        "mallory@elsewhere.test",
+        "Alice <alice@example.com>",
+        &to,
+        "m2@elsewhere.test",
+    )
+    .await;
+    assert!(spoofed.starts_with("550 5.7.1"), "{spoofed}");
+
+    // Authenticated and allowed by domain, but denied by name: deny wins.
+    let denied = mail(
+        addr,
+        "blocked@example.com",
+        "<blocked@example.com>",
+        &to,
+        "b1@example.com",
+    )
+    .await;
+    assert!(denied.starts_with("550 5.7.1"), "{denied}");
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(seen(&helper).len(), 1, "nothing refused reached the agent");
+    assert_eq!(stored_messages(&app).await, 1, "nothing refused was stored");
+    let metrics = app.metrics().await;
+    for (agent, reason, n) in [
+        ("helper", "not_allowed", 2),
+        ("helper", "denied", 1),
+        ("fedionly", "not_allowed", 1),
+    ] {
+        let line = format!(
+            "switchboard_refused_total{{agent=\"{agent}\",transport=\"email\",reason=\"{reason}\"}} {n}"
+        );
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+    app.stop().await;
+}
+on_both_engines!(access_rules_decide_mail_on_verified_evidence_only);

@@ -85,6 +85,7 @@ async fn with_hook(
     let url = url.to_owned();
     spawn_app(engine, move |c, _| {
         c.agents.push(AgentConfig {
+            access: None,
             name: "hook".into(),
             display_name: None,
             summary: None,

@@ -40,6 +40,9 @@ pub const EXTENDED_CARD_NOT_CONFIGURED: i64 = -32007;
 pub const VERSION_NOT_SUPPORTED: i64 = -32009;
 /// Not a wire code: the request is answered with HTTP 401 and `WWW-Authenticate`.
 pub const UNAUTHENTICATED: i64 = -31401;
+/// Not a wire code: the request is answered with HTTP 403 (the agent's access rules refuse
+/// the caller).
+pub const FORBIDDEN: i64 = -31403;
 
 /// A JSON-RPC error as the server renders it.
 #[derive(Debug, Clone, PartialEq)]

@@ -129,6 +129,11 @@ pub(super) async fn on_create(
             max_reply_chars: inner.cfg.max_reply_chars,
             now: inner.clock.now(),
         });
+        // An agent whose access rules refuse the actor is skipped without a word: the inbox
+        // still answers 202, so the refusal tells the sender nothing.
+        if pipeline.authorize(agent, NAME, &msg.sender).is_err() {
+            continue;
+        }
         let external = format!("{activity_id} {}", agent.name);
         match note_rows.take() {
             Some(mut rows) => {

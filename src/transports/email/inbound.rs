@@ -49,6 +49,9 @@ impl std::fmt::Debug for Inbound {
 /// The local part of a VERP bounce address: `bounces+{response id}`.
 pub const BOUNCE_PREFIX: &str = "bounces+";
 
+/// The text of `550 5.7.1` when an agent's access rules refuse the sender.
+const REFUSED_BY_ACCESS: &str = "Sender not authorized for this recipient";
+
 impl Inbound {
     /// The recipient `address` names, if it is ours.
     #[must_use]
@@ -178,6 +181,7 @@ impl Inbound {
         }
         match self.store(env, raw, &mail, &auth, &accepting).await {
             Ok(id) => Reply::new(250, [2, 0, 0], format!("Message queued as {id}")),
+            Err(crate::Error::Refused { .. }) => Reply::new(550, [5, 7, 1], REFUSED_BY_ACCESS),
             // The message itself is unacceptable (say a From address that does not parse):
             // a retry would fail the same way, so the refusal is permanent.
             Err(e) if e.kind() == crate::error::ErrorKind::Invalid => {
@@ -240,6 +244,7 @@ impl Inbound {
             .clone()
             .unwrap_or_else(|| format!("sha256:{digest}"));
         let mut first = None;
+        let mut refused = None;
         for agent in agents {
             let thread = self.thread(agent, mail, &external).await?;
             let msg = self.normalize(
@@ -257,11 +262,22 @@ impl Inbound {
             let rows = MailRows {
                 blobs: std::mem::take(&mut new_blobs),
             };
+            // Recipients whose access rules refuse this sender are skipped; the mail is
+            // refused only when every recipient refuses it.
+            if let Err(e) = self.pipeline.authorize(agent, NAME, &msg.sender) {
+                refused.get_or_insert(e);
+                new_blobs = rows.blobs;
+                continue;
+            }
             let key = store::inbound_key(&name, &external);
             let (outcome, _) = self.pipeline.ingest_with(NAME, &key, msg, rows).await?;
             first.get_or_insert(outcome.message_id);
         }
-        Ok(first.unwrap_or_default())
+        match (first, refused) {
+            (Some(id), _) => Ok(id),
+            (None, Some(e)) => Err(e),
+            (None, None) => Ok(String::new()),
+        }
     }
 
     /// The thread a message belongs to for `agent`: the thread of the first known id among
@@ -485,8 +501,25 @@ impl Receiver for Inbound {
         if !ours {
             return Err(Reply::new(550, [5, 7, 1], "Relaying denied"));
         }
-        self.resolve(address)
-            .ok_or_else(|| Reply::new(550, [5, 1, 1], "Mailbox unavailable"))
+        let rcpt = self
+            .resolve(address)
+            .ok_or_else(|| Reply::new(550, [5, 1, 1], "Mailbox unavailable"))?;
+        // An agent whose access rules no mail could ever satisfy refuses at once, before the
+        // body is sent.
+        if let Rcpt::Agent(name) = &rcpt
+            && let Some(agent) = self.pipeline.agents().get(name)
+            && !agent
+                .access
+                .may_admit_via(&[AuthMethod::EmailDkim, AuthMethod::EmailDmarc])
+        {
+            self.pipeline.metrics().refused(
+                &agent.name,
+                NAME,
+                crate::access::Denial::NotAllowed.label(),
+            );
+            return Err(Reply::new(550, [5, 7, 1], REFUSED_BY_ACCESS));
+        }
+        Ok(rcpt)
     }
 
     async fn message(&self, envelope: SessionEnvelope<'_>, raw: &[u8]) -> Reply {

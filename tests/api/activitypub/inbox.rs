@@ -764,3 +764,68 @@ async fn a_create_naming_its_note_by_iri_fetches_it() {
         "only the first was dispatched"
     );
 }
+
+on_both_engines!(access_rules_drop_notes_from_actors_no_rule_allows);
+
+/// `[agents.access]` over ActivityPub: a mention from an actor the rules allow is answered; one
+/// from an actor they do not is accepted (202, so the refusal tells the sender nothing),
+/// never reaches the agent and is counted.
+async fn access_rules_drop_notes_from_actors_no_rule_allows(engine: Engine) {
+    use switchboard::config::{AccessConfig, AccessDefault, AccessRule};
+    let s = setup(engine, |c| {
+        let echo = c.agents.iter_mut().find(|a| a.name == "echo").unwrap();
+        echo.access = Some(AccessConfig {
+            default: AccessDefault::Deny,
+            allow: vec![AccessRule {
+                method: Some("ap-http-signature".into()),
+                subject: Some("http*/users/alice".into()),
+                ..AccessRule::default()
+            }],
+            deny: vec![],
+        });
+    })
+    .await;
+    let (t, remote) = (&s.t, &s.remote);
+    remote.add_actor("alice");
+    remote.add_actor("bob");
+    let echo = format!("{}/agents/echo", t.base);
+    let domain = t.domain();
+    for (who, n) in [("bob", "b1"), ("alice", "a1")] {
+        let create = note_create(
+            remote,
+            who,
+            n,
+            vec![mapping::PUBLIC.into()],
+            vec![echo.clone()],
+            &[(&echo, &format!("@echo@{domain}"))],
+            "<p>@echo hello</p>",
+        );
+        let body = serde_json::to_vec(&create).unwrap();
+        let r = post_signed(
+            &t.http,
+            &format!("{}/inbox", t.base),
+            &body,
+            &remote.key_id(who),
+            0,
+        )
+        .await;
+        assert_eq!(r.status(), 202, "{who}: {:?}", r.text().await);
+    }
+    let msg = wait_for(10, "alice's note at the agent", || async {
+        s.echo.seen.lock().unwrap().first().cloned()
+    })
+    .await;
+    assert_eq!(
+        msg.sender.identities.unwrap()[0].subject,
+        remote.actor_url("alice")
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        s.echo.seen.lock().unwrap().len(),
+        1,
+        "bob's note never reached the agent"
+    );
+    let metrics = t.metrics().await;
+    let line = "switchboard_refused_total{agent=\"echo\",transport=\"activitypub\",reason=\"not_allowed\"} 1";
+    assert!(metrics.contains(line), "{line} in {metrics}");
+}

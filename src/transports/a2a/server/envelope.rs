@@ -200,6 +200,12 @@ pub(super) async fn serve(
                     .to_string(),
                 )
         }
+        Ok(Err(e)) if e.code == wire::FORBIDDEN => HttpResponse::Forbidden()
+            .content_type("application/json")
+            .body(
+                wire::error_envelope(&id, &RpcError::new(INVALID_REQUEST, e.message), generation)
+                    .to_string(),
+            ),
         Ok(Err(e)) => json_reply(&wire::error_envelope(&id, &e, generation)),
         Err(e) => {
             let e = internal(&e);

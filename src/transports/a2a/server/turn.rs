@@ -90,6 +90,16 @@ pub(super) fn refusal(e: &Error) -> Option<String> {
 
 /// The JSON-RPC error for a message ingest refused or could not take.
 pub(super) fn not_ingested(e: &Error) -> RpcError {
+    // The agent's access rules: without a credential, presenting one may help (401); with
+    // one, it will not (403).
+    if let Error::Refused { authenticated } = e {
+        let code = if *authenticated {
+            wire::FORBIDDEN
+        } else {
+            wire::UNAUTHENTICATED
+        };
+        return RpcError::new(code, "this agent does not accept messages from this caller");
+    }
     match refusal(e) {
         Some(why) => RpcError::invalid_field("message", why),
         None => internal(e),
