@@ -179,6 +179,7 @@ mod tests {
 
     fn private() -> Access {
         Access::new(Some(&AccessConfig {
+            limits: Default::default(),
             default: AccessDefault::Deny,
             allow: vec![
                 rule(
@@ -335,6 +336,7 @@ mod tests {
     #[test]
     fn an_envelope_can_decide_when_no_allow_rule_fits_the_transport() {
         let ap_only = Access::new(Some(&AccessConfig {
+            limits: Default::default(),
             default: AccessDefault::Deny,
             allow: vec![rule(Some("ap-http-signature"), None, &[], None)],
             deny: vec![],
@@ -344,6 +346,7 @@ mod tests {
         assert!(private().may_admit_via(&email));
         assert!(Access::new(None).may_admit_via(&email));
         let any_method = Access::new(Some(&AccessConfig {
+            limits: Default::default(),
             default: AccessDefault::Deny,
             allow: vec![rule(None, None, &[], Some("mailto:*@x.example"))],
             deny: vec![],

@@ -103,8 +103,14 @@ impl Application {
         let db = Db::open(&config.database).await?;
         let http_client = HttpClient::new(config.net.clone(), clock.clone())
             .map_err(|e| Error::Startup(format!("HTTP client: {e}")))?;
-        let mut agents =
-            AgentRegistry::from_config(&config.agents, site.domain(), &http_client, &clock, &db);
+        let mut agents = AgentRegistry::from_config(
+            &config.agents,
+            site.domain(),
+            &http_client,
+            &clock,
+            &db,
+            &config.limits,
+        );
         for (name, backend) in opts.agents {
             agents.insert(&name, None, None, backend);
         }
@@ -152,6 +158,7 @@ impl Application {
             blobs: parts.blobs.clone(),
             keys: parts.keys.clone(),
             recent: crate::store::messages::recent(),
+            rates: crate::limits::Windows::new(db.clone()),
         });
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);

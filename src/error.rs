@@ -45,6 +45,12 @@ pub enum Error {
         /// may help; with one, it will not.
         authenticated: bool,
     },
+    /// Over a rate limit (`[limits]`); the peer may try again after the given seconds.
+    #[error("rate limited; retry after {retry_after_s} s")]
+    RateLimited {
+        /// Seconds until the window that refused ends.
+        retry_after_s: u64,
+    },
     /// The named thing does not exist.
     #[error("not found: {0}")]
     NotFound(String),
@@ -89,6 +95,7 @@ impl Error {
             Self::Unauthenticated => ErrorKind::Unauthenticated,
             Self::Forbidden | Self::Refused { .. } => ErrorKind::Forbidden,
             Self::NotFound(_) => ErrorKind::NotFound,
+            Self::RateLimited { .. } => ErrorKind::RateLimited,
             Self::TooLarge(_) => ErrorKind::TooLarge,
             Self::Config(_) | Self::Corrupt(_) | Self::Startup(_) => ErrorKind::Permanent,
             Self::Database(_) | Self::Sqlite(_) | Self::Migrate(_) | Self::Unavailable => {

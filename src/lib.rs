@@ -10,6 +10,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod keys;
+pub mod limits;
 pub mod markdown;
 pub mod message;
 pub mod metrics;

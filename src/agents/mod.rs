@@ -74,6 +74,8 @@ pub struct Agent {
     pub backend: Arc<dyn AgentBackend>,
     /// Who may reach it.
     pub access: crate::access::Access,
+    /// How much it takes: rate limits and backend concurrency.
+    pub limits: crate::limits::AgentLimits,
 }
 
 /// The agents of this instance, by name.
@@ -81,6 +83,8 @@ pub struct Agent {
 pub struct AgentRegistry {
     domain: String,
     by_name: HashMap<String, Arc<Agent>>,
+    /// `[limits]`, for agents added without a configuration of their own.
+    defaults: crate::config::LimitsConfig,
 }
 
 impl AgentRegistry {
@@ -93,10 +97,12 @@ impl AgentRegistry {
         http: &HttpClient,
         clock: &SharedClock,
         db: &Db,
+        defaults: &crate::config::LimitsConfig,
     ) -> Self {
         let mut reg = Self {
             domain: domain.to_owned(),
             by_name: HashMap::new(),
+            defaults: defaults.clone(),
         };
         for a in agents {
             let backend: Arc<dyn AgentBackend> = match &a.backend {
@@ -133,6 +139,12 @@ impl AgentRegistry {
                 && let Some(agent) = Arc::get_mut(agent)
             {
                 agent.access = crate::access::Access::new(a.access.as_ref());
+                let own = a
+                    .access
+                    .as_ref()
+                    .map(|x| x.limits.clone())
+                    .unwrap_or_default();
+                agent.limits = crate::limits::AgentLimits::new(&own.over(defaults));
             }
         }
         reg
@@ -146,11 +158,16 @@ impl AgentRegistry {
         summary: Option<String>,
         backend: Arc<dyn AgentBackend>,
     ) {
-        let access = self
+        let (access, limits) = self
             .by_name
             .get(&name.to_lowercase())
-            .map(|a| a.access.clone())
-            .unwrap_or_default();
+            .map(|a| (a.access.clone(), a.limits.clone()))
+            .unwrap_or_else(|| {
+                (
+                    crate::access::Access::default(),
+                    crate::limits::AgentLimits::new(&self.defaults),
+                )
+            });
         let agent = Agent {
             name: name.to_owned(),
             address: format!("@{name}@{}", self.domain),
@@ -158,6 +175,7 @@ impl AgentRegistry {
             summary,
             backend,
             access,
+            limits,
         };
         self.by_name.insert(name.to_lowercase(), Arc::new(agent));
     }

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::limits::LimitsConfig;
+
 /// What happens to a sender no rule names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -56,12 +58,16 @@ pub struct AccessConfig {
     /// Senders kept out; deny wins over allow.
     #[serde(default)]
     pub deny: Vec<AccessRule>,
+    /// This agent's rate limits and backend concurrency, over `[limits]`.
+    #[serde(default)]
+    pub limits: LimitsConfig,
 }
 
 impl AccessConfig {
     /// Every rule names at least one field (an empty rule would match everyone, which `default`
     /// says more plainly).
     pub(super) fn check(&self, at: &str, problems: &mut Vec<String>) {
+        self.limits.check(&format!("{at}.access.limits"), problems);
         for (list, rules) in [("allow", &self.allow), ("deny", &self.deny)] {
             for (i, r) in rules.iter().enumerate() {
                 if r.is_empty() {

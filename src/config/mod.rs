@@ -15,6 +15,7 @@ mod agents;
 mod api;
 mod database;
 mod email;
+mod limits;
 mod log;
 mod media;
 mod net;
@@ -38,6 +39,7 @@ pub use agents::{AgentConfig, BackendConfig};
 pub use api::ApiConfig;
 pub use database::DatabaseConfig;
 pub use email::{AgentEmailConfig, DnsMode, EmailConfig, RelayTls, UnauthenticatedMail};
+pub use limits::{DEFAULT_MAX_CONCURRENT_CALLS, LimitsConfig, Rate};
 pub use log::{LogConfig, LogFormat};
 pub use media::MediaConfig;
 pub use net::NetConfig;
@@ -80,6 +82,8 @@ pub struct Config {
     pub a2a: A2aConfig,
     /// The agents this instance hosts.
     pub agents: Vec<AgentConfig>,
+    /// Every agent's default rate limits and backend concurrency.
+    pub limits: LimitsConfig,
 }
 
 impl Default for Config {
@@ -96,6 +100,7 @@ impl Default for Config {
             activitypub: ActivityPubConfig::default(),
             a2a: A2aConfig::default(),
             email: EmailConfig::default(),
+            limits: LimitsConfig::default(),
             agents: vec![AgentConfig {
                 name: "echo".into(),
                 display_name: Some("Echo".into()),
@@ -168,6 +173,7 @@ impl Config {
         self.queue.check(&mut problems);
         self.activitypub.check(&mut problems);
         self.email.check(&mut problems);
+        self.limits.check("limits", &mut problems);
         // A blocking A2A call or an inbox delivery must be able to finish inside the request
         // deadline, after a body that took as long as it may.
         let (server, longest) = (

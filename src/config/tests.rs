@@ -315,3 +315,31 @@ fn server_deadlines_must_nest() {
     c.server.request_timeout_ms = 50_000;
     assert!(c.check().is_ok());
 }
+
+/// Rates and the concurrency cap must be above zero, in `[limits]` and per agent.
+#[test]
+fn limits_must_be_positive() {
+    let mut c = Config::default();
+    c.limits.per_sender = Some(crate::config::Rate {
+        requests: 0,
+        per_seconds: 60,
+    });
+    c.agents[0].access = Some(crate::config::AccessConfig {
+        limits: crate::config::LimitsConfig {
+            max_concurrent_calls: Some(0),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let problems = match c.check() {
+        Err(Error::Config(problems)) => problems,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        problems.lines().collect::<Vec<_>>(),
+        [
+            "agents[0].access.limits.max_concurrent_calls: must be above 0",
+            "limits.per_sender: requests and per_seconds must be above 0",
+        ]
+    );
+}

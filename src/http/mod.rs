@@ -49,6 +49,9 @@ impl ResponseError for Error {
         if status == StatusCode::UNAUTHORIZED {
             resp.insert_header(("WWW-Authenticate", "Bearer"));
         }
+        if let Self::RateLimited { retry_after_s } = self {
+            resp.insert_header(("Retry-After", retry_after_s.to_string()));
+        }
         resp.json(json!({ "error": self.to_string() }))
     }
 }

@@ -9,6 +9,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// How long a dispatch waits for one of its agent's call slots before leaving the message for
+/// a later attempt (well inside any job lease).
+const CALL_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 use futures_util::future::join_all;
 use tracing::Instrument as _;
 
@@ -174,6 +178,16 @@ impl DispatchHandler {
             msg.history = Some(trimmed.turns);
             msg.history_cache_breakpoint_after = trimmed.cache_breakpoint_after;
         }
+        // At most the agent's max_concurrent_calls at once; a call that cannot start soon is
+        // tried again later rather than held past its job's lease.
+        let Ok(Ok(_permit)) =
+            tokio::time::timeout(CALL_SLOT_WAIT, agent.limits.calls.acquire()).await
+        else {
+            return Err(OutboundError::temporary(format!(
+                "agent {} is at its max_concurrent_calls",
+                agent.name
+            )));
+        };
         let started = Instant::now();
         let transport = self
             .0

@@ -80,6 +80,8 @@ pub struct Core {
     pub keys: Keys,
     /// Messages and responses stored last, for the stages that follow.
     pub recent: crate::store::messages::Recent,
+    /// Rate-limit counters.
+    pub rates: crate::limits::Windows,
 }
 
 /// The entry point transports hand verified messages to.
@@ -184,6 +186,30 @@ impl Pipeline {
             .resolve(&msg.recipient)
             .ok_or_else(|| Error::NotFound(format!("no agent {}", msg.recipient)))?;
         self.authorize(&agent, transport, &msg.sender)?;
+        if let Some(retry_after_s) = self
+            .core
+            .rates
+            .hit(
+                &agent.limits,
+                &agent.name,
+                transport,
+                &msg.sender,
+                self.core.clock.now_ms(),
+            )
+            .await?
+        {
+            self.core
+                .metrics
+                .refused(&agent.name, transport, "rate_limited");
+            tracing::info!(
+                agent = %agent.name,
+                transport,
+                retry_after_s,
+                evidence = %crate::access::evidence_summary(&msg.sender),
+                "over the agent's rate limit"
+            );
+            return Err(Error::RateLimited { retry_after_s });
+        }
         let span = tracing::debug_span!(
             "ingest",
             message_id = %msg.id,

@@ -212,6 +212,7 @@ async fn access_rules_refuse_a2a_callers_by_evidence(engine: Engine) {
     };
     let only = |rule: AccessRule| {
         Some(AccessConfig {
+            limits: Default::default(),
             default: AccessDefault::Deny,
             allow: vec![rule],
             deny: vec![],

@@ -1804,6 +1804,7 @@ async fn access_rules_decide_mail_on_verified_evidence_only(engine: Engine) {
         c.agents.push(agent(
             "helper",
             AccessConfig {
+                limits: Default::default(),
                 default: AccessDefault::Deny,
                 allow: vec![AccessRule {
                     method: Some("email-dmarc".into()),
@@ -1819,6 +1820,7 @@ async fn access_rules_decide_mail_on_verified_evidence_only(engine: Engine) {
         c.agents.push(agent(
             "fedionly",
             AccessConfig {
+                limits: Default::default(),
                 default: AccessDefault::Deny,
                 allow: vec![AccessRule {
                     method: Some("ap-http-signature".into()),
@@ -1914,3 +1916,29 @@ async fn access_rules_decide_mail_on_verified_evidence_only(engine: Engine) {
     app.stop().await;
 }
 on_both_engines!(access_rules_decide_mail_on_verified_evidence_only);
+
+/// A sender over its rate limit is told to come back later: `451 4.7.1`, a temporary refusal
+/// that the sending server retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_over_its_rate_gets_451() {
+    let (mut app, helper, addr) = spawn_email(None, |c| {
+        c.limits.per_sender = Some(switchboard::config::Rate {
+            requests: 1,
+            per_seconds: 3600,
+        });
+    })
+    .await;
+    let to = format!("helper@{DOMAIN}");
+    for (n, want) in [(1, "250"), (2, "451 4.7.1")] {
+        let mut r = Raw::connect(addr).await;
+        transaction(&mut r, "alice@example.com", &[&to]).await;
+        let body = format!(
+            "From: Alice <alice@example.com>\r\nTo: {to}\r\nSubject: n{n}\r\nMessage-ID: <rate{n}@example.com>\r\n\r\nHello.\r\n.\r\n"
+        );
+        r.send(body.as_bytes()).await;
+        let reply = r.reply().await;
+        assert!(reply.starts_with(want), "message {n}: {reply}");
+    }
+    assert_eq!(wait_seen(&helper, 1).await.len(), 1);
+    app.stop().await;
+}

@@ -16,6 +16,7 @@ mod crash;
 mod email;
 mod helpers;
 mod keys;
+mod limits;
 mod logs;
 mod media;
 mod pipeline;

@@ -43,6 +43,9 @@ pub const UNAUTHENTICATED: i64 = -31401;
 /// Not a wire code: the request is answered with HTTP 403 (the agent's access rules refuse
 /// the caller).
 pub const FORBIDDEN: i64 = -31403;
+/// Not a wire code: the request is answered with HTTP 429 and `Retry-After` (the seconds are
+/// the error's message).
+pub const RATE_LIMITED: i64 = -31429;
 
 /// A JSON-RPC error as the server renders it.
 #[derive(Debug, Clone, PartialEq)]

@@ -83,6 +83,15 @@ fn render(r: Result<(), Reject>) -> HttpResponse {
             if status == 503 {
                 b.insert_header(("Retry-After", "60"));
             }
+            // A rate limit's reason ends with the seconds to wait.
+            if status == 429
+                && let Some(secs) = reason
+                    .rsplit(' ')
+                    .nth(1)
+                    .filter(|s| s.parse::<u64>().is_ok())
+            {
+                b.insert_header(("Retry-After", secs.to_owned()));
+            }
             b.json(json!({ "error": reason }))
         }
     }

@@ -182,6 +182,9 @@ impl Inbound {
         match self.store(env, raw, &mail, &auth, &accepting).await {
             Ok(id) => Reply::new(250, [2, 0, 0], format!("Message queued as {id}")),
             Err(crate::Error::Refused { .. }) => Reply::new(550, [5, 7, 1], REFUSED_BY_ACCESS),
+            Err(crate::Error::RateLimited { .. }) => {
+                Reply::new(451, [4, 7, 1], "Too many messages; try again later")
+            }
             // The message itself is unacceptable (say a From address that does not parse):
             // a retry would fail the same way, so the refusal is permanent.
             Err(e) if e.kind() == crate::error::ErrorKind::Invalid => {

@@ -775,6 +775,7 @@ async fn access_rules_drop_notes_from_actors_no_rule_allows(engine: Engine) {
     let s = setup(engine, |c| {
         let echo = c.agents.iter_mut().find(|a| a.name == "echo").unwrap();
         echo.access = Some(AccessConfig {
+            limits: Default::default(),
             default: AccessDefault::Deny,
             allow: vec![AccessRule {
                 method: Some("ap-http-signature".into()),
@@ -828,4 +829,52 @@ async fn access_rules_drop_notes_from_actors_no_rule_allows(engine: Engine) {
     let metrics = t.metrics().await;
     let line = "switchboard_refused_total{agent=\"echo\",transport=\"activitypub\",reason=\"not_allowed\"} 1";
     assert!(metrics.contains(line), "{line} in {metrics}");
+}
+
+on_both_engines!(a_host_over_its_rate_gets_429_with_retry_after);
+
+/// ActivityPub peers retry on 429 and honour `Retry-After`: a remote host over its rate gets
+/// both.
+async fn a_host_over_its_rate_gets_429_with_retry_after(engine: Engine) {
+    let s = setup(engine, |c| {
+        c.limits.per_host = Some(switchboard::config::Rate {
+            requests: 1,
+            per_seconds: 600,
+        });
+    })
+    .await;
+    let (t, remote) = (&s.t, &s.remote);
+    remote.add_actor("alice");
+    let echo = format!("{}/agents/echo", t.base);
+    let domain = t.domain();
+    let mut answers = Vec::new();
+    for n in ["r1", "r2"] {
+        let create = note_create(
+            remote,
+            "alice",
+            n,
+            vec![mapping::PUBLIC.into()],
+            vec![echo.clone()],
+            &[(&echo, &format!("@echo@{domain}"))],
+            "<p>@echo hello</p>",
+        );
+        let body = serde_json::to_vec(&create).unwrap();
+        let r = post_signed(
+            &t.http,
+            &format!("{}/inbox", t.base),
+            &body,
+            &remote.key_id("alice"),
+            0,
+        )
+        .await;
+        let retry = r
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
+        answers.push((r.status().as_u16(), retry));
+    }
+    assert_eq!(answers[0].0, 202);
+    assert_eq!(answers[1].0, 429, "{answers:?}");
+    let secs: u64 = answers[1].1.as_deref().unwrap().parse().unwrap();
+    assert!((1..=600).contains(&secs), "{secs}");
 }

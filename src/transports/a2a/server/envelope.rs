@@ -200,6 +200,20 @@ pub(super) async fn serve(
                     .to_string(),
                 )
         }
+        Ok(Err(e)) if e.code == wire::RATE_LIMITED => HttpResponse::TooManyRequests()
+            .insert_header(("Retry-After", e.message.clone()))
+            .content_type("application/json")
+            .body(
+                wire::error_envelope(
+                    &id,
+                    &RpcError::new(
+                        INVALID_REQUEST,
+                        format!("rate limited; retry after {} s", e.message),
+                    ),
+                    generation,
+                )
+                .to_string(),
+            ),
         Ok(Err(e)) if e.code == wire::FORBIDDEN => HttpResponse::Forbidden()
             .content_type("application/json")
             .body(

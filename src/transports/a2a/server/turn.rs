@@ -92,6 +92,9 @@ pub(super) fn refusal(e: &Error) -> Option<String> {
 pub(super) fn not_ingested(e: &Error) -> RpcError {
     // The agent's access rules: without a credential, presenting one may help (401); with
     // one, it will not (403).
+    if let Error::RateLimited { retry_after_s } = e {
+        return RpcError::new(wire::RATE_LIMITED, retry_after_s.to_string());
+    }
     if let Error::Refused { authenticated } = e {
         let code = if *authenticated {
             wire::FORBIDDEN

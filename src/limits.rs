@@ -1,0 +1,175 @@
+//! Rate limits and backend concurrency per agent ([`crate::config::LimitsConfig`]): fixed-window
+//! counters per sender, per agent and (ActivityPub) per remote host, asked by the pipeline on
+//! every message after the access rules; and a cap on an agent's backend calls at once.
+//!
+//! On PostgreSQL the counters are rows shared by every instance (one upsert per bucket); on
+//! SQLite, which serves one instance, they are counted in memory.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::Semaphore;
+
+use crate::config::{DEFAULT_MAX_CONCURRENT_CALLS, LimitsConfig, Rate};
+use crate::error::Result;
+use crate::message::Sender;
+use crate::store::{Arg, Backend, Db};
+
+/// One agent's limits, resolved over the global defaults.
+#[derive(Debug, Clone)]
+pub struct AgentLimits {
+    per_sender: Option<Rate>,
+    per_agent: Option<Rate>,
+    per_host: Option<Rate>,
+    /// Permits for backend calls.
+    pub calls: Arc<Semaphore>,
+}
+
+impl Default for AgentLimits {
+    fn default() -> Self {
+        Self::new(&LimitsConfig::default())
+    }
+}
+
+impl AgentLimits {
+    /// From the agent's resolved configuration.
+    #[must_use]
+    pub fn new(c: &LimitsConfig) -> Self {
+        Self {
+            per_sender: c.per_sender,
+            per_agent: c.per_agent,
+            per_host: c.per_host,
+            calls: Arc::new(Semaphore::new(
+                c.max_concurrent_calls
+                    .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS),
+            )),
+        }
+    }
+
+    /// The buckets a message from `sender` over `transport` to `agent` counts in, with their
+    /// rates.
+    fn buckets(&self, agent: &str, transport: &str, sender: &Sender) -> Vec<(String, Rate)> {
+        let mut out = Vec::new();
+        if let Some(rate) = self.per_agent {
+            out.push((format!("agent:{agent}"), rate));
+        }
+        if let Some(rate) = self.per_sender {
+            let who = sender
+                .identities
+                .as_deref()
+                .and_then(<[_]>::first)
+                .map_or(sender.address.as_str(), |e| e.subject.as_str());
+            out.push((format!("sender:{agent}:{who}"), rate));
+        }
+        if let Some(rate) = self.per_host
+            && transport == "activitypub"
+            && let Some((_, host)) = sender.address.trim_start_matches('@').split_once('@')
+        {
+            out.push((format!("host:{agent}:{}", host.to_lowercase()), rate));
+        }
+        out
+    }
+}
+
+/// The counters.
+#[derive(Debug, Clone)]
+pub struct Windows {
+    db: Db,
+    /// SQLite: bucket → (window start, hits).
+    local: Arc<Mutex<HashMap<String, (i64, u64)>>>,
+    /// Counts hits, so that ended windows are deleted every so often.
+    hits: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Windows {
+    /// Counters on `db` (in memory for SQLite).
+    #[must_use]
+    pub fn new(db: Db) -> Self {
+        Self {
+            db,
+            local: Arc::default(),
+            hits: Arc::default(),
+        }
+    }
+
+    /// Counts one message from `sender` to `agent` in each of its buckets; `Some(seconds)` to
+    /// wait when one of them is over its rate (the message is then not let in).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn hit(
+        &self,
+        limits: &AgentLimits,
+        agent: &str,
+        transport: &str,
+        sender: &Sender,
+        now_ms: i64,
+    ) -> Result<Option<u64>> {
+        let mut wait = None;
+        for (bucket, rate) in limits.buckets(agent, transport, sender) {
+            let window_ms = i64::from(rate.per_seconds) * 1000;
+            let start = now_ms - now_ms.rem_euclid(window_ms);
+            let hits = self.count(&bucket, start, now_ms).await?;
+            if hits > u64::from(rate.requests) {
+                let left_s = u64::try_from((start + window_ms - now_ms + 999) / 1000).unwrap_or(1);
+                wait = Some(wait.unwrap_or(0).max(left_s.max(1)));
+            }
+        }
+        Ok(wait)
+    }
+
+    async fn count(&self, bucket: &str, start: i64, now_ms: i64) -> Result<u64> {
+        if self.db.backend() == Backend::Sqlite {
+            let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+            // Windows that ended are dropped now and then, so the map stays small.
+            if local.len() > 10_000 {
+                local.retain(|_, (s, _)| *s + 3_600_000 > now_ms);
+            }
+            let entry = local.entry(bucket.to_owned()).or_insert((start, 0));
+            if entry.0 != start {
+                *entry = (start, 0);
+            }
+            entry.1 += 1;
+            return Ok(entry.1);
+        }
+        let n = self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n % 4096 == 4095 {
+            // Windows are at most a day long in practice; older rows are dead.
+            if let Err(e) = self.forget(now_ms - 86_400_000).await {
+                tracing::debug!(error = %e, "ended rate windows not deleted");
+            }
+        }
+        #[derive(sqlx::FromRow, serde::Deserialize)]
+        struct Hits {
+            hits: i64,
+        }
+        let rows: Vec<Hits> = self
+            .db
+            .write_fetch_all(
+                "INSERT INTO rate_windows (bucket, window_start, hits) VALUES ($1, $2, 1) \
+                 ON CONFLICT (bucket, window_start) \
+                 DO UPDATE SET hits = rate_windows.hits + 1 RETURNING hits",
+                &[Arg::Text(bucket), Arg::Int(start)],
+            )
+            .await?;
+        Ok(rows
+            .first()
+            .map_or(0, |h| u64::try_from(h.hits).unwrap_or(0)))
+    }
+
+    /// Deletes windows that started before `before_ms`.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn forget(&self, before_ms: i64) -> Result<u64> {
+        if self.db.backend() == Backend::Sqlite {
+            return Ok(0);
+        }
+        self.db
+            .execute(
+                "DELETE FROM rate_windows WHERE window_start < $1",
+                &[Arg::Int(before_ms)],
+            )
+            .await
+    }
+}
