@@ -23,6 +23,7 @@ mod secret;
 mod server;
 #[cfg(test)]
 mod tests;
+mod trust;
 
 use std::path::Path;
 
@@ -44,6 +45,7 @@ pub use net::NetConfig;
 pub use queue::{JobKindConfig, QueueConfig};
 pub use secret::Secret;
 pub use server::ServerConfig;
+pub use trust::{TrustConfig, TrustedIssuerConfig};
 
 use crate::error::Error;
 use crate::message::HistoryPolicy;
@@ -80,6 +82,8 @@ pub struct Config {
     pub a2a: A2aConfig,
     /// The agents this instance hosts.
     pub agents: Vec<AgentConfig>,
+    /// Trusted connector issuers of forwarded identity assertions.
+    pub trust: TrustConfig,
 }
 
 impl Default for Config {
@@ -105,6 +109,7 @@ impl Default for Config {
                 a2a: None,
                 access: None,
             }],
+            trust: TrustConfig::default(),
         }
     }
 }
@@ -168,6 +173,7 @@ impl Config {
         self.queue.check(&mut problems);
         self.activitypub.check(&mut problems);
         self.email.check(&mut problems);
+        self.trust.check(&mut problems);
         // A blocking A2A call or an inbox delivery must be able to finish inside the request
         // deadline, after a body that took as long as it may.
         let (server, longest) = (
