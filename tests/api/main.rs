@@ -21,4 +21,5 @@ mod media;
 mod pipeline;
 mod scale_out;
 mod serving;
+mod trust;
 mod webhook;
