@@ -23,6 +23,7 @@ use crate::queue::{Queue, kinds};
 use crate::site::Site;
 use crate::store::Db;
 use crate::transports::{Parts, TransportModule, a2a, activitypub, api, email};
+use crate::trust::TrustVerifier;
 
 /// How a transport is built: nothing when the configuration turns it off.
 type Build = fn(&Parts) -> Result<Option<Box<dyn TransportModule>>>;
@@ -121,6 +122,14 @@ impl Application {
             config.queue.clone(),
             metrics.clone(),
         );
+        let trust = TrustVerifier::new(
+            &config.trust,
+            config.net.allow_private_addresses,
+            http_client.clone(),
+            clock.clone(),
+            db.clone(),
+            metrics.clone(),
+        );
         let parts = Parts {
             config: Arc::new(config.clone()),
             site: site.clone(),
@@ -132,6 +141,7 @@ impl Application {
             blobs: BlobStore::new(db.clone(), clock.clone(), &config.media, site.base_url()),
             queue: queue.clone(),
             metrics,
+            trust,
         };
         // The order is the order routes are matched in: the busiest endpoints (A2A JSON-RPC,
         // the inboxes) come first.

@@ -21,6 +21,7 @@ pub mod site;
 pub mod store;
 pub mod telemetry;
 pub mod transports;
+pub mod trust;
 
 pub use app::Application;
 pub use config::Config;

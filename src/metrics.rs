@@ -32,6 +32,7 @@ pub struct Metrics {
     connections: Family<Labels, Gauge>,
     connections_refused: Family<Labels, Counter>,
     refused: Family<Labels, Counter>,
+    attestations: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -59,6 +60,7 @@ impl Metrics {
         let connections = Family::<Labels, Gauge>::default();
         let connections_refused = Family::<Labels, Counter>::default();
         let refused = Family::<Labels, Counter>::default();
+        let attestations = Family::<Labels, Counter>::default();
         registry.register(
             "http_requests",
             "HTTP requests by method, route and status",
@@ -119,6 +121,11 @@ impl Metrics {
             "Messages refused by an agent's access rules, by agent, transport and reason (denied, not_allowed)",
             refused.clone(),
         );
+        registry.register(
+            "attestations",
+            "Forwarded identity assertions by outcome (verified, or the reason one was dropped)",
+            attestations.clone(),
+        );
         Self {
             registry,
             http_requests,
@@ -133,6 +140,7 @@ impl Metrics {
             connections,
             connections_refused,
             refused,
+            attestations,
         }
     }
 
@@ -144,6 +152,13 @@ impl Metrics {
                 ("transport", transport.to_owned()),
                 ("reason", reason.to_owned()),
             ])
+            .inc();
+    }
+
+    /// Counts a forwarded identity assertion: `verified`, or the reason it was dropped.
+    pub fn attestation(&self, outcome: &str) {
+        self.attestations
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
             .inc();
     }
 

@@ -24,6 +24,7 @@ mod secret;
 mod server;
 #[cfg(test)]
 mod tests;
+mod trust;
 
 use std::path::Path;
 
@@ -46,6 +47,7 @@ pub use net::NetConfig;
 pub use queue::{JobKindConfig, QueueConfig};
 pub use secret::Secret;
 pub use server::ServerConfig;
+pub use trust::{TrustConfig, TrustedIssuerConfig};
 
 use crate::error::Error;
 use crate::message::HistoryPolicy;
@@ -84,6 +86,8 @@ pub struct Config {
     pub agents: Vec<AgentConfig>,
     /// Every agent's default rate limits and backend concurrency.
     pub limits: LimitsConfig,
+    /// Trusted connector issuers of forwarded identity assertions.
+    pub trust: TrustConfig,
 }
 
 impl Default for Config {
@@ -110,6 +114,7 @@ impl Default for Config {
                 a2a: None,
                 access: None,
             }],
+            trust: TrustConfig::default(),
         }
     }
 }
@@ -174,6 +179,7 @@ impl Config {
         self.activitypub.check(&mut problems);
         self.email.check(&mut problems);
         self.limits.check("limits", &mut problems);
+        self.trust.check(&mut problems);
         // A blocking A2A call or an inbox delivery must be able to finish inside the request
         // deadline, after a body that took as long as it may.
         let (server, longest) = (

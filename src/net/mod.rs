@@ -6,6 +6,7 @@
 //! on IP literals, and on every redirect hop. `net.allow_private_addresses` is the explicit,
 //! loudly logged development switch that turns the guard off.
 
+mod cache;
 pub mod date;
 mod guard;
 mod hmac;
@@ -17,6 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::{Method, StatusCode, header::HeaderMap};
 
+pub use cache::DocumentCache;
 pub use guard::{check_url, is_forbidden_ip};
 pub use hmac::{
     SIGNATURE_HEADER, TIMESTAMP_HEADER, constant_time_eq, hmac_hex, sign, signed_headers,

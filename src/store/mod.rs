@@ -1,5 +1,5 @@
 //! The database handle over SQLite or PostgreSQL, chosen by the URL, the portable helpers every
-//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys). A
+//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys, used attestations). A
 //! transport's own tables have their SQL in the transport's folder (`store.rs` there), over the
 //! same handle and helpers.
 //!
@@ -10,6 +10,7 @@
 //! queue in-process instead of spinning on `SQLITE_BUSY`) and a pool of readers; PostgreSQL goes
 //! through sqlx's pool.
 
+pub mod attestations;
 pub mod blobs;
 pub mod jobs;
 pub mod keys;

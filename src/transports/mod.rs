@@ -32,6 +32,7 @@ use crate::pipeline::{Pipeline, Transport};
 use crate::queue::{JobHandler, Queue};
 use crate::site::Site;
 use crate::store::Db;
+use crate::trust::TrustVerifier;
 
 /// What every transport is built from: the configuration, the site's names and the shared
 /// services (all cheap to clone).
@@ -57,6 +58,8 @@ pub struct Parts {
     pub queue: Arc<Queue>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Verifies identity assertions forwarded by trusted connectors.
+    pub trust: TrustVerifier,
 }
 
 /// Routes a transport mounts on the public HTTP app (called once per HTTP worker).

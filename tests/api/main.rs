@@ -22,4 +22,5 @@ mod media;
 mod pipeline;
 mod scale_out;
 mod serving;
+mod trust;
 mod webhook;

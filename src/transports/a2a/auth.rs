@@ -12,7 +12,6 @@ use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::Mutex;
 
 use crate::clock::SharedClock;
 use crate::config::{A2aAuthConfig, IntrospectionConfig, JwtIssuerConfig};
@@ -20,7 +19,7 @@ use crate::message::{
     Address, Assurance, Audience, AuthMethod, BearerTokenProof, EvidenceSource, Extra,
     IdentityEvidence, Proof, Sender, Timestamp, is_handle_name,
 };
-use crate::net::{HttpClient, HttpRequest};
+use crate::net::{DocumentCache, HttpClient, HttpRequest};
 
 /// How long a fetched JWKS is used before it is fetched again.
 const JWKS_TTL_MS: i64 = 300_000;
@@ -97,12 +96,6 @@ pub struct Refused(pub String);
 /// Active introspection answers: key hash → (used until, unix ms; the caller).
 type IntrospectionCache = HashMap<[u8; 32], (i64, Caller)>;
 
-#[derive(Debug, Clone)]
-struct CachedJwks {
-    fetched_at: i64,
-    set: Arc<JwkSet>,
-}
-
 /// Verifies bearer tokens.
 #[derive(Debug, Clone)]
 pub struct Verifier {
@@ -110,7 +103,8 @@ pub struct Verifier {
     clock: SharedClock,
     /// Our own host: the `verified_by` of minted evidence.
     domain: String,
-    jwks: Arc<Mutex<HashMap<String, CachedJwks>>>,
+    /// Fetched JWKS documents.
+    jwks: DocumentCache,
     /// Active introspection answers by SHA-256 of (endpoint, token), with when they stop
     /// being used (unix ms). Inactive answers are never kept.
     introspected: Arc<std::sync::Mutex<IntrospectionCache>>,
@@ -152,10 +146,10 @@ impl Verifier {
     #[must_use]
     pub fn new(http: HttpClient, clock: SharedClock, domain: &str) -> Self {
         Self {
+            jwks: DocumentCache::new(http.clone(), JWKS_TTL_MS, JWKS_MIN_REFETCH_MS),
             http,
             clock,
             domain: domain.to_owned(),
-            jwks: Arc::new(Mutex::new(HashMap::new())),
             introspected: Arc::default(),
         }
     }
@@ -214,44 +208,13 @@ impl Verifier {
         Err(Refused("not a JWT and no introspection configured".into()))
     }
 
-    async fn jwks(&self, url: &str, refresh: bool) -> Result<Arc<JwkSet>, Refused> {
-        // The cache stays locked across the fetch: requests arriving meanwhile wait for it and
-        // then find it recent, so a burst of tokens naming unknown kids costs one fetch, not one
-        // per request.
-        let mut cache = self.jwks.lock().await;
-        let now = self.clock.now_ms();
-        if let Some(c) = cache.get(url) {
-            let fresh = now - c.fetched_at < JWKS_TTL_MS;
-            let recent = now - c.fetched_at < JWKS_MIN_REFETCH_MS;
-            if (fresh && !refresh) || recent {
-                return Ok(c.set.clone());
-            }
-        }
-        let resp = self
-            .http
-            .send(HttpRequest {
-                method: reqwest::Method::GET,
-                url,
-                headers: reqwest::header::HeaderMap::new(),
-                body: None,
-                timeout: None,
-            })
+    async fn jwks(&self, url: &str, refresh: bool) -> Result<JwkSet, Refused> {
+        let body = self
+            .jwks
+            .get(url, refresh)
             .await
             .map_err(|e| Refused(format!("JWKS {url}: {e}")))?;
-        if !resp.status.is_success() {
-            return Err(Refused(format!("JWKS {url}: HTTP {}", resp.status)));
-        }
-        let set: JwkSet =
-            serde_json::from_slice(&resp.body).map_err(|e| Refused(format!("JWKS {url}: {e}")))?;
-        let set = Arc::new(set);
-        cache.insert(
-            url.to_owned(),
-            CachedJwks {
-                fetched_at: now,
-                set: set.clone(),
-            },
-        );
-        Ok(set)
+        serde_json::from_slice(&body).map_err(|e| Refused(format!("JWKS {url}: {e}")))
     }
 
     async fn key_for(

@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 use super::mapping::TOOL_EVENTS_EXTENSION;
 use crate::agents::Agent;
 use crate::config::{A2aAuthConfig, A2aConfig, AgentA2aConfig};
+use crate::trust::IDENTITY_EXTENSION;
 
 /// A rendered card with its validators.
 #[derive(Debug, Clone)]
@@ -78,6 +79,10 @@ fn capabilities() -> Value {
         "extensions": [{
             "uri": TOOL_EVENTS_EXTENSION,
             "description": "Tool calls and results travel as DataParts {type: tool-call|tool-result|tool-error}.",
+            "required": false,
+        }, {
+            "uri": IDENTITY_EXTENSION,
+            "description": "Identity a trusted connector verified, forwarded as compact JWS subject assertions in message metadata under this URI ({\"assertions\": [jws]}).",
             "required": false,
         }],
     })

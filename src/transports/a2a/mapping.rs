@@ -9,6 +9,7 @@ use super::wire::{RpcError, TaskState};
 use crate::message::{
     AgentChain, Extra, LinkPart, NormalizedResponse, Part, ResponseState, TextMime, TextPart,
 };
+use crate::trust::{IDENTITY_EXTENSION, LEGACY_IDENTITY_EXTENSION};
 
 /// The extension URI of tool events carried as DataParts.
 pub const TOOL_EVENTS_EXTENSION: &str = "https://mentionable.dev/ns/a2a-tool-events/v0.1/";
@@ -181,6 +182,31 @@ pub fn agent_chain(metadata: Option<&Map<String, Value>>) -> Option<AgentChain> 
     serde_json::from_value(chain.clone()).ok()
 }
 
+/// The compact JWS identity assertions forwarded in an inbound message's metadata under the
+/// identity extension (the legacy URI is read too): `{"assertions": [jws, …]}`, or one JWS, or
+/// a list of them. Anything else there is ignored.
+#[must_use]
+pub fn identity_assertions(metadata: Option<&Map<String, Value>>) -> Vec<String> {
+    let Some(m) = metadata else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for uri in [IDENTITY_EXTENSION, LEGACY_IDENTITY_EXTENSION] {
+        let list = match m.get(uri) {
+            Some(Value::Object(o)) => o.get("assertions").or_else(|| o.get("assertion")),
+            other => other,
+        };
+        match list {
+            Some(Value::String(s)) => out.push(s.clone()),
+            Some(Value::Array(a)) => {
+                out.extend(a.iter().filter_map(|v| v.as_str().map(str::to_owned)))
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The task state a response ends its turn in.
 #[must_use]
 pub fn response_state(resp: &NormalizedResponse) -> TaskState {
@@ -276,6 +302,27 @@ fn bytes_ref_part(b: &crate::message::BytesRef) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identity_assertions_are_read_under_both_extension_uris() {
+        let m = |v: Value| v.as_object().cloned();
+        assert_eq!(
+            identity_assertions(
+                m(json!({IDENTITY_EXTENSION: {"assertions": ["a", "b", 3]}})).as_ref()
+            ),
+            ["a", "b"]
+        );
+        assert_eq!(
+            identity_assertions(m(json!({LEGACY_IDENTITY_EXTENSION: "c"})).as_ref()),
+            ["c"]
+        );
+        assert_eq!(
+            identity_assertions(m(json!({IDENTITY_EXTENSION: ["d"], "https://mentionable.dev/ns/identity/v0.1/": ["e"]})).as_ref()),
+            ["d"],
+            "URIs are compared exactly"
+        );
+        assert!(identity_assertions(None).is_empty());
+    }
 
     const LIMITS: Limits = Limits {
         max_parts: 4,

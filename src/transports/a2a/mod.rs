@@ -169,6 +169,8 @@ async fn build_state(
         cards,
         verifier: Verifier::new(parts.http.clone(), parts.clock.clone(), parts.site.domain()),
         policies,
+        trust: parts.trust.clone(),
+        public_url: public_url.to_owned(),
     }))
 }
 

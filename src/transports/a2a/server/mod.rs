@@ -30,6 +30,7 @@ use super::tasks::TaskEngine;
 use super::wire::{self, RpcError};
 use crate::config::{A2aAuthConfig, A2aConfig};
 use crate::pipeline::Pipeline;
+use crate::trust::TrustVerifier;
 
 /// State of the A2A routes.
 #[derive(Debug)]
@@ -52,6 +53,10 @@ pub struct A2aState {
     pub verifier: Verifier,
     /// Who may call each agent, by lower-case name (public when absent).
     pub policies: HashMap<String, A2aAuthConfig>,
+    /// Verifies identity assertions forwarded in message metadata.
+    pub trust: TrustVerifier,
+    /// The public base URL (the advertised endpoints are below it).
+    pub public_url: String,
 }
 
 impl A2aState {

@@ -12,7 +12,8 @@ use super::push_config::{parse_push_config, store_push_config};
 use super::stream::open_stream;
 use super::tasks::{render_task, task_result, visible_task};
 use super::turn::{
-    addressed_agent, history_message, not_ingested, refusal, store_parts, turn_message,
+    addressed_agent, attach_attestations, history_message, not_ingested, refusal, store_parts,
+    turn_message,
 };
 use crate::error::Error;
 use crate::transports::a2a::NAME;
@@ -191,7 +192,7 @@ pub(super) async fn send(
             })
             .await?
             .ok_or_else(RpcError::task_not_found)?;
-        let nm = turn_message(
+        let mut nm = turn_message(
             state,
             &call,
             &msg,
@@ -203,6 +204,7 @@ pub(super) async fn send(
             now,
             streaming,
         )?;
+        attach_attestations(state, &call, &msg, &row, true, &mut nm).await;
         if let Some(p) = &config.push {
             let cfg = parse_push_config(p, call.version, &row.id)?;
             // The turn's `working` status was stored before the config: push it too. (Nothing
@@ -315,9 +317,10 @@ pub(super) async fn send(
         }
         None => None,
     };
-    let nm = turn_message(
+    let mut nm = turn_message(
         state, &call, &msg, &raw, &row, nm_id, parts, None, now, streaming,
     )?;
+    attach_attestations(state, &call, &msg, &row, false, &mut nm).await;
     // The task, its first event and its message are committed together; a resend of a running
     // task's message attaches to that task instead.
     let new_task = NewTask::new(

@@ -10,10 +10,12 @@ use crate::message::{
     BytesRef, Extra, FilePart, MentionRelay, NoRelay, NormalizedMessage, Part, ReceivedVia,
     RecipientCapabilities,
 };
+use crate::transports::a2a::NAME;
 use crate::transports::a2a::mapping::{self, InPart};
 use crate::transports::a2a::store::TaskRow;
 use crate::transports::a2a::tasks::internal;
 use crate::transports::a2a::wire::{self, RpcError, WireMessage};
+use crate::trust::Expected;
 
 /// The leading `@name` (or `@name@domain`) of the first text part, if it names a local agent.
 pub(super) fn addressed_agent(state: &A2aState, parts: &[Value]) -> Option<String> {
@@ -106,6 +108,45 @@ pub(super) fn not_ingested(e: &Error) -> RpcError {
     match refusal(e) {
         Some(why) => RpcError::invalid_field("message", why),
         None => internal(e),
+    }
+}
+
+/// Appends to the turn's sender the evidence of the identity assertions its message forwards
+/// (checked by [`crate::trust`]; `aud` must be the endpoint the message came to, the agent's or
+/// the hub's); assertions that fail are dropped there. `later_turn`: the message continues
+/// task `row`, so a continuation assertion for it is accepted.
+pub(super) async fn attach_attestations(
+    state: &A2aState,
+    call: &Call,
+    msg: &WireMessage,
+    row: &TaskRow,
+    later_turn: bool,
+    nm: &mut NormalizedMessage,
+) {
+    let assertions = mapping::identity_assertions(msg.metadata.as_ref());
+    if assertions.is_empty() {
+        return;
+    }
+    let name = state
+        .pipeline
+        .agents()
+        .get(&row.agent)
+        .map_or_else(|| row.agent.clone(), |a| a.name.clone());
+    let mut audiences = vec![format!("{}/agents/{name}/a2a", state.public_url)];
+    if call.agent.is_none() {
+        audiences.push(format!("{}/a2a", state.public_url));
+    }
+    let expected = Expected {
+        audiences: &audiences,
+        task_id: later_turn.then_some(row.id.as_str()),
+        transport: NAME,
+    };
+    let evidence = state.trust.verify_all(&assertions, &expected).await;
+    if !evidence.is_empty() {
+        nm.sender
+            .identities
+            .get_or_insert_with(Vec::new)
+            .extend(evidence);
     }
 }
 
