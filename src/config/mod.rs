@@ -34,7 +34,7 @@ pub use a2a::{
 pub use activitypub::ActivityPubConfig;
 pub use agents::{AgentConfig, BackendConfig};
 pub use api::ApiConfig;
-pub use database::DatabaseConfig;
+pub use database::{DatabaseConfig, Durability};
 pub use email::{AgentEmailConfig, DnsMode, EmailConfig, RelayTls, UnauthenticatedMail};
 pub use log::{LogConfig, LogFormat};
 pub use media::MediaConfig;
