@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::secret::Secret;
-use crate::message::is_domain;
+use crate::message::{is_domain, is_handle_name};
 
 /// Email: the SMTP listener, authentication of inbound mail, and delivery of replies.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,6 +69,20 @@ pub struct EmailConfig {
     pub direct_port: u16,
     /// MX answers known without DNS: domain → exchanges, most preferred first.
     pub dns_mx: BTreeMap<String, Vec<String>>,
+    /// Where mail to the role addresses goes (`postmaster@`, `abuse@` and `dmarc@` of every
+    /// served domain, and the bare `<Postmaster>`): an address (`ops@example.net`), to which it
+    /// is forwarded, or the name of an agent (`helper`), which receives it ([`Postmaster`]).
+    /// Unset, it is accepted and held in the queue (dead `email_role` jobs).
+    pub postmaster: Option<String>,
+}
+
+/// Where role mail goes (`email.postmaster`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Postmaster {
+    /// Forwarded, intact, to this address.
+    Forward(String),
+    /// Handed to this agent (never answered).
+    Agent(String),
 }
 
 impl Default for EmailConfig {
@@ -100,6 +114,7 @@ impl Default for EmailConfig {
             relay_timeout_seconds: 60,
             direct_port: 25,
             dns_mx: BTreeMap::new(),
+            postmaster: None,
         }
     }
 }
@@ -135,6 +150,40 @@ impl EmailConfig {
             && !is_domain(d)
         {
             problems.push(format!("email.domain {d:?}: not a domain name"));
+        }
+        if let Some(p) = &self.postmaster
+            && self.postmaster().is_none()
+        {
+            problems.push(format!(
+                "email.postmaster {p:?}: an address (ops@example.net) or an agent's name"
+            ));
+        }
+        if let (Some(Postmaster::Forward(to)), Some(d)) = (self.postmaster(), &self.domain)
+            && to
+                .rsplit_once('@')
+                .is_some_and(|(_, dom)| dom.eq_ignore_ascii_case(d))
+        {
+            problems.push(format!(
+                "email.postmaster {to:?}: an address of this server's own domain; name the agent instead"
+            ));
+        }
+    }
+
+    /// Where role mail goes: `email.postmaster` read as an address (it has an `@`) or an
+    /// agent's name; `None` when unset or neither.
+    #[must_use]
+    pub fn postmaster(&self) -> Option<Postmaster> {
+        let p = self.postmaster.as_deref()?.trim();
+        match p.rsplit_once('@') {
+            Some((local, domain)) => {
+                let plain = !local.is_empty()
+                    && local
+                        .chars()
+                        .all(|c| c.is_ascii_graphic() && !"<>()[]\\,;:@\"".contains(c));
+                (plain && is_domain(domain) && !domain.contains(':'))
+                    .then(|| Postmaster::Forward(p.to_owned()))
+            }
+            None => is_handle_name(p).then(|| Postmaster::Agent(p.to_owned())),
         }
     }
 }

@@ -35,7 +35,9 @@ pub use activitypub::ActivityPubConfig;
 pub use agents::{AgentConfig, BackendConfig};
 pub use api::ApiConfig;
 pub use database::{DatabaseConfig, Durability};
-pub use email::{AgentEmailConfig, DnsMode, EmailConfig, RelayTls, UnauthenticatedMail};
+pub use email::{
+    AgentEmailConfig, DnsMode, EmailConfig, Postmaster, RelayTls, UnauthenticatedMail,
+};
 pub use log::{LogConfig, LogFormat};
 pub use media::MediaConfig;
 pub use net::NetConfig;

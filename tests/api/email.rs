@@ -1781,3 +1781,6 @@ async fn starttls_discards_injected_plaintext() {
     assert_eq!(v["raw"]["envelope"]["mail_from"], "bob@elsewhere.test");
     app.stop().await;
 }
+
+mod durable;
+mod roles;
