@@ -48,9 +48,10 @@ const STATEMENT_CACHE: usize = 256;
 /// process loses nothing) and on the disk by the next flush (what a power cut can lose).
 const SYNC_EVERY: Duration = Duration::from_millis(100);
 
-/// How often the checkpointer copies the WAL into the database, in flushes. Each checkpoint
-/// lets the next write start the WAL over, which flushes the WAL's header inside that commit;
-/// one a second keeps that out of most commits, and copies a page written many times once.
+/// How often the checkpointer copies the WAL into the database, in ticks of [`SYNC_EVERY`].
+/// Each checkpoint lets the next write start the WAL over, which flushes the WAL's header
+/// inside that commit; one a second keeps that out of most commits, and copies a page written
+/// many times once.
 const CHECKPOINT_EVERY: u32 = 10;
 
 /// WAL pages (4 KiB) past which the checkpointer, at its next checkpoint, makes sure the WAL
@@ -208,7 +209,7 @@ impl WalSync {
             Ok(())
         })
         .await
-        .map_err(|e| Error::Startup(format!("SQLite WAL sync: {e}")))?;
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
         if let Err(e) = synced {
             // Whether the commits reached the disk is unknown: their callers are told so.
             tracing::error!(error = %e, wal = %self.wal.display(), "SQLite WAL sync failed");
@@ -286,13 +287,6 @@ impl Sqlite {
             .map_or(0, |s| s.syncs.load(Ordering::Relaxed))
     }
 
-    /// What a write on `conn`, whose connection had made `before` changes, waits for.
-    fn durable(&self, conn: &Connection, before: u64) -> Option<Durable> {
-        self.wal_sync
-            .as_ref()
-            .map(|s| s.committed(conn.total_changes() != before))
-    }
-
     /// Applies the migrations not yet applied.
     pub(super) async fn migrate(&self, migrations: &sqlx::migrate::Migrator) -> Result<()> {
         let mut guard = self.writer.lock().await;
@@ -319,17 +313,7 @@ impl Sqlite {
     /// Runs one writing statement on its own (autocommit); returns once it is as durable as
     /// a commit.
     pub(super) async fn execute(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-        let (n, durable) = {
-            let guard = self.writer.lock().await;
-            let conn = live(guard.as_ref())?;
-            let before = conn.total_changes();
-            let n = execute(conn, sql, args)?;
-            (n, self.durable(conn, before))
-        };
-        if let Some(d) = durable {
-            d.wait().await?;
-        }
-        Ok(n)
+        self.autocommit(|conn| execute(conn, sql, args)).await
     }
 
     /// Runs one writing statement that returns rows, on its own; returns once it is as
@@ -339,17 +323,28 @@ impl Sqlite {
         sql: &str,
         args: &[Arg<'_>],
     ) -> Result<Vec<T>> {
-        let (rows, durable) = {
+        self.autocommit(|conn| fetch(conn, sql, args, usize::MAX))
+            .await
+    }
+
+    /// Runs `statement` on the writer, outside a transaction, then (`durability = "fsync"`)
+    /// waits, the writer released, until what it wrote is on disk.
+    async fn autocommit<T>(&self, statement: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let (out, durable) = {
             let guard = self.writer.lock().await;
             let conn = live(guard.as_ref())?;
             let before = conn.total_changes();
-            let rows = fetch(conn, sql, args, usize::MAX)?;
-            (rows, self.durable(conn, before))
+            let out = statement(conn)?;
+            let durable = self
+                .wal_sync
+                .as_ref()
+                .map(|s| s.committed(conn.total_changes() != before));
+            (out, durable)
         };
         if let Some(d) = durable {
             d.wait().await?;
         }
-        Ok(rows)
+        Ok(out)
     }
 
     /// Runs a read-only query on a reader (the writer for an in-memory database).
@@ -585,8 +580,9 @@ fn migrate(conn: &mut Connection, migrator: &sqlx::migrate::Migrator) -> Result<
 
 /// Flushes the WAL every [`SYNC_EVERY`] (when `flush`: commits do not flush it themselves) and
 /// copies it into the database every [`CHECKPOINT_EVERY`] ticks, on a thread of its own (with
-/// its own connection), so no commit waits for a checkpoint; past [`WAL_RESTART_PAGES`] it holds the writer back for a checkpoint that
-/// catches up, so the WAL starts over instead of growing. Only `PASSIVE` checkpoints: they never
+/// its own connection), so no commit waits for a checkpoint; past [`WAL_RESTART_PAGES`] it
+/// holds the writer back for a checkpoint that catches up, so the WAL starts over instead of
+/// growing. Only `PASSIVE` checkpoints: they never
 /// wait for readers or take the write lock (a checkpoint that did would make the writer wait in
 /// SQLite's busy handler, on its runtime's thread, for as long as readers keep coming). Stops
 /// when the returned sender is dropped.
