@@ -79,3 +79,44 @@ impl DatabaseConfig {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+    use super::*;
+
+    fn load(pairs: &[(&str, &str)]) -> Result<Config, crate::error::Error> {
+        Config::load(
+            None,
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        )
+    }
+
+    #[test]
+    fn durability_is_read_and_defaults_by_engine() {
+        let url = "SWITCHBOARD__DATABASE__URL";
+        let pg = "postgres://u@db/x";
+        let c = load(&[]).unwrap();
+        assert_eq!(c.database.durability, None);
+        assert_eq!(c.database.durability(), Durability::Periodic, "SQLite");
+        assert_eq!(
+            load(&[(url, pg)]).unwrap().database.durability(),
+            Durability::Fsync
+        );
+        for (engine, set, want) in [
+            ("sqlite://x.db", "fsync", Durability::Fsync),
+            (pg, "periodic", Durability::Periodic),
+        ] {
+            let c = load(&[(url, engine), ("SWITCHBOARD__DATABASE__DURABILITY", set)]).unwrap();
+            assert_eq!(c.database.durability(), want, "{engine} {set}");
+        }
+        let file: DatabaseConfig = toml::from_str("durability = \"fsync\"").unwrap();
+        assert_eq!(file.durability, Some(Durability::Fsync));
+        let e = toml::from_str::<DatabaseConfig>("durability = \"always\"").unwrap_err();
+        assert!(e.to_string().contains("periodic"), "{e}");
+        let e = load(&[("SWITCHBOARD__DATABASE__DURABILITY", "FSYNC")]).unwrap_err();
+        assert!(e.to_string().contains("durability"), "{e}");
+    }
+}

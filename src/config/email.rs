@@ -158,15 +158,6 @@ impl EmailConfig {
                 "email.postmaster {p:?}: an address (ops@example.net) or an agent's name"
             ));
         }
-        if let (Some(Postmaster::Forward(to)), Some(d)) = (self.postmaster(), &self.domain)
-            && to
-                .rsplit_once('@')
-                .is_some_and(|(_, dom)| dom.eq_ignore_ascii_case(d))
-        {
-            problems.push(format!(
-                "email.postmaster {to:?}: an address of this server's own domain; name the agent instead"
-            ));
-        }
     }
 
     /// Where role mail goes: `email.postmaster` read as an address (it has an `@`) or an
@@ -231,4 +222,39 @@ pub struct AgentEmailConfig {
     /// a forged From would otherwise turn the agent into a signed reflector aimed at the
     /// address it names.
     pub reply_to_unauthenticated: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+    use super::*;
+
+    fn with(key: &str, value: &str) -> Result<Config, crate::error::Error> {
+        Config::load(None, vec![(key.to_owned(), value.to_owned())])
+    }
+
+    #[test]
+    fn postmaster_is_an_address_or_an_agent_name() {
+        let c = with("SWITCHBOARD__EMAIL__POSTMASTER", "ops@example.net").unwrap();
+        assert_eq!(
+            c.email.postmaster(),
+            Some(Postmaster::Forward("ops@example.net".into()))
+        );
+        let c = with("SWITCHBOARD__EMAIL__POSTMASTER", "helper").unwrap();
+        assert_eq!(
+            c.email.postmaster(),
+            Some(Postmaster::Agent("helper".into()))
+        );
+        assert_eq!(Config::default().email.postmaster(), None);
+        for bad in [
+            "two words",
+            "a@b@example.net",
+            "<ops@example.net>",
+            "ops@",
+            "@x.net",
+        ] {
+            let e = with("SWITCHBOARD__EMAIL__POSTMASTER", bad).unwrap_err();
+            assert!(e.to_string().contains("email.postmaster"), "{bad:?}: {e}");
+        }
+    }
 }

@@ -338,3 +338,23 @@ async fn role_mail_is_forwarded_intact_and_signed_through_the_relay() {
     );
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postmaster_naming_no_agent_or_an_address_of_ours_stops_the_start() {
+    for (postmaster, want) in [
+        ("nobody", "no agent named \"nobody\""),
+        ("ops@hub.test", "name the agent instead"),
+        ("Helper@AGENTS.test", "name the agent instead"),
+    ] {
+        let db = crate::helpers::fresh_db(Engine::Sqlite).await;
+        let mut c = crate::helpers::test_config(&db.url);
+        c.server.public_url = Some(format!("http://{HUB}"));
+        c.email.domain = Some(DOMAIN.into());
+        c.email.postmaster = Some(postmaster.into());
+        let e = switchboard::Application::build_with(c, switchboard::app::Options::default())
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{postmaster:?} was taken"));
+        assert!(e.to_string().contains(want), "{postmaster:?}: {e}");
+    }
+}
