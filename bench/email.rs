@@ -5,9 +5,11 @@
 //! and policy, a MIME parse for the subject and text, one SQLite commit per message, all before
 //! `250`).
 //!
-//! `cargo bench --bench email [-- N [CONNECTIONS]]`: N messages per round for switchboard, half
-//! of them with MAIL, RCPT and DATA pipelined, half one command per round trip; N/4 for the
-//! peer, which does not offer PIPELINING. The peer needs `SWITCHBOARD_EMAIL_PYTHON` (or
+//! `cargo bench --bench email [-- N [CONNECTIONS]]`: N messages per round for switchboard in
+//! each `database.durability` mode (a server per mode, on a database of its own, taking turns;
+//! `BENCH_DURABILITY=periodic` or `fsync` measures one), half of them with MAIL, RCPT and DATA
+//! pipelined, half one command per round trip; N/4 for the peer, which does not offer
+//! PIPELINING. The peer needs `SWITCHBOARD_EMAIL_PYTHON` (or
 //! `target/peers/email/venv`, made by `scripts/peers/email.sh`); without it only switchboard is
 //! measured.
 //!
@@ -27,7 +29,7 @@ use mail_auth::common::crypto::{RsaKey, Sha256};
 use mail_auth::common::headers::HeaderWriter;
 use mail_auth::dkim::DkimSigner;
 use switchboard::app::Options;
-use switchboard::config::{DnsMode, Secret};
+use switchboard::config::{DnsMode, Durability, Secret};
 use switchboard::{Application, Config};
 use tokio_rustls::rustls::pki_types::PrivateKeyDer;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -138,53 +140,82 @@ fn main() {
     loadgen::main(bench);
 }
 
+/// The `database.durability` modes measured, in order: both unless `BENCH_DURABILITY` names
+/// one.
+fn modes() -> Vec<(Durability, &'static str)> {
+    let both = vec![
+        (Durability::Periodic, "periodic"),
+        (Durability::Fsync, "fsync"),
+    ];
+    match std::env::var("BENCH_DURABILITY").as_deref() {
+        Ok(one) => both.into_iter().filter(|(_, n)| *n == one).collect(),
+        Err(_) => both,
+    }
+}
+
 async fn bench() {
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    // Switchboard's share of a round, half of it pipelined.
+    // Switchboard's share of a round per durability mode, half of it pipelined.
     let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(12_000);
     let conns: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(64);
     let peer_n = (n / 4).max(100);
+    let modes = modes();
+    assert!(!modes.is_empty(), "BENCH_DURABILITY: periodic or fsync");
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
     let pubkey = std::fs::read_to_string(fixture("sender-dkim.pub.b64"))
         .unwrap_or_else(|e| panic!("key: {e}"));
     let txt = format!("v=DKIM1; k=rsa; p={}", pubkey.trim());
 
-    eprintln!("signing {} messages…", ROUNDS * (n + peer_n) + 2 * 200);
-    let warm_sb = presign("warm-sb", 200);
+    eprintln!(
+        "signing {} messages…",
+        ROUNDS * (modes.len() * n + peer_n) + (modes.len() + 1) * 200
+    );
     let warm_peer = presign("warm-peer", 200);
-    let sb_runs: Vec<_> = (0..ROUNDS).map(|r| presign(&format!("sb{r}"), n)).collect();
     let peer_runs: Vec<_> = (0..ROUNDS)
         .map(|r| presign(&format!("peer{r}"), peer_n))
         .collect();
-
-    let mut config = Config::default();
-    config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
-    config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
-    config.database.url = Secret::new(format!("sqlite://{}", dir.path().join("sb.db").display()));
-    config.email.bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
-    config.email.domain = Some("agents.test".into());
-    config.email.dns = DnsMode::Offline;
     let records: Vec<(String, String)> = vec![
         ("sel1._domainkey.example.com".into(), txt.clone()),
         ("example.com".into(), "v=spf1 ip4:127.0.0.1 -all".into()),
         ("_dmarc.example.com".into(), "v=DMARC1; p=reject".into()),
     ];
-    config.email.dns_records.extend(records.iter().cloned());
-    let app = Application::build_with(
-        config,
-        Options {
-            workers: false,
-            ..Options::default()
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("switchboard: {e}"));
-    let sb_addr = app
-        .smtp_addr()
-        .unwrap_or_else(|| panic!("no SMTP listener"));
+
+    // One server per mode, each on a database of its own, in this process.
+    let mut servers = Vec::new();
+    for (mode, name) in &modes {
+        let mut config = Config::default();
+        config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
+        config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
+        config.database.url = Secret::new(format!(
+            "sqlite://{}",
+            dir.path().join(format!("sb-{name}.db")).display()
+        ));
+        config.database.durability = Some(*mode);
+        config.email.bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
+        config.email.domain = Some("agents.test".into());
+        config.email.dns = DnsMode::Offline;
+        config.email.dns_records.extend(records.iter().cloned());
+        let app = Application::build_with(
+            config,
+            Options {
+                workers: false,
+                ..Options::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("switchboard: {e}"));
+        let addr = app
+            .smtp_addr()
+            .unwrap_or_else(|| panic!("no SMTP listener"));
+        let warm = presign(&format!("warm-{name}"), 200);
+        let runs: Vec<_> = (0..ROUNDS)
+            .map(|r| presign(&format!("sb-{name}-{r}"), n))
+            .collect();
+        servers.push((*name, app, addr, warm, runs));
+    }
 
     let peer = python().map(|py| {
         let port = free_port();
@@ -213,40 +244,57 @@ async fn bench() {
     }
 
     let me = std::process::id();
-    let _ = measure(sb_addr, me, &warm_sb, conns, true);
+    for (_, _, addr, warm, _) in &servers {
+        let _ = measure(*addr, me, warm, conns, true);
+    }
     if let Some((child, addr)) = &peer {
         let _ = measure(*addr, child.id(), &warm_peer, conns, true);
     }
     println!("email: {}", loadgen::describe());
     println!(
-        "email: {n} (switchboard, half of them pipelined) / {peer_n} (peer) messages of ~3 KB per round, {conns} connections, DKIM RSA-2048, commit before 250"
+        "email: {n} (switchboard per durability mode, half of them pipelined) / {peer_n} (peer) messages of ~3 KB per round, {conns} connections, DKIM RSA-2048, commit before 250"
     );
     println!(
         "email: the client pipelines MAIL, RCPT and DATA where the server advertises PIPELINING (switchboard does, aiosmtpd does not); switchboard is also measured with one command per round trip"
     );
-    println!(
-        "round | switchboard msg/s | CPU µs/msg | switchboard, no pipelining msg/s | CPU µs/msg | aiosmtpd+dkimpy msg/s | CPU µs/msg"
-    );
-    let mut cols: [(Vec<f64>, Vec<f64>, Vec<f64>); 3] = Default::default();
+    // Columns: per mode, pipelined then one command per round trip; then the peer.
+    let mut labels = Vec::new();
+    for (name, ..) in &servers {
+        labels.push(format!("{name} pipelined"));
+        labels.push(format!("{name} no pipelining"));
+    }
+    labels.push("aiosmtpd+dkimpy".into());
+    let header: Vec<String> = labels
+        .iter()
+        .map(|l| format!("{l} msg/s | CPU µs/msg"))
+        .collect();
+    println!("round | {}", header.join(" | "));
+    let mut cols: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = vec![Default::default(); labels.len()];
     for r in 0..ROUNDS {
         let mut row = vec![(r + 1).to_string()];
-        // Each switchboard mode gets half of the round's messages, so every id is fresh.
-        let (first, second) = sb_runs[r].split_at(n / 2);
-        for (col, (msgs, pipelining)) in [(first, true), (second, false)].into_iter().enumerate() {
-            let (s, cpu) = measure(sb_addr, me, msgs, conns, pipelining);
-            assert_eq!(s.accepted, msgs.len(), "switchboard refused some messages");
-            cols[col].0.push(s.rate());
-            cols[col].1.push(cpu);
-            cols[col].2.push(client_cpu(&s));
-            row.extend([format!("{:.0}", s.rate()), format!("{cpu:.0}")]);
+        // The modes take turns within a round; each switchboard column gets half of the mode's
+        // messages for the round, so every id is fresh.
+        for (i, (_, _, addr, _, runs)) in servers.iter().enumerate() {
+            let (first, second) = runs[r].split_at(n / 2);
+            for (j, (msgs, pipelining)) in [(first, true), (second, false)].into_iter().enumerate()
+            {
+                let (s, cpu) = measure(*addr, me, msgs, conns, pipelining);
+                assert_eq!(s.accepted, msgs.len(), "switchboard refused some messages");
+                let col = &mut cols[2 * i + j];
+                col.0.push(s.rate());
+                col.1.push(cpu);
+                col.2.push(client_cpu(&s));
+                row.extend([format!("{:.0}", s.rate()), format!("{cpu:.0}")]);
+            }
         }
         match &peer {
             Some((child, addr)) => {
                 let (p, cpu) = measure(*addr, child.id(), &peer_runs[r], conns, true);
                 assert_eq!(p.accepted, peer_n, "the peer refused some messages");
-                cols[2].0.push(p.rate());
-                cols[2].1.push(cpu);
-                cols[2].2.push(client_cpu(&p));
+                let col = cols.last_mut().unwrap_or_else(|| unreachable!());
+                col.0.push(p.rate());
+                col.1.push(cpu);
+                col.2.push(client_cpu(&p));
                 row.extend([format!("{:.0}", p.rate()), format!("{cpu:.0}")]);
             }
             None => row.extend(["-".into(), "-".into()]),
@@ -261,20 +309,37 @@ async fn bench() {
         .into_iter()
         .map(|(rates, cpu, _)| (median(rates), median(cpu)))
         .collect();
+    let peer_col = medians.len() - 1;
     let mut row = vec!["median".to_owned()];
     for (i, (rate, cpu)) in medians.iter().enumerate() {
-        if i < 2 || peer.is_some() {
+        if i < peer_col || peer.is_some() {
             row.extend([format!("{rate:.0}"), format!("{cpu:.0}")]);
         }
     }
     println!("{}", row.join(" | "));
     println!(
-        "load generator CPU µs/msg (median): {} pipelined, {} without, {} against the peer",
-        clients[0], clients[1], clients[2]
+        "load generator CPU µs/msg (median): {}",
+        labels
+            .iter()
+            .zip(&clients)
+            .map(|(l, c)| format!("{c} {l}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
+    // fsync ÷ periodic, per way of sending, when both ran.
+    if servers.len() == 2 {
+        for (j, way) in ["pipelined", "no pipelining"].into_iter().enumerate() {
+            let ((pr, pc), (fr, fc)) = (medians[j], medians[2 + j]);
+            println!(
+                "ratio fsync ÷ periodic ({way}): rate {:.2}, CPU per message {:.2}",
+                fr / pr,
+                fc / pc
+            );
+        }
+    }
     if peer.is_some() {
-        let (pr, pc) = medians[2];
-        for (label, (sr, sc)) in [("pipelined", medians[0]), ("no pipelining", medians[1])] {
+        let (pr, pc) = medians[peer_col];
+        for (label, (sr, sc)) in labels.iter().zip(&medians).take(peer_col) {
             println!(
                 "ratio switchboard ({label}) ÷ peer: rate {:.1}×, CPU per message {:.1}× less",
                 sr / pr,
@@ -282,9 +347,21 @@ async fn bench() {
             );
         }
     }
+    // How many messages an fsync served: the WAL syncs commits waited for, per message.
+    for (name, app, _, warm, runs) in &servers {
+        let syncs = app.pipeline().db().wal_syncs();
+        if syncs > 0 {
+            let sent = warm.len() + runs.iter().map(Vec::len).sum::<usize>();
+            #[allow(clippy::cast_precision_loss)]
+            let per = sent as f64 / syncs as f64;
+            println!("{name}: {syncs} WAL syncs for {sent} messages ({per:.1} messages per sync)");
+        }
+    }
     if let Some((mut child, _)) = peer {
         let _ = child.kill();
         let _ = child.wait();
     }
-    let _ = app.shutdown().await;
+    for (_, app, ..) in servers {
+        let _ = app.shutdown().await;
+    }
 }

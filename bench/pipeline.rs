@@ -1,14 +1,16 @@
 //! Pipeline benchmark: messages ingested → echo agent → delivery to a no-op transport, end to
 //! end, on SQLite and (when reachable) PostgreSQL. Prints messages/s and the CPU time of the
-//! switchboard process per message.
+//! switchboard process per message, for each `database.durability` mode back to back (a fresh
+//! database each), and the ratio of `fsync` to `periodic`.
 //!
-//! `cargo bench --bench pipeline [-- N]`; PostgreSQL from `SWITCHBOARD_TEST_POSTGRES_URL`.
+//! `cargo bench --bench pipeline [-- N]`; PostgreSQL from `SWITCHBOARD_TEST_POSTGRES_URL`;
+//! `BENCH_DURABILITY=periodic` or `fsync` runs one mode only.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchboard::app::Options;
-use switchboard::config::Secret;
+use switchboard::config::{Durability, Secret};
 use switchboard::message::NormalizedMessage;
 use switchboard::transports::memory::MemoryTransport;
 use switchboard::{Application, Config};
@@ -75,7 +77,15 @@ fn message(recipient: &str, i: usize, threads: Threads) -> NormalizedMessage {
     .unwrap_or_else(|e| panic!("bench message: {e}"))
 }
 
-async fn run(label: &str, url: &str, n: usize, threads: Threads) {
+/// Runs one shape on one database; returns (messages/s end to end, switchboard CPU µs per
+/// message).
+async fn run(
+    label: &str,
+    url: &str,
+    n: usize,
+    threads: Threads,
+    durability: Durability,
+) -> (f64, f64) {
     let sink = Arc::new(MemoryTransport::counting("bench"));
     // SWITCHBOARD__… variables tune the run (queue workers, batch sizes, history).
     let mut config = Config::from_env(None).unwrap_or_else(|e| panic!("configuration: {e}"));
@@ -83,6 +93,7 @@ async fn run(label: &str, url: &str, n: usize, threads: Threads) {
     config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
     config.email.enabled = false;
     config.database.url = Secret::new(url);
+    config.database.durability = Some(durability);
     config.queue.poll_interval_ms = 100;
     let opts = Options {
         transports: vec![sink.clone()],
@@ -137,6 +148,7 @@ async fn run(label: &str, url: &str, n: usize, threads: Threads) {
     wait_delivered(warm as u64).await;
 
     let (cpu0, pg0) = (cpu_micros(), postgres_cpu_micros());
+    let syncs0 = pipeline.db().wal_syncs();
     let t0 = Instant::now();
     drive(warm, n).await;
     let ingested = t0.elapsed();
@@ -160,11 +172,49 @@ async fn run(label: &str, url: &str, n: usize, threads: Threads) {
     } else {
         String::new()
     };
+    let mode = mode_name(durability);
+    // SQLite's WAL syncs that commits waited for (fsync mode), per message of the run.
+    let syncs = pipeline.db().wal_syncs() - syncs0;
+    let syncs_col = if syncs > 0 {
+        #[allow(clippy::cast_precision_loss)]
+        let per = syncs as f64 / n as f64;
+        format!("  WAL syncs per message {per:.3}")
+    } else {
+        String::new()
+    };
     println!(
-        "{label:<9} {shape:<12} {n:>6} msgs  {rate:>6.0} msg/s end to end ({:>5.2} s; ingest {ingest_rate:>6.0} msg/s)  CPU µs/msg: switchboard {cpu_per:>5.1}{pg_col}",
+        "{label:<9} {mode:<8} {shape:<12} {n:>6} msgs  {rate:>6.0} msg/s end to end ({:>5.2} s; ingest {ingest_rate:>6.0} msg/s)  CPU µs/msg: switchboard {cpu_per:>5.1}{pg_col}{syncs_col}",
         total.as_secs_f64()
     );
     let _ = app.shutdown().await;
+    (rate, cpu_per)
+}
+
+fn mode_name(d: Durability) -> &'static str {
+    match d {
+        Durability::Periodic => "periodic",
+        Durability::Fsync => "fsync",
+    }
+}
+
+/// The modes to run, in order: both unless `BENCH_DURABILITY` names one.
+fn modes() -> Vec<Durability> {
+    match std::env::var("BENCH_DURABILITY").as_deref() {
+        Ok("periodic") => vec![Durability::Periodic],
+        Ok("fsync") => vec![Durability::Fsync],
+        _ => vec![Durability::Periodic, Durability::Fsync],
+    }
+}
+
+/// The ratio line of one shape, when both modes ran.
+fn ratio(label: &str, results: &[(Durability, (f64, f64))]) {
+    if let [(_, (pr, pc)), (_, (fr, fc))] = results {
+        println!(
+            "{label:<9} fsync ÷ periodic: rate {:.2}, CPU per message {:.2}",
+            fr / pr,
+            fc / pc
+        );
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -174,9 +224,13 @@ async fn main() {
         .find_map(|a| a.parse().ok())
         .unwrap_or(20_000);
     for threads in [Threads::New, Threads::Shared] {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-        let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
-        run("sqlite", &sqlite, n, threads).await;
+        let mut results = Vec::new();
+        for mode in modes() {
+            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+            let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
+            results.push((mode, run("sqlite", &sqlite, n, threads, mode).await));
+        }
+        ratio("sqlite", &results);
     }
     match std::env::var("SWITCHBOARD_TEST_POSTGRES_URL") {
         Ok(base) if !base.is_empty() => {
@@ -184,16 +238,20 @@ async fn main() {
                 .await
                 .unwrap_or_else(|e| panic!("postgres: {e}"));
             for threads in [Threads::New, Threads::Shared] {
-                let name = format!("sb_bench_{}", uuid::Uuid::now_v7().simple());
-                let _ = sqlx::query(&format!("CREATE DATABASE {name}"))
-                    .execute(&admin)
-                    .await;
-                let mut url = url::Url::parse(&base).unwrap_or_else(|e| panic!("{e}"));
-                url.set_path(&format!("/{name}"));
-                run("postgres", url.as_str(), n, threads).await;
-                let _ = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
-                    .execute(&admin)
-                    .await;
+                let mut results = Vec::new();
+                for mode in modes() {
+                    let name = format!("sb_bench_{}", uuid::Uuid::now_v7().simple());
+                    let _ = sqlx::query(&format!("CREATE DATABASE {name}"))
+                        .execute(&admin)
+                        .await;
+                    let mut url = url::Url::parse(&base).unwrap_or_else(|e| panic!("{e}"));
+                    url.set_path(&format!("/{name}"));
+                    results.push((mode, run("postgres", url.as_str(), n, threads, mode).await));
+                    let _ = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
+                        .execute(&admin)
+                        .await;
+                }
+                ratio("postgres", &results);
             }
         }
         _ => println!("postgres   skipped (set SWITCHBOARD_TEST_POSTGRES_URL)"),

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::secret::Secret;
-use crate::message::is_domain;
+use crate::message::{is_domain, is_handle_name};
 
 /// Email: the SMTP listener, authentication of inbound mail, and delivery of replies.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,6 +69,20 @@ pub struct EmailConfig {
     pub direct_port: u16,
     /// MX answers known without DNS: domain → exchanges, most preferred first.
     pub dns_mx: BTreeMap<String, Vec<String>>,
+    /// Where mail to the role addresses goes (`postmaster@`, `abuse@` and `dmarc@` of every
+    /// served domain, and the bare `<Postmaster>`): an address (`ops@example.net`), to which it
+    /// is forwarded, or the name of an agent (`helper`), which receives it ([`Postmaster`]).
+    /// Unset, it is accepted and held in the queue (dead `email_role` jobs).
+    pub postmaster: Option<String>,
+}
+
+/// Where role mail goes (`email.postmaster`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Postmaster {
+    /// Forwarded, intact, to this address.
+    Forward(String),
+    /// Handed to this agent (never answered).
+    Agent(String),
 }
 
 impl Default for EmailConfig {
@@ -100,6 +114,7 @@ impl Default for EmailConfig {
             relay_timeout_seconds: 60,
             direct_port: 25,
             dns_mx: BTreeMap::new(),
+            postmaster: None,
         }
     }
 }
@@ -135,6 +150,31 @@ impl EmailConfig {
             && !is_domain(d)
         {
             problems.push(format!("email.domain {d:?}: not a domain name"));
+        }
+        if let Some(p) = &self.postmaster
+            && self.postmaster().is_none()
+        {
+            problems.push(format!(
+                "email.postmaster {p:?}: an address (ops@example.net) or an agent's name"
+            ));
+        }
+    }
+
+    /// Where role mail goes: `email.postmaster` read as an address (it has an `@`) or an
+    /// agent's name; `None` when unset or neither.
+    #[must_use]
+    pub fn postmaster(&self) -> Option<Postmaster> {
+        let p = self.postmaster.as_deref()?.trim();
+        match p.rsplit_once('@') {
+            Some((local, domain)) => {
+                let plain = !local.is_empty()
+                    && local
+                        .chars()
+                        .all(|c| c.is_ascii_graphic() && !"<>()[]\\,;:@\"".contains(c));
+                (plain && is_domain(domain) && !domain.contains(':'))
+                    .then(|| Postmaster::Forward(p.to_owned()))
+            }
+            None => is_handle_name(p).then(|| Postmaster::Agent(p.to_owned())),
         }
     }
 }
@@ -182,4 +222,39 @@ pub struct AgentEmailConfig {
     /// a forged From would otherwise turn the agent into a signed reflector aimed at the
     /// address it names.
     pub reply_to_unauthenticated: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+    use super::*;
+
+    fn with(key: &str, value: &str) -> Result<Config, crate::error::Error> {
+        Config::load(None, vec![(key.to_owned(), value.to_owned())])
+    }
+
+    #[test]
+    fn postmaster_is_an_address_or_an_agent_name() {
+        let c = with("SWITCHBOARD__EMAIL__POSTMASTER", "ops@example.net").unwrap();
+        assert_eq!(
+            c.email.postmaster(),
+            Some(Postmaster::Forward("ops@example.net".into()))
+        );
+        let c = with("SWITCHBOARD__EMAIL__POSTMASTER", "helper").unwrap();
+        assert_eq!(
+            c.email.postmaster(),
+            Some(Postmaster::Agent("helper".into()))
+        );
+        assert_eq!(Config::default().email.postmaster(), None);
+        for bad in [
+            "two words",
+            "a@b@example.net",
+            "<ops@example.net>",
+            "ops@",
+            "@x.net",
+        ] {
+            let e = with("SWITCHBOARD__EMAIL__POSTMASTER", bad).unwrap_err();
+            assert!(e.to_string().contains("email.postmaster"), "{bad:?}: {e}");
+        }
+    }
 }

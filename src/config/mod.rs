@@ -38,8 +38,10 @@ pub use access::{AccessConfig, AccessDefault, AccessRule};
 pub use activitypub::ActivityPubConfig;
 pub use agents::{AgentConfig, BackendConfig};
 pub use api::ApiConfig;
-pub use database::DatabaseConfig;
-pub use email::{AgentEmailConfig, DnsMode, EmailConfig, RelayTls, UnauthenticatedMail};
+pub use database::{DatabaseConfig, Durability};
+pub use email::{
+    AgentEmailConfig, DnsMode, EmailConfig, Postmaster, RelayTls, UnauthenticatedMail,
+};
 pub use limits::{DEFAULT_MAX_CONCURRENT_CALLS, LimitsConfig, Rate};
 pub use log::{LogConfig, LogFormat};
 pub use media::MediaConfig;

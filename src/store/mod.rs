@@ -26,7 +26,7 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, FromRow, PgPool, Postgres};
 
-use crate::config::DatabaseConfig;
+use crate::config::{DatabaseConfig, Durability};
 use crate::error::{Error, Result};
 
 static SQLITE_MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
@@ -51,6 +51,7 @@ enum Pools {
 #[derive(Debug, Clone)]
 pub struct Db {
     pools: Pools,
+    durability: Durability,
 }
 
 /// A bound query argument (the portable subset's value types).
@@ -163,13 +164,19 @@ impl Tx {
         Ok(())
     }
 
-    /// Commits.
+    /// Commits; returns once the commit is as durable as `database.durability` promises
+    /// ([`Durability`]: on disk with `fsync`).
     ///
     /// # Errors
-    /// Database errors; nothing was committed.
+    /// Database errors: nothing was committed, or (`fsync`) it is not known to be on disk.
     pub async fn commit(self) -> Result<()> {
         match self {
-            Self::Sqlite(tx) => tx.commit()?,
+            Self::Sqlite(tx) => {
+                // The writer is free again before the commit waits for the disk.
+                if let Some(durable) = tx.commit()? {
+                    durable.wait().await?;
+                }
+            }
             Self::Postgres(tx) => tx.commit().await?,
         }
         Ok(())
@@ -351,17 +358,26 @@ impl Db {
     /// When the URL is unusable or the database unreachable.
     pub async fn connect(cfg: &DatabaseConfig) -> Result<Self> {
         let url = cfg.url.expose();
+        let durability = cfg.durability();
         if url.starts_with("sqlite:") {
             let db = sqlite::Sqlite::open(
                 url,
                 cfg.max_connections,
                 Duration::from_millis(cfg.busy_timeout_ms),
+                durability,
             )?;
             Ok(Self {
                 pools: Pools::Sqlite(Arc::new(db)),
+                durability,
             })
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            // Set on every connection, whatever the server's default: the mode is a promise.
+            let synchronous_commit = match durability {
+                Durability::Periodic => "off",
+                Durability::Fsync => "on",
+            };
             let opts = PgConnectOptions::from_str(url)?
+                .options([("synchronous_commit", synchronous_commit)])
                 .log_statements(log::LevelFilter::Trace)
                 .log_slow_statements(log::LevelFilter::Warn, Duration::from_secs(1));
             let pool = PgPoolOptions::new()
@@ -371,6 +387,7 @@ impl Db {
                 .await?;
             Ok(Self {
                 pools: Pools::Postgres(pool),
+                durability,
             })
         } else {
             Err(Error::Config(
@@ -411,6 +428,23 @@ impl Db {
         }
     }
 
+    /// When commits return ([`Durability`]).
+    #[must_use]
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// How many times commits have waited for an `fsync` of SQLite's WAL so far: with
+    /// `durability = "fsync"`, one per sync however many commits it covered; 0 otherwise and
+    /// on PostgreSQL (whose server flushes its WAL itself).
+    #[must_use]
+    pub fn wal_syncs(&self) -> u64 {
+        match &self.pools {
+            Pools::Sqlite(db) => db.syncs(),
+            Pools::Postgres(_) => 0,
+        }
+    }
+
     /// The PostgreSQL pool, for `LISTEN`.
     #[must_use]
     pub fn postgres_pool(&self) -> Option<&PgPool> {
@@ -431,7 +465,7 @@ impl Db {
         })
     }
 
-    /// Runs one writing statement in its own transaction.
+    /// Runs one writing statement in its own transaction (as durable as a commit).
     ///
     /// # Errors
     /// Database errors.
@@ -600,6 +634,115 @@ mod tests {
         assert!(got[3].as_ref().is_err_and(|e| e.contains("13")), "{got:?}");
         // 11 waited for the batch after 1's; the batch with 13 was retried item by item.
         assert_eq!(*numbers.0.lock().unwrap(), vec![vec![1], vec![2], vec![11]]);
+    }
+
+    fn config(url: &str, durability: Option<Durability>) -> DatabaseConfig {
+        DatabaseConfig {
+            url: crate::config::Secret::new(url),
+            durability,
+            ..DatabaseConfig::default()
+        }
+    }
+
+    async fn insert(db: &Db, n: i64) {
+        let mut tx = db.begin().await.unwrap();
+        tx.execute("INSERT INTO t (n) VALUES ($1)", &[Arg::Int(n)])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn sqlite_fsync_commits_return_after_a_wal_sync_shared_by_concurrent_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("d.db").display());
+
+        // Unset on SQLite: periodic, and a commit never waits for a sync.
+        let db = Db::connect(&config(&url, None)).await.unwrap();
+        assert_eq!(db.durability(), Durability::Periodic);
+        db.execute("CREATE TABLE t (n INTEGER)", &[]).await.unwrap();
+        insert(&db, 1).await;
+        db.execute("INSERT INTO t (n) VALUES (2)", &[])
+            .await
+            .unwrap();
+        assert_eq!(db.wal_syncs(), 0);
+        db.close().await;
+
+        let db = Db::connect(&config(&url, Some(Durability::Fsync)))
+            .await
+            .unwrap();
+        assert_eq!(db.durability(), Durability::Fsync);
+        // The sync is counted once it has returned, before the commit does.
+        insert(&db, 3).await;
+        assert_eq!(db.wal_syncs(), 1, "the commit returned before its sync");
+        db.execute("INSERT INTO t (n) VALUES (4)", &[])
+            .await
+            .unwrap();
+        assert_eq!(db.wal_syncs(), 2, "an autocommit write waits too");
+        // Nothing written, nothing waiting on disk: no sync.
+        db.begin().await.unwrap().commit().await.unwrap();
+        db.execute("UPDATE t SET n = 0 WHERE n < 0", &[])
+            .await
+            .unwrap();
+        assert_eq!(db.wal_syncs(), 2);
+
+        // Commits made while a sync runs share the next one.
+        let commits = 32;
+        let tasks: Vec<_> = (0..commits)
+            .map(|i| {
+                let db = db.clone();
+                tokio::spawn(async move { insert(&db, 100 + i).await })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let syncs = db.wal_syncs() - 2;
+        assert!(
+            (1..=commits / 2).contains(&(i64::try_from(syncs).unwrap())),
+            "{syncs} syncs for {commits} concurrent commits"
+        );
+        let n: Vec<(i64,)> = db.fetch_all("SELECT COUNT(*) FROM t", &[]).await.unwrap();
+        assert_eq!(n[0].0, 4 + commits);
+        db.close().await;
+    }
+
+    #[tokio::test]
+    async fn postgres_connections_run_with_the_synchronous_commit_of_the_mode() {
+        let Some(base) = std::env::var("SWITCHBOARD_TEST_POSTGRES_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            eprintln!("SWITCHBOARD_TEST_POSTGRES_URL is not set: PostgreSQL leg skipped");
+            return;
+        };
+        // A server (here: a connection option) that defaults to the other setting does not
+        // change what the mode promises.
+        let sep = if base.contains('?') { '&' } else { '?' };
+        for (server, durability, want) in [
+            ("on", Some(Durability::Periodic), "off"),
+            ("off", Some(Durability::Fsync), "on"),
+            ("off", None, "on"),
+        ] {
+            let url = format!("{base}{sep}options=-c%20synchronous_commit%3D{server}");
+            let db = Db::connect(&config(&url, durability)).await.unwrap();
+            let pool = db.postgres_pool().unwrap();
+            // Every connection of the pool, not only the first.
+            let mut conns = vec![pool.acquire().await.unwrap(), pool.acquire().await.unwrap()];
+            for c in &mut conns {
+                let (got,): (String,) = sqlx::query_as("SHOW synchronous_commit")
+                    .fetch_one(&mut **c)
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    got, want,
+                    "{durability:?} on a server defaulting to {server}"
+                );
+            }
+            drop(conns);
+            assert_eq!(db.wal_syncs(), 0);
+            db.close().await;
+        }
     }
 
     #[test]

@@ -7,6 +7,14 @@
 //! way: checkpoints (which copy the WAL into the database and `fsync`) run on a thread of their
 //! own, and the writer never checkpoints.
 //!
+//! Durability ([`Durability`]): with `periodic` a commit returns once it is in the WAL and a
+//! background thread flushes the WAL every [`SYNC_EVERY`]. With `fsync` a commit that wrote
+//! something returns only once the WAL is flushed ([`WalSync`]): after the writer is released,
+//! on a blocking thread, one `fsync` covering every commit made up to its start, so commits that
+//! arrive while a sync runs share the next one (a group commit of many messages is one sync, and
+//! concurrent group commits share theirs). `synchronous=FULL` would do the same sync inside each
+//! `COMMIT`, on the runtime's thread, holding the writer.
+//!
 //! One writer connection, taken in turn by transactions (an async mutex, so a task waiting for
 //! it yields instead of blocking its thread), and a small pool of reader connections that see
 //! the last commit (WAL readers never wait for the writer). An in-memory database has only the
@@ -16,6 +24,8 @@
 //! Rows are decoded with serde: a row is a map from column name to value.
 
 use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -24,6 +34,7 @@ use rusqlite::{Connection, OpenFlags};
 use serde::de::{self, DeserializeOwned, IntoDeserializer};
 
 use super::Arg;
+use crate::config::Durability;
 use crate::error::{Error, Result};
 
 /// Statements slower than this are logged.
@@ -32,14 +43,15 @@ const SLOW: Duration = Duration::from_secs(1);
 /// Prepared statements kept per connection (multi-row statements differ by their row count).
 const STATEMENT_CACHE: usize = 256;
 
-/// How often the WAL is flushed to the disk. With `synchronous=NORMAL` a commit is in the
-/// operating system's hands at once (a crash of the process loses nothing) and on the disk by
-/// the next flush (what a power cut can lose).
+/// How often the WAL is flushed to the disk (`durability = "periodic"`). With
+/// `synchronous=NORMAL` a commit is in the operating system's hands at once (a crash of the
+/// process loses nothing) and on the disk by the next flush (what a power cut can lose).
 const SYNC_EVERY: Duration = Duration::from_millis(100);
 
-/// How often the checkpointer copies the WAL into the database, in flushes. Each checkpoint
-/// lets the next write start the WAL over, which flushes the WAL's header inside that commit;
-/// one a second keeps that out of most commits, and copies a page written many times once.
+/// How often the checkpointer copies the WAL into the database, in ticks of [`SYNC_EVERY`].
+/// Each checkpoint lets the next write start the WAL over, which flushes the WAL's header
+/// inside that commit; one a second keeps that out of most commits, and copies a page written
+/// many times once.
 const CHECKPOINT_EVERY: u32 = 10;
 
 /// WAL pages (4 KiB) past which the checkpointer, at its next checkpoint, makes sure the WAL
@@ -105,6 +117,116 @@ pub(super) struct Sqlite {
     readers: Option<Readers>,
     /// Dropped on close (or with the handle): tells the checkpointer to stop.
     checkpointer: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    /// With `durability = "fsync"` on a file: what makes commits wait for the disk.
+    wal_sync: Option<Arc<WalSync>>,
+}
+
+/// Commits waiting for the WAL to reach the disk (`durability = "fsync"`).
+///
+/// Commits that wrote are numbered by the writer, under its lock, once `COMMIT` has written
+/// them to the WAL file. A commit waits until the commits on disk reach its number: the first
+/// waiter starts one `fsync` of the WAL, covering every commit numbered before the sync began;
+/// waiters that sync does not cover queue for the next one, which covers them all.
+#[derive(Debug)]
+pub(super) struct WalSync {
+    wal: PathBuf,
+    dir: PathBuf,
+    /// Commits written to the WAL file.
+    written: AtomicU64,
+    /// Commits known to be on disk.
+    durable: AtomicU64,
+    /// `fsync` calls made for waiting commits.
+    syncs: AtomicU64,
+    /// The directory was synced once (a WAL file created since the start must be found too).
+    dir_synced: AtomicBool,
+    /// One sync at a time.
+    running: tokio::sync::Mutex<()>,
+}
+
+/// A commit's place in the WAL: it returns once the commits on disk reach it.
+#[derive(Debug)]
+pub(super) struct Durable {
+    sync: Arc<WalSync>,
+    upto: u64,
+}
+
+impl WalSync {
+    fn new(path: &str) -> Self {
+        let dir = Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        Self {
+            wal: PathBuf::from(format!("{path}-wal")),
+            dir,
+            written: AtomicU64::new(0),
+            durable: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+            dir_synced: AtomicBool::new(false),
+            running: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Called by the writer, holding it, right after a `COMMIT`: when the commit changed rows
+    /// (`changed`) it is numbered; either way it must wait for every commit written so far (a
+    /// commit that wrote nothing may still have read, and acted on, one that is not yet on
+    /// disk: a duplicate answered as such).
+    fn committed(self: &Arc<Self>, changed: bool) -> Durable {
+        let upto = if changed {
+            self.written.fetch_add(1, Ordering::AcqRel) + 1
+        } else {
+            self.written.load(Ordering::Acquire)
+        };
+        Durable {
+            sync: Arc::clone(self),
+            upto,
+        }
+    }
+
+    async fn wait(&self, upto: u64) -> Result<()> {
+        if self.durable.load(Ordering::Acquire) >= upto {
+            return Ok(());
+        }
+        let _one = self.running.lock().await;
+        if self.durable.load(Ordering::Acquire) >= upto {
+            return Ok(());
+        }
+        // Every commit numbered by now has been written to the WAL file: this sync covers it.
+        let covers = self.written.load(Ordering::Acquire);
+        let wal = self.wal.clone();
+        let dir = (!self.dir_synced.load(Ordering::Acquire)).then(|| self.dir.clone());
+        let synced = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            match std::fs::File::open(&wal) {
+                Ok(f) => f.sync_data()?,
+                // No WAL (SQLite did not switch to WAL mode, which was warned about at start):
+                // with synchronous=NORMAL a rollback-journal commit syncs itself.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            if let Some(dir) = dir {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        if let Err(e) = synced {
+            // Whether the commits reached the disk is unknown: their callers are told so.
+            tracing::error!(error = %e, wal = %self.wal.display(), "SQLite WAL sync failed");
+            return Err(Error::Unavailable);
+        }
+        self.dir_synced.store(true, Ordering::Release);
+        self.durable.fetch_max(covers, Ordering::AcqRel);
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Durable {
+    /// Returns once the commit is on disk.
+    pub(super) async fn wait(self) -> Result<()> {
+        self.sync.wait(self.upto).await
+    }
 }
 
 /// Reader connections, opened as needed up to `max`.
@@ -118,7 +240,12 @@ struct Readers {
 
 impl Sqlite {
     /// Opens the database, creating the file if missing.
-    pub(super) fn open(url: &str, max_readers: u32, busy_timeout: Duration) -> Result<Self> {
+    pub(super) fn open(
+        url: &str,
+        max_readers: u32,
+        busy_timeout: Duration,
+        durability: Durability,
+    ) -> Result<Self> {
         let loc = location(url)?;
         let conn = open(&loc, busy_timeout, true)?;
         let file = match &loc {
@@ -132,15 +259,32 @@ impl Sqlite {
             permits: tokio::sync::Semaphore::new(usize::try_from(max_readers.max(1)).unwrap_or(1)),
         });
         let writer = Arc::new(tokio::sync::Mutex::new(Some(conn)));
+        let wal_sync = match (&loc, durability) {
+            (Location::File(path), Durability::Fsync) => Some(Arc::new(WalSync::new(path))),
+            _ => None,
+        };
         let checkpointer = match &loc {
-            Location::File(path) => Some(spawn_checkpointer(path, busy_timeout, &writer)?),
+            Location::File(path) => Some(spawn_checkpointer(
+                path,
+                busy_timeout,
+                &writer,
+                wal_sync.is_none(),
+            )?),
             Location::Memory => None,
         };
         Ok(Self {
             writer,
             readers,
             checkpointer: Mutex::new(checkpointer),
+            wal_sync,
         })
+    }
+
+    /// The WAL syncs commits have waited for so far (`durability = "fsync"`; none otherwise).
+    pub(super) fn syncs(&self) -> u64 {
+        self.wal_sync
+            .as_ref()
+            .map_or(0, |s| s.syncs.load(Ordering::Relaxed))
     }
 
     /// Applies the migrations not yet applied.
@@ -153,26 +297,54 @@ impl Sqlite {
     /// transaction never fails half-way for want of it).
     pub(super) async fn begin(&self) -> Result<Tx> {
         let guard = Arc::clone(&self.writer).lock_owned().await;
-        let mut tx = Tx { guard, open: false };
-        tx.conn()?.execute_batch("BEGIN IMMEDIATE")?;
+        let mut tx = Tx {
+            guard,
+            open: false,
+            changes: 0,
+            wal_sync: self.wal_sync.clone(),
+        };
+        let conn = tx.conn()?;
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        tx.changes = conn.total_changes();
         tx.open = true;
         Ok(tx)
     }
 
-    /// Runs one writing statement on its own (autocommit).
+    /// Runs one writing statement on its own (autocommit); returns once it is as durable as
+    /// a commit.
     pub(super) async fn execute(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-        let guard = self.writer.lock().await;
-        execute(live(guard.as_ref())?, sql, args)
+        self.autocommit(|conn| execute(conn, sql, args)).await
     }
 
-    /// Runs one writing statement that returns rows, on its own.
+    /// Runs one writing statement that returns rows, on its own; returns once it is as
+    /// durable as a commit.
     pub(super) async fn write_fetch_all<T: DeserializeOwned>(
         &self,
         sql: &str,
         args: &[Arg<'_>],
     ) -> Result<Vec<T>> {
-        let guard = self.writer.lock().await;
-        fetch(live(guard.as_ref())?, sql, args, usize::MAX)
+        self.autocommit(|conn| fetch(conn, sql, args, usize::MAX))
+            .await
+    }
+
+    /// Runs `statement` on the writer, outside a transaction, then (`durability = "fsync"`)
+    /// waits, the writer released, until what it wrote is on disk.
+    async fn autocommit<T>(&self, statement: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let (out, durable) = {
+            let guard = self.writer.lock().await;
+            let conn = live(guard.as_ref())?;
+            let before = conn.total_changes();
+            let out = statement(conn)?;
+            let durable = self
+                .wal_sync
+                .as_ref()
+                .map(|s| s.committed(conn.total_changes() != before));
+            (out, durable)
+        };
+        if let Some(d) = durable {
+            d.wait().await?;
+        }
+        Ok(out)
     }
 
     /// Runs a read-only query on a reader (the writer for an in-memory database).
@@ -235,6 +407,9 @@ fn live(conn: Option<&Connection>) -> Result<&Connection> {
 pub struct Tx {
     guard: tokio::sync::OwnedMutexGuard<Option<Connection>>,
     open: bool,
+    /// The connection's change count when the transaction began.
+    changes: u64,
+    wal_sync: Option<Arc<WalSync>>,
 }
 
 impl Tx {
@@ -255,10 +430,14 @@ impl Tx {
         fetch(self.conn()?, sql, args, limit)
     }
 
-    pub(super) fn commit(mut self) -> Result<()> {
-        self.conn()?.execute_batch("COMMIT")?;
+    /// Commits and releases the writer; what is returned, if anything, must be waited for
+    /// before the commit counts as done (`durability = "fsync"`).
+    pub(super) fn commit(mut self) -> Result<Option<Durable>> {
+        let conn = self.conn()?;
+        conn.execute_batch("COMMIT")?;
+        let changed = conn.total_changes() != self.changes;
         self.open = false;
-        Ok(())
+        Ok(self.wal_sync.as_ref().map(|s| s.committed(changed)))
     }
 }
 
@@ -399,10 +578,11 @@ fn migrate(conn: &mut Connection, migrator: &sqlx::migrate::Migrator) -> Result<
     Ok(())
 }
 
-/// Flushes the WAL every [`SYNC_EVERY`] and copies it into the database every
-/// [`CHECKPOINT_EVERY`] flushes, on a thread of its own (with its own connection), so no commit
-/// waits for the disk; past [`WAL_RESTART_PAGES`] it holds the writer back for a checkpoint that
-/// catches up, so the WAL starts over instead of growing. Only `PASSIVE` checkpoints: they never
+/// Flushes the WAL every [`SYNC_EVERY`] (when `flush`: commits do not flush it themselves) and
+/// copies it into the database every [`CHECKPOINT_EVERY`] ticks, on a thread of its own (with
+/// its own connection), so no commit waits for a checkpoint; past [`WAL_RESTART_PAGES`] it
+/// holds the writer back for a checkpoint that catches up, so the WAL starts over instead of
+/// growing. Only `PASSIVE` checkpoints: they never
 /// wait for readers or take the write lock (a checkpoint that did would make the writer wait in
 /// SQLite's busy handler, on its runtime's thread, for as long as readers keep coming). Stops
 /// when the returned sender is dropped.
@@ -410,6 +590,7 @@ fn spawn_checkpointer(
     path: &str,
     busy: Duration,
     writer: &Arc<tokio::sync::Mutex<Option<Connection>>>,
+    flush: bool,
 ) -> Result<std::sync::mpsc::Sender<()>> {
     let conn = open(&Location::File(path.to_owned()), busy, false)?;
     let wal = format!("{path}-wal");
@@ -426,9 +607,11 @@ fn spawn_checkpointer(
             {
                 ticks = ticks.wrapping_add(1);
                 if !ticks.is_multiple_of(CHECKPOINT_EVERY) {
-                    // A checkpoint flushes the WAL itself; between them, this does. (No WAL yet
-                    // means nothing to flush.)
-                    if let Ok(f) = std::fs::File::open(&wal)
+                    // A checkpoint flushes the WAL itself; between them, this does, unless
+                    // every commit already waits for its own flush. (No WAL yet means nothing
+                    // to flush.)
+                    if flush
+                        && let Ok(f) = std::fs::File::open(&wal)
                         && let Err(e) = f.sync_data()
                     {
                         tracing::warn!(error = %e, "SQLite WAL flush failed");

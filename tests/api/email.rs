@@ -1942,3 +1942,6 @@ async fn a_sender_over_its_rate_gets_451() {
     assert_eq!(wait_seen(&helper, 1).await.len(), 1);
     app.stop().await;
 }
+
+mod durable;
+mod roles;

@@ -1,7 +1,7 @@
 //! What happens after the final dot: checks, parsing, authentication, who is woken, the mapping
 //! to `NormalizedMessage`, and ingest. The SMTP answer is 250 only once every woken agent's copy
-//! is committed, 451 when that fails (the sender retries), and a 5xx for what will never be
-//! accepted.
+//! (and the copy for the role addresses, [`super::roles`]) is committed, 451 when that fails (the
+//! sender retries), and a 5xx for what will never be accepted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,17 +12,20 @@ use sha2::{Digest, Sha256};
 use super::NAME;
 use super::auth::{AuthOutcome, Envelope, Verifier};
 use super::parse::{self, ParseError, ParsedMail};
+use super::roles::{self, RoleJob};
 use super::session::Receiver;
 use super::smtp::{Rcpt, Reply, SessionEnvelope};
 use super::store;
 use crate::agents::Agent;
 use crate::config::UnauthenticatedMail;
+use crate::error::OutboundError;
 use crate::message::{
     Assurance, Audience, AuthMethod, BytesRef, ContentAddressedBytes, EvidenceSource, Extra,
     FilePart, IdentityEvidence, MentionRelay, NormalizedMessage, Part, Proof, ReceivedVia,
     RecipientCapabilities, RecipientFieldRelay, Sender, TransportProof,
 };
 use crate::pipeline::Pipeline;
+use crate::queue::Queue;
 
 /// The receiving side of the transport, shared by every session.
 pub struct Inbound {
@@ -30,10 +33,14 @@ pub struct Inbound {
     pub(super) verifier: Verifier,
     pub(super) max_mime_depth: usize,
     pub(super) mail_domain: String,
+    /// Every domain mail is taken for ([`super::served_domains`]), the mail domain first.
+    pub(super) served: Vec<String>,
     pub(super) hostname: String,
     pub(super) policies: HashMap<String, UnauthenticatedMail>,
     pub(super) default_policy: UnauthenticatedMail,
     pub(super) max_blob_bytes: usize,
+    /// Where role mail's routing jobs go.
+    pub(super) queue: Arc<Queue>,
 }
 
 impl std::fmt::Debug for Inbound {
@@ -53,23 +60,27 @@ pub const BOUNCE_PREFIX: &str = "bounces+";
 const REFUSED_BY_ACCESS: &str = "Sender not authorized for this recipient";
 
 impl Inbound {
-    /// The recipient `address` names, if it is ours.
+    /// The recipient `address` names, if it is ours: in the mail domain a bounce address or an
+    /// agent (an agent named like a role keeps its mail), else a role address of any served
+    /// domain, or the bare `postmaster`.
     #[must_use]
     pub fn resolve(&self, address: &str) -> Option<Rcpt> {
-        let (local, domain) = address.trim().rsplit_once('@')?;
-        if !domain.eq_ignore_ascii_case(&self.mail_domain) {
-            return None;
-        }
-        if let Some(token) = local.strip_prefix(BOUNCE_PREFIX)
-            && !token.is_empty()
-            && token.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        if let Some((local, domain)) = address.trim().rsplit_once('@')
+            && domain.eq_ignore_ascii_case(&self.mail_domain)
         {
-            return Some(Rcpt::Bounce(token.to_owned()));
+            if let Some(token) = local.strip_prefix(BOUNCE_PREFIX)
+                && !token.is_empty()
+                && token.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            {
+                return Some(Rcpt::Bounce(token.to_owned()));
+            }
+            // Plus-addressing: `helper+anything@` reaches `helper`.
+            let name = local.split('+').next().unwrap_or(local);
+            if let Some(agent) = self.pipeline.agents().get(name) {
+                return Some(Rcpt::Agent(agent.name.clone()));
+            }
         }
-        // Plus-addressing: `helper+anything@` reaches `helper`.
-        let name = local.split('+').next().unwrap_or(local);
-        let agent = self.pipeline.agents().get(name)?;
-        Some(Rcpt::Agent(agent.name.clone()))
+        roles::role_address(address, &self.served).map(Rcpt::Role)
     }
 
     fn email_address(&self, agent: &Agent) -> String {
@@ -121,6 +132,11 @@ impl Inbound {
             if let Rcpt::Bounce(response_id) = r
                 && let Some(dsn) = mail.dsn.as_ref().filter(|d| d.failed)
             {
+                if let Some(digest) = response_id.strip_prefix(roles::BOUNCE_TAG) {
+                    // Not a reply's: a forward of role mail (there is no delivery to mark).
+                    tracing::warn!(digest, detail = %dsn.detail, "a forwarded role message bounced: check email.postmaster");
+                    continue;
+                }
                 let db = self.pipeline.db();
                 match store::mark_bounced(db, response_id, &format!("bounced: {}", dsn.detail), now)
                     .await
@@ -136,24 +152,44 @@ impl Inbound {
                 }
             }
         }
+        // Role mail is taken whatever it is (bounces, reports, unauthenticated complaints): it is
+        // stored with the job that routes it before anything else is decided.
+        let role = if env.rcpts.iter().any(|r| matches!(r, Rcpt::Role(_))) {
+            match roles::queue(self.pipeline.db(), &self.queue, env, raw, now).await {
+                Ok(job) => Some(job),
+                Err(e) => {
+                    tracing::error!(error = %e, "storing mail to a role address failed");
+                    return Reply::new(451, [4, 3, 0], "Try again later");
+                }
+            }
+        } else {
+            None
+        };
+        // What the client is told when no agent takes the message.
+        let taken = |role: Option<String>| match role {
+            Some(job) => Reply::new(250, [2, 0, 0], format!("Message queued as {job}")),
+            None => Reply::new(250, [2, 0, 0], "OK"),
+        };
         let agents: Vec<Arc<Agent>> = env
             .rcpts
             .iter()
             .filter_map(|r| match r {
                 Rcpt::Agent(name) => self.pipeline.agents().get(name),
-                Rcpt::Bounce(_) => None,
+                Rcpt::Bounce(_) | Rcpt::Role(_) => None,
             })
             .filter(|a| self.addressed(a, &mail))
             .collect();
         if agents.is_empty() {
             // Bounces, Bcc copies: accepted, nobody is woken.
-            metrics.inbound(NAME, "ignored");
-            return Reply::new(250, [2, 0, 0], "OK");
+            if role.is_none() {
+                metrics.inbound(NAME, "ignored");
+            }
+            return taken(role);
         }
         if let Some(reason) = mail.no_reply {
             tracing::info!(reason, from = %env.mail_from, "automatic mail: accepted, not answered");
             metrics.inbound(NAME, "ignored");
-            return Reply::new(250, [2, 0, 0], "OK");
+            return taken(role);
         }
         let auth = self
             .verifier
@@ -173,13 +209,17 @@ impl Inbound {
             .collect();
         if accepting.is_empty() {
             metrics.inbound(NAME, "unauthenticated");
+            // Refused only when every recipient refuses it: a role address never does.
+            if role.is_some() {
+                return taken(role);
+            }
             return Reply::new(
                 550,
                 [5, 7, 1],
                 "Message failed authentication (DKIM, SPF, DMARC)",
             );
         }
-        match self.store(env, raw, &mail, &auth, &accepting).await {
+        match self.store(env, raw, &mail, &auth, &accepting, &[]).await {
             Ok(id) => Reply::new(250, [2, 0, 0], format!("Message queued as {id}")),
             Err(crate::Error::Refused { .. }) => Reply::new(550, [5, 7, 1], REFUSED_BY_ACCESS),
             Err(crate::Error::RateLimited { .. }) => {
@@ -199,6 +239,8 @@ impl Inbound {
         }
     }
 
+    /// Stores one copy of the message per agent of `agents`; `roles` are the role addresses
+    /// the copies stand for (role mail handed to an agent, never answered), or none.
     async fn store(
         &self,
         env: &SessionEnvelope<'_>,
@@ -206,6 +248,7 @@ impl Inbound {
         mail: &ParsedMail,
         auth: &AuthOutcome,
         agents: &[Arc<Agent>],
+        roles: &[String],
     ) -> crate::Result<String> {
         let blobs = self.pipeline.blobs();
         let mut files = Vec::new();
@@ -260,6 +303,7 @@ impl Inbound {
                 &files,
                 body.as_deref(),
                 dropped,
+                roles,
             );
             let name = agent.name.to_lowercase();
             let rows = MailRows {
@@ -339,6 +383,7 @@ impl Inbound {
         files: &[Part],
         body: Option<&str>,
         dropped: usize,
+        roles: &[String],
     ) -> NormalizedMessage {
         let now = self.pipeline.clock().now();
         let from = mail.from.clone().or_else(|| {
@@ -423,10 +468,11 @@ impl Inbound {
             .iter()
             .filter_map(|r| match r {
                 Rcpt::Agent(n) => Some(format!("{}@{}", n.to_lowercase(), self.mail_domain)),
+                Rcpt::Role(a) => Some(a.clone()),
                 Rcpt::Bounce(_) => None,
             })
             .collect();
-        let raw = json!({
+        let mut raw = json!({
             "message_id": mail.message_id,
             "subject": mail.subject,
             "from": mail.from,
@@ -453,6 +499,10 @@ impl Inbound {
                 "tls": env.tls,
             },
         });
+        if !roles.is_empty() {
+            // Never answered (see `EmailTransport::deliver`).
+            raw["roles"] = json!(roles);
+        }
         let sender = Sender {
             address,
             display_name: from.and_then(|f| f.name),
@@ -492,37 +542,91 @@ impl Inbound {
     }
 }
 
+#[async_trait::async_trait]
+impl roles::ToAgent for Inbound {
+    /// Hands a message sent to role addresses (an [`roles::JOB_KIND`] job) to the agent `name`,
+    /// as mail to it that is never answered: parsed and authenticated as at receipt, one copy,
+    /// deduplicated like any mail to the agent. Permanent failures: the agent is gone, or the
+    /// message is refused as invalid; temporary: the database fails.
+    async fn role_to_agent(
+        &self,
+        job: &RoleJob,
+        raw: &[u8],
+        name: &str,
+    ) -> Result<(), OutboundError> {
+        let agent = self
+            .pipeline
+            .agents()
+            .get(name)
+            .ok_or_else(|| OutboundError::permanent(format!("no agent named {name:?}")))?;
+        let (mail, parsed) = parse::parse_with(raw, &job.mail_from, self.max_mime_depth)
+            .map_err(|e| OutboundError::permanent(e.to_string()))?;
+        let rcpts: Vec<Rcpt> = job.rcpts.iter().cloned().map(Rcpt::Role).collect();
+        let env = SessionEnvelope {
+            peer: std::net::SocketAddr::new(job.client_ip, 0),
+            helo: &job.helo,
+            mail_from: &job.mail_from,
+            rcpts: &rcpts,
+            tls: job.tls,
+        };
+        let auth = self
+            .verifier
+            .verify(
+                raw,
+                &parsed,
+                &Envelope {
+                    ip: job.client_ip,
+                    helo: &job.helo,
+                    mail_from: &job.mail_from,
+                },
+            )
+            .await;
+        match self
+            .store(&env, raw, &mail, &auth, &[agent], &job.rcpts)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == crate::error::ErrorKind::Invalid => {
+                Err(OutboundError::permanent(e.to_string()))
+            }
+            Err(e) => Err(OutboundError::temporary(e.to_string())),
+        }
+    }
+}
+
 /// The session asks the inbound side about recipients and hands it finished messages.
 impl Receiver for Inbound {
-    /// A mailbox of ours (an agent, a bounce address), else `550 5.1.1`; an address in
-    /// another domain is relaying, which this server never does: `550 5.7.1`.
+    /// A mailbox of ours (an agent, a bounce address, a role address of a served domain, the
+    /// bare `postmaster`), else `550 5.1.1`; an address in another domain is relaying, which
+    /// this server never does: `550 5.7.1`.
     async fn rcpt(&self, address: &str) -> Result<Rcpt, Reply> {
+        if let Some(rcpt) = self.resolve(address) {
+            // An agent whose access rules no mail could ever satisfy refuses at once, before
+            // the body is sent.
+            if let Rcpt::Agent(name) = &rcpt
+                && let Some(agent) = self.pipeline.agents().get(name)
+                && !agent
+                    .access
+                    .may_admit_via(&[AuthMethod::EmailDkim, AuthMethod::EmailDmarc])
+            {
+                self.pipeline.metrics().refused(
+                    &agent.name,
+                    NAME,
+                    crate::access::Denial::NotAllowed.label(),
+                );
+                return Err(Reply::new(550, [5, 7, 1], REFUSED_BY_ACCESS));
+            }
+            return Ok(rcpt);
+        }
         let ours = address
             .trim()
             .rsplit_once('@')
-            .is_some_and(|(_, domain)| domain.eq_ignore_ascii_case(&self.mail_domain));
-        if !ours {
-            return Err(Reply::new(550, [5, 7, 1], "Relaying denied"));
-        }
-        let rcpt = self
-            .resolve(address)
-            .ok_or_else(|| Reply::new(550, [5, 1, 1], "Mailbox unavailable"))?;
-        // An agent whose access rules no mail could ever satisfy refuses at once, before the
-        // body is sent.
-        if let Rcpt::Agent(name) = &rcpt
-            && let Some(agent) = self.pipeline.agents().get(name)
-            && !agent
-                .access
-                .may_admit_via(&[AuthMethod::EmailDkim, AuthMethod::EmailDmarc])
-        {
-            self.pipeline.metrics().refused(
-                &agent.name,
-                NAME,
-                crate::access::Denial::NotAllowed.label(),
-            );
-            return Err(Reply::new(550, [5, 7, 1], REFUSED_BY_ACCESS));
-        }
-        Ok(rcpt)
+            .is_some_and(|(_, domain)| self.served.iter().any(|d| domain.eq_ignore_ascii_case(d)));
+        Err(if ours {
+            Reply::new(550, [5, 1, 1], "Mailbox unavailable")
+        } else {
+            Reply::new(550, [5, 7, 1], "Relaying denied")
+        })
     }
 
     async fn message(&self, envelope: SessionEnvelope<'_>, raw: &[u8]) -> Reply {

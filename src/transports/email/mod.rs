@@ -5,14 +5,17 @@
 //! both speaking the types of [`smtp`]. After the final dot the message is checked and parsed
 //! ([`parse`]), authenticated with DKIM, SPF, DMARC and ARC ([`auth`]), mapped to a
 //! `NormalizedMessage` for every agent named in To or Cc and ingested ([`inbound`]); only then
-//! does the client get 250. Outbound, [`EmailTransport`] renders the agent's response as a
-//! threaded reply, signs it with DKIM and sends it through the configured relay ([`outbound`]).
+//! does the client get 250. Mail to the role addresses (`postmaster@`, `abuse@`, `dmarc@`) is
+//! stored and routed by a job to `email.postmaster` ([`roles`]). Outbound, [`EmailTransport`]
+//! renders the agent's response as a threaded reply, signs it with DKIM and sends it through the
+//! configured relay ([`outbound`]).
 
 pub mod auth;
 pub mod connection;
 pub mod inbound;
 pub mod outbound;
 pub mod parse;
+pub mod roles;
 pub mod session;
 pub mod smtp;
 pub mod store;
@@ -35,11 +38,12 @@ use tokio::task::JoinHandle;
 use super::{Parts, Started, TransportModule};
 use crate::blobs::BlobStore;
 use crate::clock::SharedClock;
-use crate::config::{Config, EmailConfig, RelayTls, UnauthenticatedMail};
+use crate::config::{Config, EmailConfig, Postmaster, RelayTls, UnauthenticatedMail};
 use crate::error::{Error, OutboundError, Result};
 use crate::keys::Keys;
 use crate::message::{BytesRef, Part};
 use crate::pipeline::{Delivery, Pipeline, Transport};
+use crate::queue::JobHandler;
 use crate::store::Db;
 
 /// The transport name email is ingested under.
@@ -77,6 +81,54 @@ pub fn names(config: &Config) -> Result<(String, String)> {
         .clone()
         .unwrap_or_else(|| domain.clone());
     Ok((domain, hostname))
+}
+
+/// The domains this server takes mail for: the mail domain, and the host agents' handles are
+/// on (`@name@host`) when that is another domain name. Role addresses are taken on all of them;
+/// agents' mailboxes are in the mail domain.
+///
+/// # Errors
+/// [`Error::Config`] without a usable mail domain.
+pub fn served_domains(config: &Config) -> Result<Vec<String>> {
+    let (mail_domain, _) = names(config)?;
+    let mut served = vec![mail_domain];
+    if let Ok(url) = config.public_url()
+        && let Some(url::Host::Domain(host)) = url.host()
+        && !served.iter().any(|d| d.eq_ignore_ascii_case(host))
+    {
+        served.push(host.to_lowercase());
+    }
+    Ok(served)
+}
+
+/// Where role mail goes, checked against the agents and the served domains.
+///
+/// # Errors
+/// [`Error::Config`]: an agent that does not exist, or a forward to one of our own domains
+/// (which would come straight back).
+fn postmaster(
+    config: &Config,
+    agents: &crate::agents::AgentRegistry,
+) -> Result<Option<Postmaster>> {
+    let p = config.email.postmaster();
+    match &p {
+        Some(Postmaster::Agent(name)) if agents.get(name).is_none() => Err(Error::Config(format!(
+            "email.postmaster: no agent named {name:?}"
+        ))),
+        Some(Postmaster::Forward(to)) => {
+            let domain = to.rsplit_once('@').map_or("", |(_, d)| d);
+            if served_domains(config)?
+                .iter()
+                .any(|d| d.eq_ignore_ascii_case(domain))
+            {
+                return Err(Error::Config(format!(
+                    "email.postmaster {to:?}: an address this server receives; name the agent instead"
+                )));
+            }
+            Ok(p)
+        }
+        _ => Ok(p),
+    }
 }
 
 /// Delivers agents' responses to email as DKIM-signed replies.
@@ -273,6 +325,75 @@ impl EmailTransport {
         })
     }
 
+    /// Sends `bytes` through the relay, else to the MX hosts of the (one) recipient's domain.
+    async fn send(
+        &self,
+        envelope: &lettre::address::Envelope,
+        bytes: &[u8],
+    ) -> std::result::Result<(), OutboundError> {
+        // lettre ends the data with `\r\n.\r\n` whatever it ends with: the message's own last
+        // line break is that one, or the receiver would get an empty line more.
+        let bytes = bytes.strip_suffix(b"\r\n").unwrap_or(bytes);
+        match &self.relay {
+            Some(relay) => {
+                relay
+                    .send_raw(envelope, bytes)
+                    .await
+                    .map_err(|e| outbound::classify(&e))?;
+            }
+            None => {
+                let domain = envelope.to().first().map_or("", |a| a.domain());
+                self.direct.send(domain, envelope, bytes).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forwards a message sent to a role address to `to`, intact: a `Received` trace line and
+    /// `X-Original-To` are put on top of it, then our DKIM signature (simple body
+    /// canonicalisation, so the body is signed byte for byte as it came); the envelope sender is
+    /// a bounce address of ours, so a bounce of the forward comes back here, not to the original
+    /// sender (whose own DKIM signature still verifies, the message being unchanged).
+    pub(super) async fn forward(
+        &self,
+        job: &roles::RoleJob,
+        raw: &[u8],
+        to: &str,
+    ) -> std::result::Result<(), OutboundError> {
+        let trace = outbound::forward_trace(job, &self.direct.hostname);
+        let bytes = [trace.as_bytes(), raw].concat();
+        let key = self
+            .keys
+            .rsa(&dkim_key_name(&self.selector))
+            .await
+            .map_err(|e| OutboundError::temporary(e.to_string()))?;
+        let signed = outbound::dkim_sign_forward(
+            &bytes,
+            key.private_key_pkcs8_der(),
+            &self.mail_domain,
+            &self.selector,
+        )
+        .map_err(|e| OutboundError::permanent(e.to_string()))?;
+        let bounce = format!(
+            "{}{}{}@{}",
+            inbound::BOUNCE_PREFIX,
+            roles::BOUNCE_TAG,
+            job.digest.get(..32).unwrap_or(&job.digest),
+            self.mail_domain
+        );
+        let envelope = lettre::address::Envelope::new(
+            bounce.parse().ok(),
+            vec![
+                to.parse()
+                    .map_err(|_| OutboundError::permanent("unusable email.postmaster address"))?,
+            ],
+        )
+        .map_err(|e| OutboundError::permanent(e.to_string()))?;
+        self.send(&envelope, &signed).await?;
+        tracing::info!(rcpts = ?job.rcpts, to, digest = %job.digest, "role mail forwarded");
+        Ok(())
+    }
+
     async fn files(&self, parts: &[Part]) -> Vec<outbound::OutFile> {
         let mut out = Vec::new();
         for p in parts {
@@ -361,6 +482,16 @@ impl Transport for EmailTransport {
             return Ok(());
         }
         let raw = &d.original.raw;
+        if raw
+            .get("roles")
+            .and_then(Value::as_array)
+            .is_some_and(|r| !r.is_empty())
+        {
+            // Bounces, reports, complaints: an answer would be backscatter, or reflected at
+            // whoever the sender claims to be.
+            tracing::info!(response = %d.response.id, "mail to a role address is never answered");
+            return Ok(());
+        }
         let agent = d
             .response
             .agent
@@ -459,18 +590,7 @@ impl Transport for EmailTransport {
             ],
         )
         .map_err(|e| OutboundError::permanent(e.to_string()))?;
-        match &self.relay {
-            Some(relay) => {
-                relay
-                    .send_raw(&envelope, &signed)
-                    .await
-                    .map_err(|e| outbound::classify(&e))?;
-            }
-            None => {
-                let domain = to.address.rsplit_once('@').map_or("", |(_, d)| d);
-                self.direct.send(domain, &envelope, &signed).await?;
-            }
-        }
+        self.send(&envelope, &signed).await?;
         tracing::info!(response = %d.response.id, to = %to.address, "reply sent");
         Ok(())
     }
@@ -511,13 +631,15 @@ fn tls_acceptor(cfg: &EmailConfig) -> Result<Option<tokio_rustls::TlsAcceptor>> 
 ///
 /// # Errors
 /// Unusable TLS files or DNS records; the port in use.
-pub async fn listen(
+async fn listen(
     config: &Config,
     pipeline: Pipeline,
+    roles: &roles::Roles,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<Listener> {
     let cfg = &config.email;
     let (mail_domain, hostname) = names(config)?;
+    let served = served_domains(config)?;
     let txt = auth::StaticTxt::new(&cfg.dns_records, cfg.dns == crate::config::DnsMode::Offline)?;
     let verifier = auth::Verifier::new(cfg.dns, txt, &hostname)?;
     let policies = config
@@ -544,11 +666,17 @@ pub async fn listen(
         verifier,
         max_mime_depth: cfg.max_mime_depth,
         mail_domain,
+        served,
         hostname,
         policies,
         default_policy: cfg.unauthenticated,
         max_blob_bytes: config.media.max_bytes,
+        queue: Arc::clone(&roles.queue),
     });
+    // Role mail for an agent is handed over through the receiving side.
+    let _ = roles
+        .inbound
+        .set(Arc::clone(&inbound) as Arc<dyn roles::ToAgent>);
     let listener = TcpListener::bind(cfg.bind)
         .await
         .map_err(|e| Error::Startup(format!("cannot listen on {}: {e}", cfg.bind)))?;
@@ -611,10 +739,11 @@ pub async fn listen(
 }
 
 /// The email transport as the application assembles it: its outbound half (DKIM-signed
-/// replies) and, once the pipeline exists, the SMTP listener.
+/// replies), the routing of role mail, and, once the pipeline exists, the SMTP listener.
 pub struct Email {
     outbound: Arc<EmailTransport>,
     config: Arc<Config>,
+    roles: Arc<roles::Roles>,
 }
 
 impl std::fmt::Debug for Email {
@@ -628,21 +757,29 @@ impl std::fmt::Debug for Email {
 /// Builds the email transport, or nothing when `email.enabled` is off.
 ///
 /// # Errors
-/// No mail domain; an unusable relay.
+/// No mail domain; an unusable relay; an `email.postmaster` that names no agent or one of our
+/// own addresses.
 pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
     if !parts.config.email.enabled {
         return Ok(None);
     }
-    let outbound = EmailTransport::new(
+    let outbound = Arc::new(EmailTransport::new(
         &parts.config,
         parts.db.clone(),
         parts.blobs.clone(),
         parts.keys.clone(),
         parts.clock.clone(),
-    )?;
+    )?);
+    let roles = Arc::new(roles::Roles {
+        postmaster: postmaster(&parts.config, &parts.agents)?,
+        outbound: Arc::clone(&outbound),
+        queue: Arc::clone(&parts.queue),
+        inbound: std::sync::OnceLock::new(),
+    });
     Ok(Some(Box::new(Email {
-        outbound: Arc::new(outbound),
+        outbound,
         config: parts.config.clone(),
+        roles,
     })))
 }
 
@@ -656,9 +793,17 @@ impl TransportModule for Email {
         self.outbound.clone()
     }
 
+    /// The jobs that route role mail.
+    fn jobs(&self) -> Vec<(&'static str, Arc<dyn JobHandler>)> {
+        vec![(
+            roles::JOB_KIND,
+            Arc::new(roles::Handler(Arc::clone(&self.roles))),
+        )]
+    }
+
     /// Binds the SMTP listener.
     async fn start(&self, pipeline: &Pipeline, shutdown: watch::Receiver<bool>) -> Result<Started> {
-        let l = listen(&self.config, pipeline.clone(), shutdown).await?;
+        let l = listen(&self.config, pipeline.clone(), &self.roles, shutdown).await?;
         Ok(Started {
             tasks: vec![l.task],
             listeners: vec![("smtp", l.addr)],

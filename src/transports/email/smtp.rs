@@ -51,6 +51,9 @@ pub enum Rcpt {
     Agent(String),
     /// Our VERP bounce address: the response id whose delivery bounced.
     Bounce(String),
+    /// A role address (`postmaster@`, `abuse@`, `dmarc@` of a served domain, or the bare
+    /// `postmaster`), lowercase as it will be recorded.
+    Role(String),
 }
 
 /// The envelope of one transaction, as the session holds it when the message is complete.

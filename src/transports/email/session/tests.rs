@@ -21,7 +21,8 @@ struct Delivered {
 }
 
 /// Takes every `@agents.test` address but `nobody@` (refused for good) and `busy@` (refused
-/// for now); answers 451 to a message containing `fail`, 250 to the rest.
+/// for now), and the empty path (the bare `postmaster`); answers 451 to a message containing
+/// `fail`, 250 to the rest.
 #[derive(Default)]
 struct Fake {
     delivered: Mutex<Vec<Delivered>>,
@@ -29,6 +30,9 @@ struct Fake {
 
 impl Receiver for Fake {
     async fn rcpt(&self, address: &str) -> Result<Rcpt, Reply> {
+        if address.is_empty() {
+            return Ok(Rcpt::Role("postmaster".into()));
+        }
         let refused = Reply::new(550, [5, 1, 1], "Mailbox unavailable");
         let (local, domain) = address.rsplit_once('@').ok_or(refused.clone())?;
         match local {
@@ -697,4 +701,27 @@ fn a_stuffed_first_line_loses_one_dot() {
 #[test]
 fn a_body_without_leading_dot_is_unchanged() {
     assert_eq!(feed(b"a\r\n.\r\n"), (true, b"a\r\n".to_vec()));
+}
+
+#[test]
+fn the_bare_postmaster_reaches_the_receiver_as_the_empty_path_in_any_case() {
+    talk(
+        |_| {},
+        |t| {
+            t.cmd("EHLO client.test", "250");
+            t.cmd("MAIL FROM:<>", "250 2.1.0");
+            // RFC 5321 §4.1.1.3: `Postmaster` without a domain, in any case.
+            t.cmd("RCPT TO:<Postmaster>", "250 2.1.5");
+            t.cmd("RCPT TO:<POSTMASTER>", "250 2.1.5");
+            t.cmd("DATA", "354");
+            t.cmd("Subject: x\r\n\r\nhello\r\n.", "250");
+            let d = t.delivered();
+            assert_eq!(
+                d[0].rcpts,
+                vec![Rcpt::Role("postmaster".into())],
+                "one recipient"
+            );
+            assert_eq!(d[0].mail_from, "");
+        },
+    );
 }
