@@ -27,6 +27,9 @@ pub struct EmailConfig {
     pub max_recipients: usize,
     /// Most concurrent SMTP sessions; further clients get 421.
     pub max_sessions: usize,
+    /// Most concurrent SMTP sessions from one peer (an IPv4 address or an IPv6 /64); further
+    /// ones get 421.
+    pub max_sessions_per_peer: usize,
     /// Memory all sessions together may hold for message bodies being received, in bytes. A
     /// message that would go over it is read to its end without being kept and answered
     /// `452 4.3.1` (the client retries later), so many large messages at once cannot exhaust
@@ -95,6 +98,7 @@ impl Default for EmailConfig {
             max_message_bytes: 25 * 1024 * 1024,
             max_recipients: 50,
             max_sessions: 256,
+            max_sessions_per_peer: 32,
             max_data_memory_bytes: 256 * 1024 * 1024,
             max_commands: 1_000,
             idle_timeout_seconds: 60,
@@ -125,9 +129,15 @@ impl EmailConfig {
         if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
             problems.push("email.tls_cert_file and email.tls_key_file: set both or neither".into());
         }
-        if self.max_message_bytes == 0 || self.max_recipients == 0 || self.max_sessions == 0 {
+        if self.max_message_bytes == 0
+            || self.max_recipients == 0
+            || self.max_sessions == 0
+            || self.max_sessions_per_peer == 0
+        {
             problems.push(
-                "email.max_message_bytes, max_recipients and max_sessions must be > 0".into(),
+                "email.max_message_bytes, max_recipients, max_sessions and max_sessions_per_peer \
+                 must be > 0"
+                    .into(),
             );
         }
         if self.max_data_memory_bytes < self.max_message_bytes {

@@ -190,7 +190,7 @@ fn every_section_reports_its_problems_under_its_path() {
             "queue.kinds.dispatch: workers, batch_size and max_attempts must be > 0",
             "activitypub: max_body_bytes, max_json_depth and host_concurrency must be > 0",
             "email.tls_cert_file and email.tls_key_file: set both or neither",
-            "email.max_message_bytes, max_recipients and max_sessions must be > 0",
+            "email.max_message_bytes, max_recipients, max_sessions and max_sessions_per_peer must be > 0",
             "email.max_data_memory_bytes: must be at least email.max_message_bytes",
             r#"email.dkim_selector "bad selector": use letters, digits, - and ."#,
             r#"email.domain "not a domain": not a domain name"#,

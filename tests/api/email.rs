@@ -1945,3 +1945,36 @@ async fn a_sender_over_its_rate_gets_451() {
 
 mod durable;
 mod roles;
+
+/// One peer holds at most `email.max_sessions_per_peer` sessions: the next is told 421 at once,
+/// while another address is still greeted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_peer_holds_at_most_its_sessions() {
+    let (mut app, _helper, addr) = spawn_email(None, |c| {
+        c.email.max_sessions_per_peer = 2;
+    })
+    .await;
+    let _a = Raw::connect(addr).await;
+    let _b = Raw::connect(addr).await;
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    let mut got = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), third.read_to_string(&mut got)).await;
+    assert!(
+        got.starts_with("421 4.7.0 Too many connections from your address"),
+        "{got:?}"
+    );
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = other.connect(addr).await.unwrap();
+    let mut greeting = [0u8; 4];
+    other.read_exact(&mut greeting).await.unwrap();
+    assert_eq!(&greeting, b"220 ");
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains(
+            "switchboard_connections_refused_total{listener=\"smtp\",reason=\"peer_full\"} 1"
+        ),
+        "{metrics}"
+    );
+    app.stop().await;
+}

@@ -32,7 +32,7 @@ use lettre::transport::smtp::extension::ClientId;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 use serde_json::Value;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{Parts, Started, TransportModule};
@@ -683,7 +683,12 @@ async fn listen(
     let addr = listener
         .local_addr()
         .map_err(|e| Error::Startup(e.to_string()))?;
-    let sessions = Arc::new(Semaphore::new(cfg.max_sessions));
+    let metrics = Arc::clone(inbound.pipeline.metrics());
+    let sessions = crate::admission::Admission::new(
+        cfg.max_sessions,
+        cfg.max_sessions_per_peer,
+        metrics.connections("smtp"),
+    );
     let task = tokio::spawn(async move {
         // Running sessions: at shutdown the loop waits for them (the application bounds the
         // wait by its grace period; dropping the set aborts what is left).
@@ -708,15 +713,25 @@ async fn listen(
                 },
             };
             let _ = stream.set_nodelay(true);
-            let Ok(permit) = Arc::clone(&sessions).try_acquire_owned() else {
-                tokio::spawn(async move {
-                    use tokio::io::AsyncWriteExt;
-                    let mut stream = stream;
-                    let _ = stream
-                        .write_all(b"421 4.7.0 Too many connections, try again later\r\n")
-                        .await;
-                });
-                continue;
+            let permit = match sessions.admit(peer.ip()) {
+                Ok(slot) => slot,
+                Err(refusal) => {
+                    metrics.connection_refused("smtp", refusal.label());
+                    let line: &'static [u8] = match refusal {
+                        crate::admission::Refusal::Full => {
+                            b"421 4.7.0 Too many connections, try again later\r\n"
+                        }
+                        crate::admission::Refusal::PeerFull => {
+                            b"421 4.7.0 Too many connections from your address, try again later\r\n"
+                        }
+                    };
+                    tokio::spawn(async move {
+                        use tokio::io::AsyncWriteExt;
+                        let mut stream = stream;
+                        let _ = stream.write_all(line).await;
+                    });
+                    continue;
+                }
             };
             let server = Arc::clone(&server);
             let inbound = Arc::clone(&inbound);
