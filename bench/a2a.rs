@@ -1,5 +1,6 @@
 //! A2A benchmark, side by side in one run: blocking `SendMessage` and `SendStreamingMessage` to
-//! an echo agent on switchboard (in this process, SQLite), on the a2a-sdk 1.3.0 Python server
+//! an echo agent on switchboard (in this process, SQLite; once plain and once with ten access
+//! rules and a trusted connector issuer configured), on the a2a-sdk 1.3.0 Python server
 //! (`tests/peers/a2a/server.py`, uvicorn, in-memory store) and on the @a2a-js/sdk 1.3.0 server
 //! (`tests/peers/a2a/server.mjs`, Express, in-memory store), alternating A B C x3. Prints
 //! requests/s, p50/p99 latency and, for switchboard, the memory held per open stream.
@@ -77,11 +78,47 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-async fn start_switchboard(dir: &std::path::Path) -> Application {
+/// Ten access rules on the echo agent (a default and nine deny rules that match nobody, so each
+/// message is checked against all of them) and one trusted connector issuer: the policy a
+/// careful operator would configure, for the A/B against none.
+fn with_policy(config: &mut switchboard::Config) {
+    use switchboard::config::{AccessConfig, AccessDefault, AccessRule, TrustedIssuerConfig};
+    let deny = (0..9)
+        .map(|i| AccessRule {
+            subject: Some(format!("https://blocked-{i}.example/users/*")),
+            ..AccessRule::default()
+        })
+        .collect();
+    let allow = vec![AccessRule {
+        method: Some("a2a-jwt".into()),
+        issuer: Some("https://idp.example".into()),
+        ..AccessRule::default()
+    }];
+    for a in config.agents.iter_mut().filter(|a| a.name == "echo") {
+        a.access = Some(AccessConfig {
+            default: AccessDefault::Allow,
+            allow: allow.clone(),
+            deny: Vec::clone(&deny),
+            ..AccessConfig::default()
+        });
+    }
+    config.trust.issuers.push(TrustedIssuerConfig {
+        issuer: "did:web:connector.example".into(),
+        jwks_url: None,
+        keys: Vec::new(),
+        methods: vec!["urn:mentionable:auth:slack-workspace-member:v0.1".into()],
+        assurance: vec!["verified".into()],
+        subject_prefixes: Vec::new(),
+    });
+}
+
+async fn start_switchboard(dir: &std::path::Path, policy: bool) -> Application {
     let mut config = switchboard::Config::from_env(None).unwrap_or_else(|e| panic!("config: {e}"));
     config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
     config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
     config.email.enabled = false;
+    // The memory step holds 1000 streams open from one address.
+    config.server.max_connections_per_peer = 4096;
     config.database.url = Secret::new(format!("sqlite://{}", dir.join("bench.db").display()));
     // A second agent whose tasks wait for input, to hold streams open.
     config.agents.push(switchboard::config::AgentConfig {
@@ -93,6 +130,9 @@ async fn start_switchboard(dir: &std::path::Path) -> Application {
         email: None,
         a2a: None,
     });
+    if policy {
+        with_policy(&mut config);
+    }
     Application::build(config)
         .await
         .unwrap_or_else(|e| panic!("switchboard: {e}"))
@@ -217,8 +257,11 @@ async fn bench() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(16);
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let app = start_switchboard(dir.path()).await;
+    let app = start_switchboard(dir.path(), false).await;
     let sb = format!("http://{}/a2a", app.http_addr());
+    let policy_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let policy_app = start_switchboard(policy_dir.path(), true).await;
+    let sb_policy = format!("http://{}/a2a", policy_app.http_addr());
     let python = std::env::var("SWITCHBOARD_A2A_PYTHON").ok();
     let py = match &python {
         Some(p) => Some(start_python(p).await),
@@ -238,7 +281,14 @@ async fn bench() {
     println!("{}", loadgen::describe());
     let me = std::process::id();
     let pid = |c: &tokio::process::Child| c.id().unwrap_or(0);
-    let mut contenders: Vec<(&str, String, u32)> = vec![("switchboard", sb.clone(), me)];
+    let mut contenders: Vec<(&str, String, u32)> = vec![
+        ("switchboard", sb.clone(), me),
+        (
+            "switchboard, 10 access rules + 1 trusted issuer",
+            sb_policy.clone(),
+            me,
+        ),
+    ];
     if let Some((c, url)) = &py {
         contenders.push(("a2a-sdk 1.3.0 (Python)", url.clone(), pid(c)));
     }
@@ -282,6 +332,11 @@ async fn bench() {
                 median(rps)
             );
         }
+        let rate = |i: usize| median(rows[i].1.iter().map(|s| s.rps).collect());
+        println!(
+            "\nwith the policy ÷ without (req/s, median of 3): {:.3}",
+            rate(1) / rate(0)
+        );
     }
     let tck = format!("http://{}/agents/tck/a2a", app.http_addr());
     let per_stream = stream_memory(&tck, 1000).await;
@@ -292,4 +347,5 @@ async fn bench() {
     drop(py);
     drop(js);
     let _ = app.shutdown().await;
+    let _ = policy_app.shutdown().await;
 }

@@ -198,6 +198,8 @@ async fn bench() {
         config.email.domain = Some("agents.test".into());
         config.email.dns = DnsMode::Offline;
         config.email.dns_records.extend(records.iter().cloned());
+        // Every connection of the load generator comes from one address.
+        config.email.max_sessions_per_peer = config.email.max_sessions;
         let app = Application::build_with(
             config,
             Options {
