@@ -8,6 +8,8 @@ pub mod blobs;
 pub mod clock;
 pub mod config;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod keys;
 pub mod limits;

@@ -32,7 +32,8 @@ pub(super) fn routes(cfg: &mut web::ServiceConfig, limit: usize) {
     );
 }
 
-fn depth(v: &Value) -> usize {
+/// The nesting depth of a JSON document (a scalar is 1).
+pub(super) fn depth(v: &Value) -> usize {
     // Iterative, so a hostile document cannot exhaust the stack here.
     let mut max = 0;
     let mut stack = vec![(v, 1usize)];

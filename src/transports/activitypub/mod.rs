@@ -17,6 +17,8 @@
 mod activities;
 mod documents;
 mod fetch;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod html;
 mod inbox;
 pub mod mapping;

@@ -832,9 +832,12 @@ pub fn sign_rfc9421<E>(
     now_s: i64,
     sign: impl FnOnce(&[u8]) -> Result<Vec<u8>, E>,
 ) -> Result<SignedHeaders, E> {
+    // The target URI has no fragment (RFC 9110 §7.1): none is sent, so the receiver has none.
+    let mut target = url.clone();
+    target.set_fragment(None);
     let mut components = vec![
         (METHOD, method.to_ascii_uppercase()),
-        (TARGET_URI, url.as_str().to_owned()),
+        (TARGET_URI, target.as_str().to_owned()),
     ];
     let mut out = Vec::new();
     if let Some(body) = body {

@@ -12,6 +12,8 @@
 
 pub mod auth;
 pub mod connection;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod inbound;
 pub mod outbound;
 pub mod parse;

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use base64::Engine as _;
-use mail_parser::{MessageParser, MimeHeaders, PartType};
+use mail_parser::{HeaderName, MessageParser, MimeHeaders, PartType};
 
 /// The most `Received` headers before a message is treated as looping.
 pub const MAX_RECEIVED: usize = 50;
@@ -34,6 +34,10 @@ pub enum ParseError {
     /// Over `MAX_RECEIVED` hops.
     #[error("too many Received headers: mail loop")]
     Loop,
+    /// More than one `From` header (RFC 5322 allows one): the message would be routed by one
+    /// and authenticated (DMARC) by another.
+    #[error("more than one From header")]
+    ManyFrom,
 }
 
 /// A mailbox: display name and address.
@@ -233,14 +237,18 @@ pub fn received_count(headers: &[(String, String)]) -> usize {
         .count()
 }
 
-/// Strips `<>` and whitespace from a message id.
+/// Strips `<>` and whitespace from a message id. An id with whitespace or control characters
+/// inside is no id (it would go on into thread keys and the References of replies).
 fn clean_id(id: &str) -> Option<String> {
     let id = id
         .trim()
         .trim_start_matches('<')
         .trim_end_matches('>')
         .trim();
-    (!id.is_empty() && id.len() <= 995 && !id.contains(char::is_whitespace)).then(|| id.to_owned())
+    (!id.is_empty()
+        && id.len() <= 995
+        && !id.contains(|c: char| c.is_whitespace() || c.is_control()))
+    .then(|| id.to_owned())
 }
 
 /// How many ids of a `References`/`In-Reply-To` list are kept besides the first: the first
@@ -374,7 +382,24 @@ pub fn parse_with<'x>(
     if depth(&msg, 0, 0, max_depth) > max_depth {
         return Err(ParseError::TooDeep);
     }
-    let from = addresses(msg.from());
+    if msg
+        .root_part()
+        .headers()
+        .iter()
+        .filter(|h| h.name == HeaderName::From)
+        .count()
+        > 1
+    {
+        return Err(ParseError::ManyFrom);
+    }
+    // The first From address, as DMARC takes it: a first one that is no mailbox is no sender,
+    // rather than leaving a later address to stand for it unauthenticated.
+    let from: Vec<Mailbox> = msg
+        .from()
+        .and_then(|a| a.first())
+        .and_then(mailbox)
+        .into_iter()
+        .collect();
     let full_text = msg
         .body_text(0)
         .map(Cow::into_owned)
@@ -400,7 +425,7 @@ pub fn parse_with<'x>(
     }
     let parsed = ParsedMail {
         message_id: msg.message_id().and_then(clean_id),
-        from_count: from.len(),
+        from_count: msg.from().map_or(0, |a| a.iter().count()),
         from: from.into_iter().next(),
         reply_to: addresses(msg.reply_to()).into_iter().next(),
         to: addresses(msg.to())
@@ -681,6 +706,43 @@ mod tests {
         assert_eq!(ids[MAX_TAIL_IDS], "r4999@x.org");
         assert_eq!(message_ids("<a@x> <b@x>"), vec!["a@x", "b@x"]);
         assert_eq!(message_ids("a@x"), vec!["a@x"]);
+    }
+
+    /// Found by the `email_message` fuzz target: with two From headers, mail was routed by the
+    /// last and DMARC checked the first; with a first From address that is no mailbox, routed by
+    /// the second.
+    #[test]
+    fn the_sender_is_the_from_that_dmarc_checks() {
+        let two = crlf("From: a@fuzz.test\nFrom: victim@bank.example\nMessage-ID: <t@x>\n\nHi\n");
+        assert_eq!(
+            parse(&two, "a@fuzz.test", 10).unwrap_err(),
+            ParseError::ManyFrom
+        );
+        let first_bad = crlf("From: @fuzz.test, victim@bank.example\nMessage-ID: <u@x>\n\nHi\n");
+        let p = parse(&first_bad, "a@fuzz.test", 10).unwrap();
+        assert_eq!(p.from, None);
+        assert_eq!(p.from_count, 2);
+        let one = crlf("From: A <a@Fuzz.Test>, b@x.org\nMessage-ID: <v@x>\n\nHi\n");
+        assert_eq!(
+            parse(&one, "a@fuzz.test", 10)
+                .unwrap()
+                .from
+                .unwrap()
+                .address,
+            "a@fuzz.test"
+        );
+    }
+
+    /// Found by the `email_message` fuzz target: NULs inside a Message-ID were kept.
+    #[test]
+    fn message_ids_with_control_characters_are_not_kept() {
+        let raw = crlf(
+            "From: a@x.org\nMessage-ID: <r\0\0eply-2@x.org>\nIn-Reply-To: <p\x01@x.org> <q@x.org>\n\nHi\n",
+        );
+        check_raw(&raw).unwrap();
+        let p = parse(&raw, "a@x.org", 10).unwrap();
+        assert_eq!(p.message_id, None);
+        assert_eq!(p.in_reply_to, vec!["q@x.org"]);
     }
 
     #[test]

@@ -98,63 +98,15 @@ pub(super) async fn serve(
         Ok(b) => b,
         Err(e) => return json_reply(&wire::error_envelope(&Value::Null, &e, Version::V1)),
     };
-    let value: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(_) => {
-            let e = RpcError::new(PARSE_ERROR, "Parse error: the body is not JSON");
-            return json_reply(&wire::error_envelope(&Value::Null, &e, Version::V1));
-        }
+    let Request {
+        id,
+        method,
+        version: generation,
+        params,
+    } = match read_request(&body, &requested_version(&req)) {
+        Ok(r) => r,
+        Err((id, e, version)) => return json_reply(&wire::error_envelope(&id, &e, version)),
     };
-    let id = value.get("id").cloned().unwrap_or(Value::Null);
-    let id = if matches!(id, Value::String(_) | Value::Number(_) | Value::Null) {
-        id
-    } else {
-        Value::Null
-    };
-    let bad_envelope = |why: &str| {
-        let e = RpcError::new(INVALID_REQUEST, format!("Invalid request: {why}"));
-        json_reply(&wire::error_envelope(&id, &e, Version::V1))
-    };
-    let Some(obj) = value.as_object() else {
-        return bad_envelope("the body is not a JSON-RPC request object");
-    };
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return bad_envelope("jsonrpc must be \"2.0\"");
-    }
-    if !matches!(
-        obj.get("id"),
-        None | Some(Value::String(_) | Value::Number(_) | Value::Null)
-    ) {
-        return bad_envelope("id must be a string, a number or null");
-    }
-    let Some(method_name) = obj.get("method").and_then(Value::as_str) else {
-        return bad_envelope("method must be a string");
-    };
-    let mut params = match obj.get("params") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
-        Some(_) => return bad_envelope("params must be an object"),
-    };
-    camelize_params(&mut params);
-    let Some((method, generation)) = wire::canonical_method(method_name) else {
-        let e = RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method_name}"));
-        return json_reply(&wire::error_envelope(&id, &e, Version::V1));
-    };
-    let version = requested_version(&req);
-    if !version_serves(&version, generation) {
-        let shown = if version.is_empty() {
-            "0.3"
-        } else {
-            version.as_str()
-        };
-        let e = RpcError::new(
-            VERSION_NOT_SUPPORTED,
-            format!(
-                "A2A version '{shown}' is not supported for {method_name}; this server speaks 1.0 (A2A-Version: 1.0) and 0.3"
-            ),
-        );
-        return json_reply(&wire::error_envelope(&id, &e, generation));
-    }
     let call = Call {
         id: id.clone(),
         method,
@@ -226,6 +178,90 @@ pub(super) async fn serve(
             json_reply(&wire::error_envelope(&id, &e, generation))
         }
     }
+}
+
+/// A JSON-RPC request read off its body, before anything of its caller is known.
+#[derive(Debug)]
+pub(super) struct Request {
+    /// The id to answer with (a string, a number or null).
+    pub(super) id: Value,
+    /// The method's 1.0 name.
+    pub(super) method: &'static str,
+    /// The generation the method's name belongs to.
+    pub(super) version: Version,
+    /// The parameters, proto field names made camelCase.
+    pub(super) params: Map<String, Value>,
+}
+
+/// Reads the JSON-RPC 2.0 request object in `body`, for a request asking for A2A version
+/// `requested` (`""` when it names none).
+///
+/// # Errors
+/// What the request is answered with instead: the id, the error, and the generation whose
+/// shape the error takes.
+pub(super) fn read_request(
+    body: &[u8],
+    requested: &str,
+) -> Result<Request, (Value, RpcError, Version)> {
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        let e = RpcError::new(PARSE_ERROR, "Parse error: the body is not JSON");
+        return Err((Value::Null, e, Version::V1));
+    };
+    let id = value.get("id").cloned().unwrap_or(Value::Null);
+    let id = if matches!(id, Value::String(_) | Value::Number(_) | Value::Null) {
+        id
+    } else {
+        Value::Null
+    };
+    let bad_envelope = |why: &str| {
+        let e = RpcError::new(INVALID_REQUEST, format!("Invalid request: {why}"));
+        Err((id.clone(), e, Version::V1))
+    };
+    let Some(obj) = value.as_object() else {
+        return bad_envelope("the body is not a JSON-RPC request object");
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return bad_envelope("jsonrpc must be \"2.0\"");
+    }
+    if !matches!(
+        obj.get("id"),
+        None | Some(Value::String(_) | Value::Number(_) | Value::Null)
+    ) {
+        return bad_envelope("id must be a string, a number or null");
+    }
+    let Some(method_name) = obj.get("method").and_then(Value::as_str) else {
+        return bad_envelope("method must be a string");
+    };
+    let mut params = match obj.get("params") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return bad_envelope("params must be an object"),
+    };
+    camelize_params(&mut params);
+    let Some((method, generation)) = wire::canonical_method(method_name) else {
+        let e = RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method_name}"));
+        return Err((id, e, Version::V1));
+    };
+    if !version_serves(requested, generation) {
+        let shown = if requested.is_empty() {
+            "0.3"
+        } else {
+            requested
+        };
+        let e = RpcError::new(
+            VERSION_NOT_SUPPORTED,
+            format!(
+                "A2A version '{shown}' is not supported for {method_name}; this server speaks 1.0 (A2A-Version: 1.0) and 0.3"
+            ),
+        );
+        return Err((id, e, generation));
+    }
+    Ok(Request {
+        id,
+        method,
+        version: generation,
+        params,
+    })
 }
 
 /// ProtoJSON parsers accept the proto field names too: turns the snake_case keys of the

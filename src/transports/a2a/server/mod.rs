@@ -11,6 +11,8 @@
 mod call;
 mod dispatch;
 mod envelope;
+#[doc(hidden)]
+pub mod fuzzing;
 mod push_config;
 mod send;
 mod stream;

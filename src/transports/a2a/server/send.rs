@@ -24,13 +24,15 @@ use crate::transports::a2a::wire::{
     self, RpcError, TaskState, UNSUPPORTED_OPERATION, Version, WireMessage,
 };
 
-struct SendConfig {
+/// What a send's `configuration` asks for.
+pub(super) struct SendConfig {
     push: Option<Value>,
     return_immediately: bool,
     history_length: Option<usize>,
 }
 
-fn send_config(call: &Call) -> Result<SendConfig, RpcError> {
+/// Reads a send's `configuration`.
+pub(super) fn send_config(call: &Call) -> Result<SendConfig, RpcError> {
     let cfg = match call.params.get("configuration") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
@@ -77,7 +79,8 @@ fn send_config(call: &Call) -> Result<SendConfig, RpcError> {
     })
 }
 
-fn parse_message(call: &Call) -> Result<(WireMessage, Value), RpcError> {
+/// Reads a send's `message`: a user's, with an id.
+pub(super) fn parse_message(call: &Call) -> Result<(WireMessage, Value), RpcError> {
     let Some(raw) = call.params.get("message").filter(|m| m.is_object()) else {
         return Err(RpcError::invalid_field("message", "is required"));
     };

@@ -455,3 +455,40 @@ fn rfc9421_signing_headers_are_structured_fields() {
     assert_eq!(p.key_id, "https://a.example/u\"1\\%C3%A9#k");
     assert_eq!(p.signature, vec![0xfb; 4]);
 }
+
+/// Found by the `ap_signature` fuzz target: a URL with a fragment was signed with it, and the
+/// receiver, which never sees a fragment, could not verify.
+#[test]
+fn rfc9421_signs_the_target_uri_without_its_fragment() {
+    let url = url::Url::parse("https://a.example/inbox?x=1#main-key").unwrap();
+    let mut captured = String::new();
+    let hs = sign_rfc9421::<()>(
+        "GET",
+        &url,
+        None,
+        "https://a.example/k",
+        "ed25519",
+        7,
+        |m| {
+            captured = String::from_utf8(m.to_vec()).unwrap();
+            Ok(vec![1; 64])
+        },
+    )
+    .unwrap();
+    assert!(
+        captured.contains("\"@target-uri\": https://a.example/inbox?x=1\n"),
+        "{captured}"
+    );
+    let h: HashMap<&str, String> = hs.into_iter().collect();
+    let f = lookup(&h);
+    let view = RequestView {
+        method: "GET",
+        path_and_query: "/inbox?x=1",
+        target_uri: "https://a.example/inbox?x=1",
+        header: &f,
+    };
+    assert_eq!(
+        parse_rfc9421(&view, None, 7).unwrap().candidates,
+        vec![captured]
+    );
+}

@@ -1,0 +1,4 @@
+//! `switchboard::fuzzing::address`: what it runs and asserts is documented there.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| switchboard::fuzzing::address(data));
