@@ -15,7 +15,7 @@ use super::smtp::{DataBudget, Rcpt, Reply, SessionEnvelope};
 use crate::config::DnsMode;
 use crate::fuzzing::{now, one_line};
 
-/// The one domain whose mail can authenticate: its SPF record admits [`MAIL_PEER`], its DKIM
+/// The one domain whose mail can authenticate: its SPF record admits `MAIL_PEER`, its DKIM
 /// key is [`DKIM_KEY`] under the selector `fz`, and it publishes DMARC `p=reject`.
 pub const MAIL_DOMAIN: &str = "fuzz.test";
 
