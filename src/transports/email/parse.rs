@@ -359,6 +359,21 @@ pub fn parse(raw: &[u8], mail_from: &str, max_depth: usize) -> Result<ParsedMail
     parse_with(raw, mail_from, max_depth).map(|(p, _)| p)
 }
 
+/// mail-parser's parse of `raw`; `None` when it finds no message, or panics (0.11.9 does on some
+/// malformed nested multiparts: "Invalid part ID, could not find multipart", found by the
+/// `email_message` fuzz target). A panic here would end the SMTP session without an answer and
+/// the sender would retry the same bytes forever; as malformed mail it gets `550 5.6.0`.
+#[must_use]
+pub fn parse_mime(raw: &[u8]) -> Option<mail_parser::Message<'_>> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        MessageParser::default().parse(raw)
+    }))
+    .unwrap_or_else(|_| {
+        tracing::warn!("the MIME parser failed on a message; refused as malformed");
+        None
+    })
+}
+
 /// As [`parse`], also returning mail-parser's parse, so authentication reads the very same
 /// headers (the From that DMARC checks is the From the message is routed by).
 ///
@@ -373,9 +388,7 @@ pub fn parse_with<'x>(
     if received_count(&headers) > MAX_RECEIVED {
         return Err(ParseError::Loop);
     }
-    let msg = MessageParser::default()
-        .parse(raw)
-        .ok_or(ParseError::Malformed)?;
+    let msg = parse_mime(raw).ok_or(ParseError::Malformed)?;
     if header(&headers, "From").is_none() && header(&headers, "Message-ID").is_none() {
         return Err(ParseError::Malformed);
     }
@@ -552,6 +565,19 @@ pub fn strip_reply(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// mail-parser 0.11.9 panics on this message (found by the `email_message` fuzz target);
+    /// it is refused as malformed instead of ending the session.
+    #[test]
+    fn a_message_the_mime_parser_panics_on_is_malformed() {
+        let raw = include_bytes!(
+            "../../../fuzz/corpus/email_message/finding-mail-parser-multipart-panic"
+        );
+        assert!(matches!(
+            parse_with(raw, "alhce@fuzz.test", 10),
+            Err(ParseError::Malformed)
+        ));
+    }
 
     fn crlf(s: &str) -> Vec<u8> {
         s.replace('\n', "\r\n").into_bytes()
