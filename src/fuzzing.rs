@@ -75,31 +75,30 @@ pub fn address(data: &[u8]) {
     }
 }
 
+/// The seed corpus of `target` under `fuzz/corpus`, by file name (for tests).
 #[cfg(test)]
-pub(crate) mod tests {
-    use std::path::Path;
+pub(crate) fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| {
+            let path = e.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&path).unwrap())
+        })
+        .collect();
+    out.sort();
+    out
+}
 
+#[cfg(test)]
+mod tests {
     use super::*;
     use crate::transports::a2a::server::fuzzing::a2a_rpc;
     use crate::transports::activitypub::fuzzing::{ap_inbox, ap_signature};
     use crate::transports::email::fuzzing::{email_message, smtp_session};
-
-    /// The seed corpus of `target`, by file name.
-    pub(crate) fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fuzz/corpus")
-            .join(target);
-        let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| {
-                let path = e.unwrap().path();
-                let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                (name, std::fs::read(&path).unwrap())
-            })
-            .collect();
-        out.sort();
-        out
-    }
 
     #[test]
     fn every_seed_and_kept_finding_holds_its_targets_properties() {
