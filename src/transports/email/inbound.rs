@@ -421,7 +421,9 @@ impl Inbound {
             }),
             extra: Extra::new(),
         };
-        let (auth_method, identity) = if auth.dmarc_pass {
+        // DMARC vouches for the From header's address; a message without one routes by its
+        // envelope sender, which DMARC never checked, so it gets no email-dmarc evidence.
+        let (auth_method, identity) = if auth.dmarc_pass && mail.from.is_some() {
             let mut claims = Extra::new();
             claims.insert("dmarc".into(), json!(auth.dmarc));
             let aligned_by = if auth.dmarc_via_spf { "spf" } else { "dkim" };
@@ -486,7 +488,7 @@ impl Inbound {
             "thread_key": thread.key,
             "agent_address": self.email_address(agent),
             // From is the sender's own: aligned DKIM, or a DMARC pass (DKIM or SPF aligned).
-            "from_authenticated": auth.dmarc_pass || auth.dkim_aligned,
+            "from_authenticated": mail.from.is_some() && (auth.dmarc_pass || auth.dkim_aligned),
             "authentication_results": auth.results,
             "size": size,
             "body": body.map(|d| json!({"algo": "sha256", "digest": d, "mime": "message/rfc822"})),
