@@ -5,12 +5,14 @@
 use std::sync::{Arc, Mutex};
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde_json::{Value, json};
+use serde_json::json;
 use switchboard::config::{
     A2aAuthConfig, AgentA2aConfig, AgentConfig, BackendConfig, IntrospectionConfig, Secret,
 };
 
-use crate::helpers::{Engine, RecordingAgent, on_both_engines, serve_route, spawn_app, wait_for};
+use crate::helpers::{
+    Engine, RecordingAgent, a2a_send, on_both_engines, serve_route, spawn_app, wait_for,
+};
 
 const AUD: &str = "switchboard-test";
 
@@ -98,34 +100,13 @@ async fn introspected_tokens_are_checked_and_cached(engine: Engine) {
         o.agents.push(("opaque".into(), rec));
     })
     .await;
-    let call = |token: Option<&'static str>| {
-        let t = &t;
-        async move {
-            let mut r = t
-                .http
-                .post(format!("{}/agents/opaque/a2a", t.base))
-                .header("A2A-Version", "1.0")
-                .json(
-                    &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-                    "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
-                                "parts": [{"text": "hello"}]},
-                    "configuration": {"returnImmediately": true}}}),
-                );
-            if let Some(tok) = token {
-                r = r.bearer_auth(tok);
-            }
-            let resp = r.send().await.unwrap();
-            let status = resp.status().as_u16();
-            let www = resp
-                .headers()
-                .get("www-authenticate")
-                .map(|v| v.to_str().unwrap().to_owned());
-            (
-                status,
-                www,
-                resp.json::<Value>().await.unwrap_or(Value::Null),
-            )
-        }
+    let tr = &t;
+    let call = |token: Option<&'static str>| async move {
+        let (status, headers, body) = a2a_send(tr, "opaque", token, "hello").await;
+        let www = headers
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (status, www, body)
     };
 
     // An active token for our audience: accepted, and its answer reused.
@@ -259,34 +240,13 @@ async fn access_rules_refuse_a2a_callers_by_evidence(engine: Engine) {
         o.agents.push(("allowed".into(), rec));
     })
     .await;
-    let call = |agent: &'static str, token: Option<&'static str>| {
-        let t = &t;
-        async move {
-            let mut r = t
-                .http
-                .post(format!("{}/agents/{agent}/a2a", t.base))
-                .header("A2A-Version", "1.0")
-                .json(
-                    &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-                    "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
-                                "parts": [{"text": "let me in"}]},
-                    "configuration": {"returnImmediately": true}}}),
-                );
-            if let Some(tok) = token {
-                r = r.bearer_auth(tok);
-            }
-            let resp = r.send().await.unwrap();
-            let status = resp.status().as_u16();
-            let www = resp
-                .headers()
-                .get("www-authenticate")
-                .map(|v| v.to_str().unwrap().to_owned());
-            (
-                status,
-                www,
-                resp.json::<Value>().await.unwrap_or(Value::Null),
-            )
-        }
+    let tr = &t;
+    let call = |agent: &'static str, token: Option<&'static str>| async move {
+        let (status, headers, body) = a2a_send(tr, agent, token, "let me in").await;
+        let www = headers
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (status, www, body)
     };
     let (status, _, body) = call("allowed", Some("opaque-good")).await;
     assert_eq!(status, 200, "{body}");

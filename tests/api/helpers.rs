@@ -427,3 +427,34 @@ impl Drop for Binary {
         let _ = self.child.wait();
     }
 }
+
+/// A blocking-free A2A 1.0 `SendMessage` of `text` to `agent`'s endpoint, with a bearer token
+/// when given: the status, the response headers and the JSON body (null when there is none).
+pub async fn a2a_send(
+    t: &TestApp,
+    agent: &str,
+    token: Option<&str>,
+    text: &str,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    let mut r = t
+        .http
+        .post(format!("{}/agents/{agent}/a2a", t.base))
+        .header("A2A-Version", "1.0")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+                        "parts": [{"text": text}]},
+            "configuration": {"returnImmediately": true}}}),
+        );
+    if let Some(tok) = token {
+        r = r.bearer_auth(tok);
+    }
+    let resp = r.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    (
+        status,
+        headers,
+        resp.json().await.unwrap_or(serde_json::Value::Null),
+    )
+}

@@ -7,10 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_web::{HttpResponse, web};
-use serde_json::{Value, json};
+use serde_json::json;
 use switchboard::config::{AgentConfig, BackendConfig, LimitsConfig, Rate, Secret};
 
-use crate::helpers::{Engine, TestDb, fresh_db, on_both_engines, serve_route, spawn_on, wait_for};
+use crate::helpers::{
+    Engine, TestDb, a2a_send, fresh_db, on_both_engines, serve_route, spawn_on, wait_for,
+};
 
 fn per_sender(requests: u32) -> impl Fn(&mut switchboard::Config, &mut switchboard::app::Options) {
     move |c, _| {
@@ -80,29 +82,11 @@ async fn an_a2a_caller_over_the_agent_rate_gets_429(engine: Engine) {
     })
     .await;
     let call = || async {
-        let r = t
-            .http
-            .post(format!("{}/agents/echo/a2a", t.base))
-            .header("A2A-Version", "1.0")
-            .json(
-                &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-                "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
-                            "parts": [{"text": "hello"}]},
-                "configuration": {"returnImmediately": true}}}),
-            )
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        let retry = r
-            .headers()
+        let (status, headers, body) = a2a_send(&t, "echo", None, "hello").await;
+        let retry = headers
             .get("retry-after")
             .map(|v| v.to_str().unwrap().to_owned());
-        (
-            status,
-            retry,
-            r.json::<Value>().await.unwrap_or(Value::Null),
-        )
+        (status, retry, body)
     };
     let (status, _, body) = call().await;
     assert_eq!(status, 200, "{body}");
