@@ -765,6 +765,30 @@ async fn a_create_naming_its_note_by_iri_fetches_it() {
     );
 }
 
+/// `who` on the remote server mentions `echo` in a public note `n`, signed; the inbox's answer.
+async fn mention_echo(s: &super::Setup, who: &str, n: &str) -> reqwest::Response {
+    let (t, remote) = (&s.t, &s.remote);
+    let echo = format!("{}/agents/echo", t.base);
+    let create = note_create(
+        remote,
+        who,
+        n,
+        vec![mapping::PUBLIC.into()],
+        vec![echo.clone()],
+        &[(&echo, &format!("@echo@{}", t.domain()))],
+        "<p>@echo hello</p>",
+    );
+    let body = serde_json::to_vec(&create).unwrap();
+    post_signed(
+        &t.http,
+        &format!("{}/inbox", t.base),
+        &body,
+        &remote.key_id(who),
+        0,
+    )
+    .await
+}
+
 on_both_engines!(access_rules_drop_notes_from_actors_no_rule_allows);
 
 /// `[agents.access]` over ActivityPub: a mention from an actor the rules allow is answered; one
@@ -789,27 +813,8 @@ async fn access_rules_drop_notes_from_actors_no_rule_allows(engine: Engine) {
     let (t, remote) = (&s.t, &s.remote);
     remote.add_actor("alice");
     remote.add_actor("bob");
-    let echo = format!("{}/agents/echo", t.base);
-    let domain = t.domain();
     for (who, n) in [("bob", "b1"), ("alice", "a1")] {
-        let create = note_create(
-            remote,
-            who,
-            n,
-            vec![mapping::PUBLIC.into()],
-            vec![echo.clone()],
-            &[(&echo, &format!("@echo@{domain}"))],
-            "<p>@echo hello</p>",
-        );
-        let body = serde_json::to_vec(&create).unwrap();
-        let r = post_signed(
-            &t.http,
-            &format!("{}/inbox", t.base),
-            &body,
-            &remote.key_id(who),
-            0,
-        )
-        .await;
+        let r = mention_echo(&s, who, n).await;
         assert_eq!(r.status(), 202, "{who}: {:?}", r.text().await);
     }
     let msg = wait_for(10, "alice's note at the agent", || async {
@@ -843,30 +848,11 @@ async fn a_host_over_its_rate_gets_429_with_retry_after(engine: Engine) {
         });
     })
     .await;
-    let (t, remote) = (&s.t, &s.remote);
+    let remote = &s.remote;
     remote.add_actor("alice");
-    let echo = format!("{}/agents/echo", t.base);
-    let domain = t.domain();
     let mut answers = Vec::new();
     for n in ["r1", "r2"] {
-        let create = note_create(
-            remote,
-            "alice",
-            n,
-            vec![mapping::PUBLIC.into()],
-            vec![echo.clone()],
-            &[(&echo, &format!("@echo@{domain}"))],
-            "<p>@echo hello</p>",
-        );
-        let body = serde_json::to_vec(&create).unwrap();
-        let r = post_signed(
-            &t.http,
-            &format!("{}/inbox", t.base),
-            &body,
-            &remote.key_id("alice"),
-            0,
-        )
-        .await;
+        let r = mention_echo(&s, "alice", n).await;
         let retry = r
             .headers()
             .get("retry-after")
