@@ -169,6 +169,10 @@ impl Application {
             keys: parts.keys.clone(),
             recent: crate::store::messages::recent(),
             rates: crate::limits::Windows::new(db.clone()),
+            public_url: site.base_url().to_owned(),
+            policy_state_ttl_ms: i64::try_from(config.policy.state_ttl_seconds)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1000),
         });
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);

@@ -18,6 +18,7 @@ pub mod message;
 pub mod metrics;
 pub mod net;
 pub mod pipeline;
+pub mod policy;
 pub mod queue;
 pub mod site;
 pub mod store;

@@ -1,5 +1,5 @@
 //! Markdown from agents rendered as HTML, the one renderer every transport uses (email's HTML
-//! alternative, ActivityPub note content).
+//! alternative, ActivityPub note content), and the one HTML escape.
 //!
 //! Raw HTML inside the markdown is shown as text, never passed through: an agent's output is not
 //! trusted markup. Transports with a stricter allow-list (ActivityPub) sanitise the result again.
@@ -15,6 +15,23 @@ pub fn to_html(md: &str) -> String {
     });
     let mut out = String::with_capacity(md.len() * 3 / 2);
     html::push_html(&mut out, events);
+    out
+}
+
+/// Escapes text for HTML content and attribute values.
+#[must_use]
+pub fn escape_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
     out
 }
 

@@ -33,6 +33,7 @@ pub struct Metrics {
     connections_refused: Family<Labels, Counter>,
     refused: Family<Labels, Counter>,
     attestations: Family<Labels, Counter>,
+    policy_states: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -61,6 +62,7 @@ impl Metrics {
         let connections_refused = Family::<Labels, Counter>::default();
         let refused = Family::<Labels, Counter>::default();
         let attestations = Family::<Labels, Counter>::default();
+        let policy_states = Family::<Labels, Counter>::default();
         registry.register(
             "http_requests",
             "HTTP requests by method, route and status",
@@ -126,6 +128,11 @@ impl Metrics {
             "Forwarded identity assertions by outcome (verified, or the reason one was dropped)",
             attestations.clone(),
         );
+        registry.register(
+            "policy_states",
+            "Policy-part states by outcome (minted, resolved, or why one presented was refused: unknown, replayed, expired, foreign)",
+            policy_states.clone(),
+        );
         Self {
             registry,
             http_requests,
@@ -141,6 +148,7 @@ impl Metrics {
             connections_refused,
             refused,
             attestations,
+            policy_states,
         }
     }
 
@@ -158,6 +166,13 @@ impl Metrics {
     /// Counts a forwarded identity assertion: `verified`, or the reason it was dropped.
     pub fn attestation(&self, outcome: &str) {
         self.attestations
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .inc();
+    }
+
+    /// Counts policy-part states: `minted`, `resolved`, or why one presented was refused.
+    pub fn policy_state(&self, outcome: &str) {
+        self.policy_states
             .get_or_create(&vec![("outcome", outcome.to_owned())])
             .inc();
     }

@@ -19,6 +19,7 @@ mod limits;
 mod log;
 mod media;
 mod net;
+mod policy;
 mod queue;
 mod secret;
 mod server;
@@ -46,6 +47,7 @@ pub use limits::{DEFAULT_MAX_CONCURRENT_CALLS, LimitsConfig, Rate};
 pub use log::{LogConfig, LogFormat};
 pub use media::MediaConfig;
 pub use net::NetConfig;
+pub use policy::PolicyConfig;
 pub use queue::{JobKindConfig, QueueConfig};
 pub use secret::Secret;
 pub use server::ServerConfig;
@@ -90,6 +92,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Trusted connector issuers of forwarded identity assertions.
     pub trust: TrustConfig,
+    /// Policy parts' single-use states.
+    pub policy: PolicyConfig,
 }
 
 impl Default for Config {
@@ -117,6 +121,7 @@ impl Default for Config {
                 access: None,
             }],
             trust: TrustConfig::default(),
+            policy: PolicyConfig::default(),
         }
     }
 }
@@ -182,6 +187,7 @@ impl Config {
         self.email.check(&mut problems);
         self.limits.check("limits", &mut problems);
         self.trust.check(&mut problems);
+        self.policy.check(&mut problems);
         // A blocking A2A call or an inbox delivery must be able to finish inside the request
         // deadline, after a body that took as long as it may.
         let (server, longest) = (

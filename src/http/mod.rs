@@ -1,9 +1,11 @@
-//! HTTP assembly: the public app's own routes (health, readiness, media), the one rendering of
+//! HTTP assembly: the public app's own routes (health, readiness, media, the landing pages of
+//! policy states), the one rendering of
 //! core errors as HTTP responses, request metrics, and the metrics app on its own listener.
 //! Transports mount their routes beside these; this module imports none of them. [`limits`]
 //! keeps one client from holding the listener.
 
 pub mod limits;
+pub mod policy;
 
 use std::time::Instant;
 
@@ -69,13 +71,15 @@ pub struct AppState {
     pub pipeline: Pipeline,
 }
 
-/// Configures the public app's own routes (health, readiness, media) and limits.
+/// Configures the public app's own routes (health, readiness, media, policy landing pages) and
+/// limits.
 pub fn configure(cfg: &mut web::ServiceConfig, state: AppState, max_body: usize) {
     cfg.app_data(web::Data::new(state))
         .app_data(web::PayloadConfig::new(max_body))
         .route("/healthz", web::get().to(healthz))
         .route("/readyz", web::get().to(readyz))
-        .route("/media/{digest}", web::get().to(media));
+        .route("/media/{digest}", web::get().to(media))
+        .configure(policy::routes);
 }
 
 async fn healthz() -> HttpResponse {

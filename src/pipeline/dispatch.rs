@@ -92,6 +92,8 @@ struct Answer {
     /// The message answered (without history), when the transport delivers in the
     /// transaction that stores the response ([`super::Transport::deliver_in`]).
     original: Option<NormalizedMessage>,
+    /// The states of its policy parts, recorded with it.
+    states: Vec<crate::store::policy::NewState>,
 }
 
 /// The dispatch outcome of one job: a response to store, or nothing to say.
@@ -228,11 +230,27 @@ impl DispatchHandler {
         Ok(answer?.map(|mut response| {
             response.thread_id.clone_from(&row.thread_id);
             crate::blobs::strip_urls(&mut response.parts);
+            let states = crate::policy::mint(
+                &mut response,
+                &crate::policy::Issue {
+                    agent: &agent.name,
+                    thread_id: &row.thread_id,
+                    message_id: &row.id,
+                    sender: &msg.sender,
+                    expires_at: self
+                        .0
+                        .clock
+                        .now_ms()
+                        .saturating_add(self.0.policy_state_ttl_ms),
+                },
+            );
+            crate::policy::settle_state(&mut response);
             Answer {
                 response,
                 agent: agent.name.clone(),
                 transport: row.transport.clone(),
                 original,
+                states,
             }
         }))
     }
@@ -391,6 +409,12 @@ impl JobHandler for DispatchHandler {
             })
             .collect();
         let stored = messages::insert_many(&mut tx, &rows, now).await?;
+        let states: Vec<_> = answers
+            .iter()
+            .filter(|a| stored.iter().any(|m| m.id == a.response.id))
+            .flat_map(|a| a.states.iter().cloned())
+            .collect();
+        crate::store::policy::insert(&mut tx, &states, now).await?;
         // Responses whose transport delivers by writing to this database are delivered here,
         // in this transaction; the others (and any that could not be) get a delivery job.
         let mut job_ids = Vec::new();
@@ -444,6 +468,9 @@ impl JobHandler for DispatchHandler {
             finished.count_delivery_outcome(&d.transport, d.outcome());
         }
         core.queue.commit(tx, finished).await?;
+        for _ in &states {
+            core.metrics.policy_state("minted");
+        }
         for m in stored {
             core.recent.put(&m.id.clone(), Arc::new(m));
         }
@@ -512,6 +539,9 @@ impl DeliverHandler {
             let transport = self.0.transports.get(&row.transport).ok_or_else(|| {
                 OutboundError::permanent(format!("no transport named {:?}", row.transport))
             })?;
+            if !transport.carries_policy_parts() {
+                response.parts = crate::policy::as_text(&response.parts, &self.0.public_url);
+            }
             let delivered = transport
                 .deliver(&Delivery {
                     job_id: job.id.clone(),

@@ -61,6 +61,9 @@ pub(super) struct Pending {
     pub(super) thread_key: String,
     pub(super) msg: NormalizedMessage,
     pub(super) write: Option<Write>,
+    /// Why the policy state the message presents was refused, when it was (set by the commit
+    /// that declined it; the waiter is told).
+    pub(super) refused: Option<crate::policy::Refusal>,
     pub(super) reply: oneshot::Sender<Result<(IngestOutcome, Option<Write>)>>,
 }
 
@@ -103,7 +106,22 @@ impl crate::store::GroupCommit for Ingest {
 
     fn answer(&self, p: Pending, result: Result<IngestOutcome>) {
         let reply = match result {
+            Ok(_) if p.refused.is_some() => {
+                let r = p.refused.unwrap_or(crate::policy::Refusal::Unknown);
+                self.0.metrics.policy_state(r.label());
+                tracing::info!(
+                    agent = %p.agent,
+                    transport = %p.transport,
+                    reason = r.label(),
+                    evidence = %crate::access::evidence_summary(&p.msg.sender),
+                    "policy state refused"
+                );
+                Err(r.into())
+            }
             Ok(o) => {
+                if p.msg.policy_resolution.is_some() && !o.duplicate && !o.declined {
+                    self.0.metrics.policy_state("resolved");
+                }
                 let outcome = if o.duplicate || o.declined {
                     "duplicate"
                 } else {
@@ -133,12 +151,42 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
         .collect();
     let mut fresh = messages::claim_external_ids(&mut tx, &keys, now).await?;
 
-    // The transports' own rows, for new messages; a declined message gives its key back.
+    // A policy state a new message presents is checked and consumed here, before anything
+    // else of it is written; a refused one is declined like below, and its waiter told why.
     let mut declined = std::collections::HashSet::new();
+    for p in batch.iter_mut() {
+        p.refused = None;
+        let msg = &mut p.msg;
+        let Some(claim) = msg
+            .policy_resolution
+            .as_mut()
+            .filter(|_| fresh.contains(&msg.id))
+        else {
+            continue;
+        };
+        let turn = crate::policy::Presented {
+            agent: &p.agent,
+            transport: &p.transport,
+            thread_key: &p.thread_key,
+            sender: &msg.sender,
+            message_id: &msg.id,
+        };
+        if let Err(r) = crate::policy::verify_in(&mut tx, claim, &turn, now).await? {
+            messages::release_external_id(&mut tx, &p.transport, &p.external_id).await?;
+            fresh.remove(&msg.id);
+            declined.insert(msg.id.clone());
+            p.refused = Some(r);
+        }
+    }
+
+    // The transports' own rows, for new messages; a declined message gives its key back.
     for p in batch.iter_mut() {
         if let Some(w) = p.write.as_mut().filter(|_| fresh.contains(&p.msg.id))
             && !w.write(&mut tx, now).await?
         {
+            if let Some(claim) = p.msg.policy_resolution.as_ref().filter(|c| c.verified) {
+                crate::store::policy::release(&mut tx, &claim.in_reply_to_state, &p.msg.id).await?;
+            }
             messages::release_external_id(&mut tx, &p.transport, &p.external_id).await?;
             fresh.remove(&p.msg.id);
             declined.insert(p.msg.id.clone());

@@ -10,6 +10,7 @@
 
 mod dispatch;
 mod ingest;
+mod policy;
 mod transport;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
 pub use ingest::{IngestOutcome, IngestWrite};
+pub use policy::LinkOutcome;
 pub use transport::{AfterCommit, Delivery, Transport, TransportRegistry};
 
 use crate::agents::{Agent, AgentRegistry};
@@ -82,6 +84,10 @@ pub struct Core {
     pub recent: crate::store::messages::Recent,
     /// Rate-limit counters.
     pub rates: crate::limits::Windows,
+    /// The public base URL (policy parts' landing pages).
+    pub public_url: String,
+    /// How long a policy part's state stays valid (ms).
+    pub policy_state_ttl_ms: i64,
 }
 
 /// The entry point transports hand verified messages to.
@@ -226,6 +232,7 @@ impl Pipeline {
             thread_key: msg.thread_id.clone(),
             msg,
             write,
+            refused: None,
             reply,
         };
         async {

@@ -63,6 +63,13 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
         ))
     }
 
+    /// Whether the transport renders policy parts itself (A2A: a data part, and the task
+    /// state). For the others the pipeline turns each into its text and a link to the landing
+    /// page of its state ([`crate::policy::as_text`]) before [`Transport::deliver`].
+    fn carries_policy_parts(&self) -> bool {
+        false
+    }
+
     /// Whether [`Transport::progress`] does anything: only then are a streaming backend's
     /// events forwarded while it answers.
     fn wants_progress(&self) -> bool {

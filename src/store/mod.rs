@@ -1,5 +1,5 @@
 //! The database handle over SQLite or PostgreSQL, chosen by the URL, the portable helpers every
-//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys, used attestations). A
+//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys, used attestations, policy states). A
 //! transport's own tables have their SQL in the transport's folder (`store.rs` there), over the
 //! same handle and helpers.
 //!
@@ -15,6 +15,7 @@ pub mod blobs;
 pub mod jobs;
 pub mod keys;
 pub mod messages;
+pub mod policy;
 pub mod recent;
 mod sqlite;
 

@@ -458,3 +458,82 @@ pub async fn a2a_send(
         resp.json().await.unwrap_or(serde_json::Value::Null),
     )
 }
+
+/// An agent backend that asks on cue and says what resolution it got, recording every message:
+/// a turn carrying `policy_resolution` is answered "resolved {kind} verified={verified}";
+/// "need consent" gets a `consent_required` part, "need sign-in" an `unauthorized` one, "need
+/// approval" one of a kind nobody knows (`x-approval`), "not allowed" a `forbidden` one;
+/// anything else is echoed.
+#[derive(Debug, Default)]
+pub struct PolicyAgent {
+    pub seen: std::sync::Mutex<Vec<NormalizedMessage>>,
+}
+
+impl PolicyAgent {
+    pub fn seen(&self) -> Vec<NormalizedMessage> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits for the `n`th message (1-based).
+    pub async fn nth(&self, n: usize) -> NormalizedMessage {
+        wait_for(30, &format!("message {n} at the policy agent"), || async {
+            self.seen().get(n - 1).cloned()
+        })
+        .await
+    }
+}
+
+#[async_trait::async_trait]
+impl switchboard::agents::AgentBackend for PolicyAgent {
+    async fn respond(
+        &self,
+        msg: &NormalizedMessage,
+    ) -> Result<Option<switchboard::message::NormalizedResponse>, switchboard::error::OutboundError>
+    {
+        self.seen.lock().unwrap().push(msg.clone());
+        let text = serde_json::to_value(&msg.parts).unwrap()[0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let part = |kind: &str, title: &str, message: &str| {
+            serde_json::from_value::<switchboard::message::Part>(json!({
+                "kind": "policy",
+                "policy": {"kind": kind, "title": title, "message": message,
+                           "state": "chosen-by-the-agent"}
+            }))
+            .unwrap()
+        };
+        let parts = if let Some(r) = &msg.policy_resolution {
+            vec![switchboard::message::Part::text(format!(
+                "resolved {} verified={}",
+                r.kind.as_str(),
+                r.verified
+            ))]
+        } else if text.contains("need consent") {
+            vec![part(
+                "consent_required",
+                "Consent needed",
+                "May I keep your address to write back later?",
+            )]
+        } else if text.contains("need sign-in") {
+            vec![part("unauthorized", "Sign in", "Please sign in first.")]
+        } else if text.contains("need approval") {
+            vec![part(
+                "x-approval",
+                "Approval",
+                "A manager has to approve this.",
+            )]
+        } else if text.contains("not allowed") {
+            vec![part("forbidden", "No", "This is not something I do.")]
+        } else {
+            return switchboard::agents::AgentBackend::respond(
+                &switchboard::agents::EchoAgent,
+                msg,
+            )
+            .await;
+        };
+        Ok(Some(switchboard::message::NormalizedResponse::reply_to(
+            msg, parts,
+        )))
+    }
+}

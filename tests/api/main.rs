@@ -20,6 +20,7 @@ mod limits;
 mod logs;
 mod media;
 mod pipeline;
+mod policy;
 mod scale_out;
 mod serving;
 mod trust;

@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 use super::mapping::TOOL_EVENTS_EXTENSION;
 use crate::agents::Agent;
 use crate::config::{A2aAuthConfig, A2aConfig, AgentA2aConfig};
+use crate::policy::POLICY_EXTENSION;
 use crate::trust::IDENTITY_EXTENSION;
 
 /// A rendered card with its validators.
@@ -83,6 +84,10 @@ fn capabilities() -> Value {
         }, {
             "uri": IDENTITY_EXTENSION,
             "description": "Identity a trusted connector verified, forwarded as compact JWS subject assertions in message metadata under this URI ({\"assertions\": [jws]}).",
+            "required": false,
+        }, {
+            "uri": POLICY_EXTENSION,
+            "description": "A task in TASK_STATE_INPUT_REQUIRED or TASK_STATE_AUTH_REQUIRED carries a DataPart {type: policy, policy: {kind, message, state, ...}}; the next message of the task resolves it by sending {\"state\": state} in message metadata under this URI. A state is single-use, expires, and is bound to the task's context and the caller.",
             "required": false,
         }],
     })

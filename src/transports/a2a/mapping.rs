@@ -7,8 +7,10 @@ use serde_json::{Map, Value, json};
 
 use super::wire::{RpcError, TaskState};
 use crate::message::{
-    AgentChain, Extra, LinkPart, NormalizedResponse, Part, ResponseState, TextMime, TextPart,
+    AgentChain, Extra, LinkPart, NormalizedResponse, Part, PolicyKind, PolicyResolution,
+    ResponseState, TextMime, TextPart,
 };
+use crate::policy::POLICY_EXTENSION;
 use crate::trust::{IDENTITY_EXTENSION, LEGACY_IDENTITY_EXTENSION};
 
 /// The extension URI of tool events carried as DataParts.
@@ -180,6 +182,39 @@ pub fn parse_parts(parts: &[Value], limits: Limits) -> Result<Vec<InPart>, RpcEr
 pub fn agent_chain(metadata: Option<&Map<String, Value>>) -> Option<AgentChain> {
     let chain = metadata?.get("mentionable")?.get("agent_chain")?;
     serde_json::from_value(chain.clone()).ok()
+}
+
+/// The policy state an inbound message presents in its metadata under the policy extension
+/// (`{"state": "…", "data": {…}}`), as an unverified resolution for ingest to check: its kind
+/// is filled in from the state once found. `None` when the extension is absent.
+///
+/// # Errors
+/// What is wrong with a value present under the extension.
+pub fn policy_claim(
+    metadata: Option<&Map<String, Value>>,
+    now: i64,
+) -> Result<Option<PolicyResolution>, &'static str> {
+    let Some(v) = metadata.and_then(|m| m.get(POLICY_EXTENSION)) else {
+        return Ok(None);
+    };
+    let state = v
+        .get("state")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty() && s.len() <= 256)
+        .ok_or("the policy extension needs {\"state\": \"…\"}")?;
+    let data = match v.get("data") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(d)) => Some(d.clone()),
+        Some(_) => return Err("the policy extension's data must be an object"),
+    };
+    Ok(Some(PolicyResolution {
+        kind: PolicyKind::Other(String::new()),
+        in_reply_to_state: state.to_owned(),
+        completed_at: crate::message::Timestamp::from_unix_millis(now),
+        verified: false,
+        evidence: None,
+        data,
+    }))
 }
 
 /// The compact JWS identity assertions forwarded in an inbound message's metadata under the

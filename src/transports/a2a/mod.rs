@@ -348,6 +348,10 @@ impl Transport for A2aTransport {
         true
     }
 
+    fn carries_policy_parts(&self) -> bool {
+        true
+    }
+
     async fn deliver_in(
         &self,
         tx: &mut crate::store::Tx,

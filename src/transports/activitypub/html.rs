@@ -266,22 +266,7 @@ fn render_link(
     format!("{text} ({href})")
 }
 
-/// Escapes text for HTML content and attribute values.
-#[must_use]
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use crate::markdown::escape_html as escape;
 
 /// Plain text to HTML: paragraphs on blank lines, `<br>` on single newlines, bare `http(s)` URLs
 /// linked.

@@ -15,6 +15,7 @@ use mail_auth::common::headers::HeaderWriter;
 use mail_auth::dkim::DkimSigner;
 
 use super::parse::sanitize_line;
+use crate::markdown::escape_html as escape;
 use crate::message::{Part, TextMime};
 
 /// The most `References` ids a reply carries (some receivers refuse more than 100).
@@ -157,13 +158,6 @@ pub fn render_parts(parts: &[Part]) -> (String, Option<String>) {
     let text = text.trim_end().to_owned() + "\n";
     let html = (!html.is_empty()).then(|| html.join("\n"));
     (text, html)
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 fn html_to_text(html: &str) -> String {

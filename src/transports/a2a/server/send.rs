@@ -170,6 +170,25 @@ pub(super) async fn send(
         }
         let in_reply_to = current.last_response_id.clone();
         let (mid, wid) = (nm_id.clone(), msg.message_id.clone());
+        let mut nm = turn_message(
+            state,
+            &call,
+            &msg,
+            &raw,
+            &current,
+            nm_id,
+            parts,
+            in_reply_to,
+            now,
+            streaming,
+        )?;
+        attach_attestations(state, &call, &msg, &current, true, &mut nm).await;
+        // A policy state that will be refused leaves the task waiting, as it was.
+        state
+            .pipeline
+            .check_policy_state(NAME, &current.agent, &nm)
+            .await
+            .map_err(|e| not_ingested(&e))?;
         let mut turn = 0usize;
         let row = state
             .engine
@@ -195,19 +214,6 @@ pub(super) async fn send(
             })
             .await?
             .ok_or_else(RpcError::task_not_found)?;
-        let mut nm = turn_message(
-            state,
-            &call,
-            &msg,
-            &raw,
-            &row,
-            nm_id,
-            parts,
-            in_reply_to,
-            now,
-            streaming,
-        )?;
-        attach_attestations(state, &call, &msg, &row, true, &mut nm).await;
         if let Some(p) = &config.push {
             let cfg = parse_push_config(p, call.version, &row.id)?;
             // The turn's `working` status was stored before the config: push it too. (Nothing

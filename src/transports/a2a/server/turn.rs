@@ -169,6 +169,8 @@ pub(super) fn turn_message(
         .agents()
         .get(&row.agent)
         .ok_or_else(|| RpcError::new(wire::INTERNAL_ERROR, "the task's agent is gone"))?;
+    let policy_resolution = mapping::policy_claim(msg.metadata.as_ref(), now)
+        .map_err(|why| RpcError::invalid_field("message.metadata", why))?;
     Ok(NormalizedMessage {
         id,
         thread_id: format!("{}\n{}", row.owner, row.context_id),
@@ -199,7 +201,7 @@ pub(super) fn turn_message(
             "message": raw,
             "metadata": call.params.get("metadata"),
         }),
-        policy_resolution: None,
+        policy_resolution,
         received_trace: None,
         extra: Extra::new(),
     })
