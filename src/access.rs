@@ -33,6 +33,8 @@ pub struct Access {
     default: AccessDefault,
     allow: Vec<AccessRule>,
     deny: Vec<AccessRule>,
+    /// What a refused sender is told on ActivityPub.
+    pub refusal_reply: crate::config::RefusalReply,
 }
 
 impl Access {
@@ -43,6 +45,7 @@ impl Access {
             default: c.default,
             allow: c.allow.clone(),
             deny: c.deny.clone(),
+            refusal_reply: c.refusal_reply,
         })
     }
 
@@ -179,6 +182,7 @@ mod tests {
 
     fn private() -> Access {
         Access::new(Some(&AccessConfig {
+            refusal_reply: Default::default(),
             limits: Default::default(),
             default: AccessDefault::Deny,
             allow: vec![
@@ -336,6 +340,7 @@ mod tests {
     #[test]
     fn an_envelope_can_decide_when_no_allow_rule_fits_the_transport() {
         let ap_only = Access::new(Some(&AccessConfig {
+            refusal_reply: Default::default(),
             limits: Default::default(),
             default: AccessDefault::Deny,
             allow: vec![rule(Some("ap-http-signature"), None, &[], None)],
@@ -346,6 +351,7 @@ mod tests {
         assert!(private().may_admit_via(&email));
         assert!(Access::new(None).may_admit_via(&email));
         let any_method = Access::new(Some(&AccessConfig {
+            refusal_reply: Default::default(),
             limits: Default::default(),
             default: AccessDefault::Deny,
             allow: vec![rule(None, None, &[], Some("mailto:*@x.example"))],

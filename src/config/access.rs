@@ -15,6 +15,19 @@ pub enum AccessDefault {
     Deny,
 }
 
+/// What a sender refused on ActivityPub is told.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RefusalReply {
+    /// Nothing: the inbox answers 202 as for any activity, and the refusal tells nothing.
+    #[default]
+    None,
+    /// A short direct message to the sender.
+    Direct,
+    /// A short reply in the thread, as visible as the refused note.
+    Public,
+}
+
 /// One rule: every field given must match the same piece of evidence in `sender.identities`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,6 +74,10 @@ pub struct AccessConfig {
     /// This agent's rate limits and backend concurrency, over `[limits]`.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// What a refused sender is told on ActivityPub (other transports answer in their own
+    /// protocol's terms).
+    #[serde(default)]
+    pub refusal_reply: RefusalReply,
 }
 
 impl AccessConfig {

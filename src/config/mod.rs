@@ -35,7 +35,7 @@ pub use a2a::{
     A2aAuthConfig, A2aConfig, A2aSkillConfig, AgentA2aConfig, IntrospectionConfig, JwtIssuerConfig,
     StaticKeyConfig,
 };
-pub use access::{AccessConfig, AccessDefault, AccessRule};
+pub use access::{AccessConfig, AccessDefault, AccessRule, RefusalReply};
 pub use activitypub::ActivityPubConfig;
 pub use agents::{AgentConfig, BackendConfig};
 pub use api::ApiConfig;

@@ -325,6 +325,7 @@ fn limits_must_be_positive() {
         per_seconds: 60,
     });
     c.agents[0].access = Some(crate::config::AccessConfig {
+        refusal_reply: Default::default(),
         limits: crate::config::LimitsConfig {
             max_concurrent_calls: Some(0),
             ..Default::default()

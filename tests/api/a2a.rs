@@ -902,6 +902,59 @@ async fn interop_python_and_js_clients(engine: Engine) {
 }
 on_both_engines!(interop_python_and_js_clients);
 
+/// The a2a-sdk client resolves a consent request with the state the task carried, and the
+/// same state presented again (in a new task of the same context) is refused.
+async fn a2a_sdk_resolves_a_policy_part_with_its_state(engine: Engine) {
+    let Some((python, _)) = peers() else {
+        return;
+    };
+    let agent = std::sync::Arc::new(crate::helpers::PolicyAgent::default());
+    let a = agent.clone();
+    let t = spawn_app(engine, move |_, o| {
+        o.agents.push(("echo".into(), a));
+    })
+    .await;
+    let mut cmd = tokio::process::Command::new(&python);
+    cmd.arg(peer_dir().join("client.py"))
+        .arg("policy")
+        .arg(&t.base)
+        .arg(switchboard::policy::POLICY_EXTENSION);
+    let py = run_peer(cmd).await;
+    assert!(
+        py["extensions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(switchboard::policy::POLICY_EXTENSION)),
+        "{py}"
+    );
+    assert_eq!(py["asking"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    assert_eq!(py["policy"]["kind"], "consent_required", "{py}");
+    assert_eq!(py["policy"]["state"].as_str().unwrap().len(), 43);
+    assert_eq!(
+        py["done"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{py}"
+    );
+    assert_eq!(
+        first_text(&py["done"]["artifacts"][0]),
+        "resolved consent_required verified=true"
+    );
+    assert!(
+        py["replay"]
+            .as_str()
+            .is_some_and(|e| e.contains("replayed")),
+        "{py}"
+    );
+    let resolved: Vec<_> = agent
+        .seen()
+        .into_iter()
+        .filter_map(|m| m.policy_resolution)
+        .collect();
+    assert_eq!(resolved.len(), 1, "one resolution reached the agent");
+    assert!(resolved[0].verified);
+}
+
+on_both_engines!(a2a_sdk_resolves_a_policy_part_with_its_state);
+
 mod jwt {
     use std::sync::{Arc, Mutex};
 

@@ -193,6 +193,7 @@ async fn access_rules_refuse_a2a_callers_by_evidence(engine: Engine) {
     };
     let only = |rule: AccessRule| {
         Some(AccessConfig {
+            refusal_reply: Default::default(),
             limits: Default::default(),
             default: AccessDefault::Deny,
             allow: vec![rule],

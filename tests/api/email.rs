@@ -315,7 +315,17 @@ async fn spawn_email_on(
     tweak: impl FnOnce(&mut switchboard::Config),
 ) -> (TestApp, Arc<RecordingAgent>, SocketAddr) {
     let helper = Arc::new(RecordingAgent::default());
-    let h = helper.clone();
+    let (app, addr) = spawn_email_with(engine, relay_port, helper.clone(), tweak).await;
+    (app, helper, addr)
+}
+
+/// As [`spawn_email_on`], with `helper` answered by the given backend.
+async fn spawn_email_with(
+    engine: Engine,
+    relay_port: Option<u16>,
+    helper: Arc<dyn switchboard::agents::AgentBackend>,
+    tweak: impl FnOnce(&mut switchboard::Config),
+) -> (TestApp, SocketAddr) {
     let app = spawn_app(engine, move |c, o| {
         c.email.domain = Some(DOMAIN.into());
         c.email.dns = DnsMode::Offline;
@@ -325,12 +335,12 @@ async fn spawn_email_on(
             c.email.relay_port = port;
             c.email.relay_tls = RelayTls::None;
         }
-        o.agents.push(("helper".into(), h));
+        o.agents.push(("helper".into(), helper));
         tweak(c);
     })
     .await;
     let addr = app.app().smtp_addr().unwrap();
-    (app, helper, addr)
+    (app, addr)
 }
 
 fn run(cmd: &mut Command) -> (bool, String) {
@@ -1804,6 +1814,7 @@ async fn access_rules_decide_mail_on_verified_evidence_only(engine: Engine) {
         c.agents.push(agent(
             "helper",
             AccessConfig {
+                refusal_reply: Default::default(),
                 limits: Default::default(),
                 default: AccessDefault::Deny,
                 allow: vec![AccessRule {
@@ -1820,6 +1831,7 @@ async fn access_rules_decide_mail_on_verified_evidence_only(engine: Engine) {
         c.agents.push(agent(
             "fedionly",
             AccessConfig {
+                refusal_reply: Default::default(),
                 limits: Default::default(),
                 default: AccessDefault::Deny,
                 allow: vec![AccessRule {
@@ -1944,6 +1956,7 @@ async fn a_sender_over_its_rate_gets_451() {
 }
 
 mod durable;
+mod policy;
 mod roles;
 
 /// One peer holds at most `email.max_sessions_per_peer` sessions: the next is told 421 at once,

@@ -225,6 +225,7 @@ on_both_engines!(forwarded_assertions_reach_the_agent_as_signed_attestations);
 async fn an_attestation_admits_a_sender_once_across_instances(engine: Engine) {
     let conn = connector();
     let access = AccessConfig {
+        refusal_reply: Default::default(),
         default: AccessDefault::Deny,
         allow: vec![AccessRule {
             issuer: Some(conn.did.clone()),

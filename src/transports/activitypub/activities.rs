@@ -129,9 +129,10 @@ pub(super) async fn on_create(
             max_reply_chars: inner.cfg.max_reply_chars,
             now: inner.clock.now(),
         });
-        // An agent whose access rules refuse the actor is skipped without a word: the inbox
-        // still answers 202, so the refusal tells the sender nothing.
+        // An agent whose access rules refuse the actor is skipped: the inbox still answers
+        // 202, and the sender is told only when the agent's `refusal_reply` says so.
         if pipeline.authorize(agent, NAME, &msg.sender).is_err() {
+            refusal_reply(inner, agent, activity_id, msg).await;
             continue;
         }
         let external = format!("{activity_id} {}", agent.name);
@@ -147,6 +148,43 @@ pub(super) async fn on_create(
         }
     }
     Ok(true)
+}
+
+/// Tells the sender of `msg`, refused by `agent`'s access rules, that the agent does not take
+/// its messages — when the agent's `refusal_reply` asks for it: a direct message, or a reply
+/// in the thread as visible as the note. The same activity again makes the same note, sent
+/// once. Best effort: a failure is logged.
+async fn refusal_reply(
+    inner: &Inner,
+    agent: &crate::agents::Agent,
+    activity_id: &str,
+    msg: crate::message::NormalizedMessage,
+) {
+    use sha2::Digest as _;
+    let visibility = match agent.access.refusal_reply {
+        crate::config::RefusalReply::None => return,
+        crate::config::RefusalReply::Direct => Some(crate::message::Visibility::Direct),
+        crate::config::RefusalReply::Public => None,
+    };
+    let digest = hex::encode(sha2::Sha256::digest(format!(
+        "{activity_id} {}",
+        agent.name
+    )));
+    let mut response = crate::message::NormalizedResponse::reply_to(
+        &msg,
+        vec![Part::text("This agent does not accept messages from you.")],
+    );
+    response.id = format!("refusal-{}", &digest[..32]);
+    response.visibility = visibility;
+    let delivery = crate::pipeline::Delivery {
+        job_id: format!("refusal:{}", response.id),
+        attempt: 1,
+        response,
+        original: msg,
+    };
+    if let Err(e) = inner.send_reply(&delivery).await {
+        tracing::warn!(agent = %agent.name, error = %e, "refusal reply not sent");
+    }
 }
 
 /// How often activity ids older than [`store::SEEN_RETENTION_MS`] are forgotten.

@@ -378,7 +378,15 @@ impl Transport for ActivityPub {
     }
 
     async fn deliver(&self, d: &Delivery) -> std::result::Result<(), OutboundError> {
-        let inner = &self.inner;
+        self.inner.send_reply(d).await
+    }
+}
+
+impl Inner {
+    /// Builds the reply `d` describes, stores its note and schedules one signed POST per inbox,
+    /// in one transaction; a note already stored (the same response again) is sent once.
+    pub(super) async fn send_reply(&self, d: &Delivery) -> std::result::Result<(), OutboundError> {
+        let inner = self;
         let Reply {
             agent,
             create,

@@ -799,6 +799,7 @@ async fn access_rules_drop_notes_from_actors_no_rule_allows(engine: Engine) {
     let s = setup(engine, |c| {
         let echo = c.agents.iter_mut().find(|a| a.name == "echo").unwrap();
         echo.access = Some(AccessConfig {
+            refusal_reply: Default::default(),
             limits: Default::default(),
             default: AccessDefault::Deny,
             allow: vec![AccessRule {
@@ -834,6 +835,56 @@ async fn access_rules_drop_notes_from_actors_no_rule_allows(engine: Engine) {
     let metrics = t.metrics().await;
     let line = "switchboard_refused_total{agent=\"echo\",transport=\"activitypub\",reason=\"not_allowed\"} 1";
     assert!(metrics.contains(line), "{line} in {metrics}");
+}
+
+on_both_engines!(a_refused_actor_gets_a_direct_reply_when_the_agent_says_so);
+
+/// `refusal_reply = "direct"`: the refused actor gets one short direct message (and the agent
+/// nothing); the same activity delivered again sends nothing more.
+async fn a_refused_actor_gets_a_direct_reply_when_the_agent_says_so(engine: Engine) {
+    use switchboard::config::{AccessConfig, AccessDefault, RefusalReply};
+    let s = setup(engine, |c| {
+        let echo = c.agents.iter_mut().find(|a| a.name == "echo").unwrap();
+        echo.access = Some(AccessConfig {
+            default: AccessDefault::Deny,
+            refusal_reply: RefusalReply::Direct,
+            ..AccessConfig::default()
+        });
+    })
+    .await;
+    let remote = &s.remote;
+    remote.add_actor("bob");
+    for _ in 0..2 {
+        let r = mention_echo(&s, "bob", "b1").await;
+        assert_eq!(r.status(), 202);
+    }
+    let replies = |posts: Vec<super::remote::Post>| -> Vec<Value> {
+        posts
+            .into_iter()
+            .filter(|(_, _, b)| b["type"] == "Create")
+            .map(|(_, _, b)| b["object"].clone())
+            .collect()
+    };
+    let note = wait_for(30, "the refusal at bob's inbox", || async {
+        replies(remote.posts()).first().cloned()
+    })
+    .await;
+    assert!(
+        note["content"]
+            .as_str()
+            .unwrap()
+            .contains("does not accept messages from you"),
+        "{note}"
+    );
+    assert_eq!(
+        mapping::iris(note.get("to")),
+        vec![remote.actor_url("bob")],
+        "{note}"
+    );
+    assert!(mapping::iris(note.get("cc")).is_empty(), "{note}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(replies(remote.posts()).len(), 1, "one refusal per activity");
+    assert!(s.echo.seen.lock().unwrap().is_empty());
 }
 
 on_both_engines!(a_host_over_its_rate_gets_429_with_retry_after);

@@ -199,3 +199,73 @@ async fn fedify_follows_mentions_and_gets_replies() {
     assert!(mapping::iris(note.get("cc")).is_empty(), "{note}");
     drop(peer);
 }
+
+/// Fedify mentions an agent that asks for consent: the reply carries the text and a link to
+/// the state's landing page; pressing its button brings the agent back into the same thread
+/// (a second reply to the same note, in the same context), with the resolution verified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fedify_gets_a_consent_link_whose_button_resumes_the_thread() {
+    if !interop() {
+        return;
+    }
+    let peer = start_peer().await;
+    let agent = std::sync::Arc::new(crate::helpers::PolicyAgent::default());
+    let a = agent.clone();
+    let t = crate::helpers::spawn_app(Engine::Sqlite, move |_, o| {
+        o.agents.push(("bot".into(), a));
+    })
+    .await;
+    let bot = format!("{}/agents/bot", t.base);
+    let sent: Value = t
+        .http
+        .post(format!("{}/admin/note", peer.base))
+        .json(&json!({"target": bot, "text": "may I join? need consent?", "visibility": "direct"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let replies = |n: usize| {
+        let (http, peer, note) = (&t.http, &peer, sent["note"].clone());
+        async move {
+            let got: Vec<Value> = peer_received(http, peer)
+                .await
+                .into_iter()
+                .filter(|a| a["type"] == "Create" && a["object"]["inReplyTo"] == note)
+                .collect();
+            (got.len() >= n).then_some(got)
+        }
+    };
+    let first = wait_for(30, "Fedify to receive the request", || replies(1)).await;
+    let note = &first[0]["object"];
+    let content = note["content"].as_str().unwrap();
+    assert!(content.contains("Consent needed"), "{note}");
+    assert!(content.contains("Review and consent"), "{note}");
+    let at = content.find("/policy/").expect("a landing link") + "/policy/".len();
+    let state: String = content[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect();
+    assert_eq!(state.len(), 43, "{content}");
+
+    let page = format!("{}/policy/{state}", t.base);
+    assert_eq!(t.http.get(&page).send().await.unwrap().status(), 200);
+    assert_eq!(t.http.post(&page).send().await.unwrap().status(), 200);
+    let both = wait_for(30, "Fedify to receive the answer", || replies(2)).await;
+    let answer = &both[1]["object"];
+    assert!(
+        answer["content"]
+            .as_str()
+            .unwrap()
+            .contains("resolved consent_required verified=true"),
+        "{answer}"
+    );
+    assert_eq!(answer["context"], note["context"], "the same thread");
+    let alice = format!("{}/users/alice", peer.base);
+    assert_eq!(mapping::iris(answer.get("to")), vec![alice], "{answer}");
+    let res = agent.nth(2).await.policy_resolution.expect("a resolution");
+    assert!(res.verified);
+    assert_eq!(res.in_reply_to_state, state);
+    drop(peer);
+}

@@ -3,6 +3,8 @@
 Usage: client.py BASE_URL [TOKEN]. The agent at BASE_URL answers like echo, and asks for input
 (TASK_STATE_INPUT_REQUIRED) when a message contains "need input".
 Other modes: `client.py auth BASE_URL [TOKEN]` sends one message and reports the outcome;
+`client.py policy BASE_URL EXTENSION_URI` asks for consent, answers with the policy state in
+message metadata under EXTENSION_URI, then presents the same state again in a new task;
 `client.py push BASE_URL WEBHOOK_URL` registers a push config on an input-required task, then
 completes the task.
 """
@@ -140,8 +142,48 @@ async def push(base, webhook):
         print(json.dumps({"task_id": task.id, "config": d(cfg), "final": d(events[-1].task)["status"]["state"]}))
 
 
+def policy_of(task):
+    for p in task.get("status", {}).get("message", {}).get("parts", []):
+        data = p.get("data")
+        if isinstance(data, dict) and data.get("type") == "policy":
+            return data["policy"]
+    return None
+
+
+async def policy(base, ext):
+    out = {}
+    async with httpx.AsyncClient(timeout=30) as http:
+        card = await A2ACardResolver(http, base).get_agent_card()
+        out["extensions"] = [e.uri for e in card.capabilities.extensions]
+        client = await create_client(card, client_config=ClientConfig(streaming=False, httpx_client=http))
+
+        async def send(m):
+            events = [ev async for ev in client.send_message(SendMessageRequest(message=m))]
+            return events[-1].task
+
+        asking = await send(msg("need consent"))
+        out["asking"] = d(asking)
+        part = policy_of(out["asking"])
+        out["policy"] = part
+        answer = msg("yes, I agree", task_id=asking.id, context_id=asking.context_id)
+        answer.metadata.update({ext: {"state": part["state"]}})
+        out["done"] = d(await send(answer))
+
+        again = await send(msg("need consent again", context_id=asking.context_id))
+        replay = msg("again", task_id=again.id, context_id=again.context_id)
+        replay.metadata.update({ext: {"state": part["state"]}})
+        try:
+            out["replay"] = d(await send(replay))
+        except Exception as e:  # noqa: BLE001
+            out["replay"] = type(e).__name__ + ": " + str(e)
+        await client.close()
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "auth":
+    if sys.argv[1] == "policy":
+        asyncio.run(policy(sys.argv[2], sys.argv[3]))
+    elif sys.argv[1] == "auth":
         asyncio.run(auth(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None))
     elif sys.argv[1] == "push":
         asyncio.run(push(sys.argv[2], sys.argv[3]))
