@@ -7,7 +7,8 @@
 //!
 //! `cargo bench --bench email [-- N [CONNECTIONS]]`: N messages per round for switchboard in
 //! each `database.durability` mode (a server per mode, on a database of its own, taking turns;
-//! `BENCH_DURABILITY=periodic` or `fsync` measures one), half of them with MAIL, RCPT and DATA
+//! `BENCH_DURABILITY=periodic` or `fsync` measures one; `BENCH_POLICY=1` measures `periodic`
+//! without and with ten access rules and a trusted issuer instead), half of them with MAIL, RCPT and DATA
 //! pipelined, half one command per round trip; N/4 for the peer, which does not offer
 //! PIPELINING. The peer needs `SWITCHBOARD_EMAIL_PYTHON` (or
 //! `target/peers/email/venv`, made by `scripts/peers/email.sh`); without it only switchboard is
@@ -140,17 +141,59 @@ fn main() {
     loadgen::main(bench);
 }
 
-/// The `database.durability` modes measured, in order: both unless `BENCH_DURABILITY` names
-/// one.
-fn modes() -> Vec<(Durability, &'static str)> {
+/// The servers measured, in order: `(durability, name, access rules)`. Both durability modes
+/// unless `BENCH_DURABILITY` names one; with `BENCH_POLICY=1`, instead, the A/B of access
+/// rules: `periodic` plain and `periodic` with [`with_policy`].
+fn modes() -> Vec<(Durability, &'static str, bool)> {
+    if std::env::var("BENCH_POLICY").as_deref() == Ok("1") {
+        return vec![
+            (Durability::Periodic, "periodic", false),
+            (Durability::Periodic, "periodic+rules", true),
+        ];
+    }
     let both = vec![
-        (Durability::Periodic, "periodic"),
-        (Durability::Fsync, "fsync"),
+        (Durability::Periodic, "periodic", false),
+        (Durability::Fsync, "fsync", false),
     ];
     match std::env::var("BENCH_DURABILITY").as_deref() {
-        Ok(one) => both.into_iter().filter(|(_, n)| *n == one).collect(),
+        Ok(one) => both.into_iter().filter(|(_, n, _)| *n == one).collect(),
         Err(_) => both,
     }
+}
+
+/// Ten access rules on the echo agent that every message's verified evidence (a DMARC pass,
+/// `mailto:alice@example.com`) is checked against — nine deny rules that match nobody and the
+/// allow rule that lets the sender in, under a default of deny — and one trusted connector
+/// issuer: the A/B against none.
+fn with_policy(config: &mut Config) {
+    use switchboard::config::{AccessConfig, AccessDefault, AccessRule, TrustedIssuerConfig};
+    let deny = (0..9)
+        .map(|i| AccessRule {
+            subject: Some(format!("mailto:*@blocked-{i}.example")),
+            ..AccessRule::default()
+        })
+        .collect::<Vec<_>>();
+    let allow = vec![AccessRule {
+        method: Some("email-dmarc".into()),
+        subject: Some("mailto:*@example.com".into()),
+        ..AccessRule::default()
+    }];
+    for a in config.agents.iter_mut().filter(|a| a.name == "echo") {
+        a.access = Some(AccessConfig {
+            default: AccessDefault::Deny,
+            allow: allow.clone(),
+            deny: deny.clone(),
+            ..AccessConfig::default()
+        });
+    }
+    config.trust.issuers.push(TrustedIssuerConfig {
+        issuer: "did:web:connector.example".into(),
+        jwks_url: None,
+        keys: Vec::new(),
+        methods: vec!["urn:mentionable:auth:slack-workspace-member:v0.1".into()],
+        assurance: vec!["verified".into()],
+        subject_prefixes: Vec::new(),
+    });
 }
 
 async fn bench() {
@@ -185,8 +228,11 @@ async fn bench() {
 
     // One server per mode, each on a database of its own, in this process.
     let mut servers = Vec::new();
-    for (mode, name) in &modes {
+    for (mode, name, policy) in &modes {
         let mut config = Config::default();
+        if *policy {
+            with_policy(&mut config);
+        }
         config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
         config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
         config.database.url = Secret::new(format!(
@@ -328,8 +374,18 @@ async fn bench() {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    // fsync ÷ periodic, per way of sending, when both ran.
-    if servers.len() == 2 {
+    // With the rules ÷ without, per way of sending (BENCH_POLICY=1).
+    if modes.iter().any(|m| m.2) {
+        for (j, way) in ["pipelined", "no pipelining"].into_iter().enumerate() {
+            let ((pr, pc), (rr, rc)) = (medians[j], medians[2 + j]);
+            println!(
+                "ratio with access rules ÷ without ({way}): rate {:.3}, CPU per message {:.3}",
+                rr / pr,
+                rc / pc
+            );
+        }
+    } else if servers.len() == 2 {
+        // fsync ÷ periodic, per way of sending, when both ran.
         for (j, way) in ["pipelined", "no pipelining"].into_iter().enumerate() {
             let ((pr, pc), (fr, fc)) = (medians[j], medians[2 + j]);
             println!(
