@@ -191,6 +191,18 @@ async fn a_link_resolves_once_and_only_when_its_button_is_pressed(engine: Engine
         assert_eq!(r.status(), 410);
         assert!(r.text().await.unwrap().contains("expired"));
     }
+    // Once finished jobs would be deleted too, the expired state is purged: unknown now.
+    clock.advance_ms(DAY_MS + 60_000);
+    wait_for(30, "the expired state to be purged", || async {
+        let r = t
+            .http
+            .get(local(&format!("/policy/{expired}")))
+            .send()
+            .await
+            .unwrap();
+        (r.status() == 404).then_some(())
+    })
+    .await;
     // Terminal kinds get no state, so no link.
     t.ingest("m4", message(&bot, "thread-3", "not allowed"))
         .await;
