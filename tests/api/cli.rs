@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 use crate::helpers::{
-    Binary, Engine, fresh_db, job_states, message, on_both_engines, spawn_app, wait_for,
+    Binary, Engine, create_db, fresh_db, job_states, message, on_both_engines, spawn_app, wait_for,
 };
 
 fn switchboard() -> Command {
@@ -174,14 +174,7 @@ fn an_unreachable_database_is_named_with_its_cause() {
 async fn queue_commands_refuse_what_does_not_exist(engine: Engine) {
     let db = fresh_db(engine).await;
     // A database that exists, with its tables.
-    switchboard::store::Db::open(&switchboard::config::DatabaseConfig {
-        url: switchboard::config::Secret::new(&db.url),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .close()
-    .await;
+    create_db(&db.url).await;
     let run = |args: &[&str]| {
         run(switchboard()
             .args(args)
