@@ -194,6 +194,8 @@ impl Application {
                 jobs.extend(m.jobs());
             }
             for (kind, handler) in jobs {
+                // `check-config` and `queue list --kind` judge kinds by JOB_KINDS.
+                debug_assert!(JOB_KINDS.contains(&kind), "{kind} missing from JOB_KINDS");
                 workers.extend(queue.spawn_workers(kind, handler, shutdown_rx.clone()));
             }
         }
