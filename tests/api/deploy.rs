@@ -18,9 +18,18 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// The default shutdown grace period, which every stop timeout must exceed.
+/// The shutdown grace period every stop timeout must exceed: the default's, or the example
+/// configuration's when that is longer.
 fn grace_seconds() -> u64 {
-    switchboard::Config::default().server.shutdown_grace_seconds
+    let example = switchboard::Config::load(
+        Some(&root().join("deploy/switchboard.example.toml")),
+        Vec::new(),
+    )
+    .unwrap();
+    switchboard::Config::default()
+        .server
+        .shutdown_grace_seconds
+        .max(example.server.shutdown_grace_seconds)
 }
 
 /// The instructions of the Dockerfile's last stage, continuation lines joined: (keyword, rest).
