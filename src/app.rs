@@ -25,6 +25,17 @@ use crate::store::Db;
 use crate::transports::{Parts, TransportModule, a2a, activitypub, api, email};
 use crate::trust::TrustVerifier;
 
+/// Every job kind the application runs: the pipeline's and each transport's
+/// (`[queue.kinds.X]` must name one of them).
+pub const JOB_KINDS: [&str; 6] = [
+    kinds::DISPATCH,
+    kinds::DELIVER,
+    kinds::TURN_END,
+    activitypub::JOB_KIND,
+    a2a::push::KIND,
+    email::roles::JOB_KIND,
+];
+
 /// How a transport is built: nothing when the configuration turns it off.
 type Build = fn(&Parts) -> Result<Option<Box<dyn TransportModule>>>;
 
@@ -187,6 +198,8 @@ impl Application {
                 jobs.extend(m.jobs());
             }
             for (kind, handler) in jobs {
+                // `check-config` and `queue list --kind` judge kinds by JOB_KINDS.
+                debug_assert!(JOB_KINDS.contains(&kind), "{kind} missing from JOB_KINDS");
                 workers.extend(queue.spawn_workers(kind, handler, shutdown_rx.clone()));
             }
         }
@@ -288,6 +301,7 @@ impl Application {
             .map(|(_, a)| *a);
         let domain = site.domain();
         tracing::info!(%http_addr, %metrics_addr, %domain, backend = ?db.backend(), max_connections, open_file_limit = ?open_files, "switchboard is up");
+        crate::ops::log_startup(&config, smtp_addr);
         Ok(Self {
             http_addr,
             metrics_addr,

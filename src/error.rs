@@ -66,6 +66,10 @@ pub enum Error {
     /// The embedded SQLite database failed.
     #[error("database unavailable")]
     Sqlite(#[from] rusqlite::Error),
+    /// The database could not be reached at start; the text names where and why (never the
+    /// password).
+    #[error("cannot connect to the database: {0}")]
+    Connect(String),
     /// A migration failed.
     #[error("database migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -98,9 +102,11 @@ impl Error {
             Self::RateLimited { .. } => ErrorKind::RateLimited,
             Self::TooLarge(_) => ErrorKind::TooLarge,
             Self::Config(_) | Self::Corrupt(_) | Self::Startup(_) => ErrorKind::Permanent,
-            Self::Database(_) | Self::Sqlite(_) | Self::Migrate(_) | Self::Unavailable => {
-                ErrorKind::Temporary
-            }
+            Self::Database(_)
+            | Self::Sqlite(_)
+            | Self::Migrate(_)
+            | Self::Connect(_)
+            | Self::Unavailable => ErrorKind::Temporary,
         }
     }
 }

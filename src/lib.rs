@@ -17,6 +17,7 @@ pub mod markdown;
 pub mod message;
 pub mod metrics;
 pub mod net;
+pub mod ops;
 pub mod pipeline;
 pub mod policy;
 pub mod queue;

@@ -1,12 +1,15 @@
 //! The `switchboard` command: parses arguments and calls into the library.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+use switchboard::app::JOB_KINDS;
 use switchboard::clock::{Clock, SystemClock};
 use switchboard::store::{Db, jobs};
-use switchboard::{Application, Config, telemetry};
+use switchboard::{Application, Config, ops, telemetry};
 
 /// A federated protocol bridge for AI agents.
 #[derive(Debug, Parser)]
@@ -28,8 +31,23 @@ enum Command {
         /// File to check instead of --config.
         file: Option<PathBuf>,
     },
-    /// List the configured agents and their addresses.
+    /// List the configured agents: fediverse handle, email address, A2A card URL, backend.
     Agents,
+    /// Ask the server on this host whether it is up: exits 0 when its health route answers
+    /// 200, 1 otherwise (a container's HEALTHCHECK).
+    Healthcheck {
+        /// Probe readiness (`/readyz`: the database answers, migrations applied) instead of
+        /// liveness (`/healthz`).
+        #[arg(long)]
+        ready: bool,
+        /// The address to probe instead of `server.bind` (loopback when it binds every
+        /// interface).
+        #[arg(long)]
+        addr: Option<SocketAddr>,
+        /// Seconds to wait for the answer.
+        #[arg(long, default_value_t = 5)]
+        timeout: u64,
+    },
     /// Inspect and repair the durable queue.
     Queue {
         #[command(subcommand)]
@@ -48,10 +66,10 @@ enum Command {
 enum QueueCommand {
     /// List jobs (dead ones by default).
     List {
-        /// ready, running, done, dead or all.
-        #[arg(long, default_value = "dead")]
-        state: String,
-        /// Only this kind (dispatch, deliver, …).
+        /// Which jobs.
+        #[arg(long, value_enum, default_value_t = StateFilter::Dead)]
+        state: StateFilter,
+        /// Only this kind (dispatch, deliver, turn_end, ap_deliver, a2a_push, email_role).
         #[arg(long)]
         kind: Option<String>,
         /// At most this many.
@@ -74,6 +92,29 @@ enum QueueCommand {
     },
 }
 
+/// The states `queue list` selects by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StateFilter {
+    Ready,
+    Running,
+    Done,
+    Dead,
+    All,
+}
+
+impl StateFilter {
+    /// The state's name in the database; `None` for every state.
+    fn column(self) -> Option<&'static str> {
+        match self {
+            Self::Ready => Some("ready"),
+            Self::Running => Some("running"),
+            Self::Done => Some("done"),
+            Self::Dead => Some("dead"),
+            Self::All => None,
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -82,6 +123,12 @@ async fn main() -> anyhow::Result<()> {
             let path = file.or(cli.config);
             let config = Config::from_env(path.as_deref())?;
             print!("{}", config.to_masked_toml()?);
+            let problems = ops::check_environment(&config, &JOB_KINDS);
+            anyhow::ensure!(
+                problems.is_empty(),
+                "configuration: {}",
+                problems.join("\n")
+            );
             eprintln!("configuration is valid");
         }
         Command::Schema { dir } => {
@@ -99,7 +146,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Dkim => {
             let config = Config::from_env(cli.config.as_deref())?;
-            let db = Db::open(&config.database).await?;
+            let db = Db::open_existing(&config.database).await?;
             let keys = switchboard::keys::Keys::new(db.clone(), std::sync::Arc::new(SystemClock));
             let (domain, _) = switchboard::transports::email::names(&config)?;
             let (name, value) = switchboard::transports::email::dkim_record(
@@ -119,25 +166,56 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Agents => {
             let config = Config::from_env(cli.config.as_deref())?;
-            let domain = config.domain().unwrap_or_default();
-            for a in &config.agents {
-                println!("@{}@{}\t{:?}", a.name, domain, a.backend);
-            }
+            print!("{}", ops::agents_table(&ops::agent_addresses(&config)?));
+        }
+        Command::Healthcheck {
+            ready,
+            addr,
+            timeout,
+        } => {
+            let addr = match addr {
+                Some(a) => a,
+                None => {
+                    let config = Config::from_env(cli.config.as_deref())?;
+                    switchboard::net::probe::local_addr(config.server.bind)
+                }
+            };
+            let path = if ready { "/readyz" } else { "/healthz" };
+            switchboard::net::probe::probe(addr, path, Duration::from_secs(timeout))
+                .await
+                .map_err(|e| anyhow::anyhow!("unhealthy: {e}"))?;
+            println!("ok: {addr}{path}");
         }
         Command::Queue { command } => {
             let config = Config::from_env(cli.config.as_deref())?;
-            let db = Db::open(&config.database).await?;
+            let db = Db::open_existing(&config.database).await?;
             let now = SystemClock.now_ms();
             match command {
                 QueueCommand::List { state, kind, limit } => {
-                    let state = (state != "all").then_some(state);
-                    for j in jobs::list(&db, state.as_deref(), kind.as_deref(), limit).await? {
+                    if let Some(k) = &kind {
+                        anyhow::ensure!(
+                            JOB_KINDS.contains(&k.as_str()),
+                            "unknown job kind {k:?} (known: {})",
+                            JOB_KINDS.join(", ")
+                        );
+                    }
+                    anyhow::ensure!(limit > 0, "--limit must be above 0");
+                    for j in jobs::list(&db, state.column(), kind.as_deref(), limit).await? {
                         println!("{}", serde_json::to_string(&j)?);
                     }
                 }
                 QueueCommand::Retry { id, all } => {
                     anyhow::ensure!(id.is_some() || all, "name a job id or pass --all");
                     let n = jobs::retry_dead(&db, id.as_deref(), now).await?;
+                    if let (Some(id), 0) = (&id, n) {
+                        match jobs::get(&db, id).await? {
+                            None => anyhow::bail!("no job with id {id:?}"),
+                            Some(j) => anyhow::bail!(
+                                "job {id:?} is {}; only dead jobs are retried",
+                                j.state
+                            ),
+                        }
+                    }
                     println!("{n} job(s) back in the queue");
                 }
                 QueueCommand::Purge { state } => {

@@ -1,4 +1,7 @@
-//! Prometheus metrics, served on their own listener.
+//! Prometheus metrics, served on their own listener: switchboard's own (`switchboard_…`),
+//! `switchboard_build_info`, and the standard process metrics (`process_open_fds`,
+//! `process_max_fds`, `process_resident_memory_bytes`), read from `/proc/self` at each scrape
+//! on Linux.
 
 use std::time::Duration;
 
@@ -34,6 +37,9 @@ pub struct Metrics {
     refused: Family<Labels, Counter>,
     attestations: Family<Labels, Counter>,
     policy_states: Family<Labels, Counter>,
+    open_fds: Gauge,
+    max_fds: Gauge,
+    resident_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -46,7 +52,39 @@ impl Metrics {
     /// Registers every metric.
     #[must_use]
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("switchboard");
+        // The process metrics keep their standard, unprefixed names; everything else is
+        // switchboard's.
+        let mut root = Registry::default();
+        let (open_fds, max_fds, resident_bytes) =
+            (Gauge::default(), Gauge::default(), Gauge::default());
+        root.register(
+            "process_open_fds",
+            "Open file descriptors",
+            open_fds.clone(),
+        );
+        root.register(
+            "process_max_fds",
+            "The open-file limit (soft)",
+            max_fds.clone(),
+        );
+        root.register(
+            "process_resident_memory_bytes",
+            "Resident memory (RSS) in bytes",
+            resident_bytes.clone(),
+        );
+        let registry = root.sub_registry_with_prefix("switchboard");
+        let build_info = Family::<Labels, Gauge>::default();
+        registry.register(
+            "build_info",
+            "Always 1; the labels name the running build",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&vec![
+                ("version", env!("CARGO_PKG_VERSION").to_owned()),
+                ("rust_version", env!("CARGO_PKG_RUST_VERSION").to_owned()),
+            ])
+            .set(1);
         let http_requests = Family::<Labels, Counter>::default();
         let http_duration =
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
@@ -134,7 +172,7 @@ impl Metrics {
             policy_states.clone(),
         );
         Self {
-            registry,
+            registry: root,
             http_requests,
             http_duration,
             inbound,
@@ -149,6 +187,9 @@ impl Metrics {
             refused,
             attestations,
             policy_states,
+            open_fds,
+            max_fds,
+            resident_bytes,
         }
     }
 
@@ -276,13 +317,101 @@ impl Metrics {
         }
     }
 
-    /// The text exposition format.
+    /// The text exposition format, with the process metrics read now.
     #[must_use]
     pub fn render(&self) -> String {
+        self.sample_process();
         let mut out = String::new();
         if encode(&mut out, &self.registry).is_err() {
             out.clear();
         }
         out
+    }
+}
+
+impl Metrics {
+    /// Reads the process metrics from `/proc/self` (Linux); a value that cannot be read keeps
+    /// its last one.
+    fn sample_process(&self) {
+        if let Some(n) = open_fds() {
+            self.open_fds.set(n);
+        }
+        if let Some(n) = max_fds() {
+            self.max_fds.set(n);
+        }
+        if let Some(n) = resident_bytes() {
+            self.resident_bytes.set(n);
+        }
+    }
+}
+
+/// Open descriptors: the entries of `/proc/self/fd`, less the one reading it.
+fn open_fds() -> Option<i64> {
+    let n = std::fs::read_dir("/proc/self/fd").ok()?.count();
+    i64::try_from(n.saturating_sub(1)).ok()
+}
+
+/// The soft open-file limit.
+fn max_fds() -> Option<i64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .and_then(|n| i64::try_from(n).ok())
+}
+
+/// Resident memory: `VmRSS` of `/proc/self/status`, in bytes.
+fn resident_bytes() -> Option<i64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    vm_rss(&status)
+}
+
+/// `VmRSS:   1234 kB` in bytes.
+fn vm_rss(status: &str) -> Option<i64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let mut words = line["VmRSS:".len()..].split_whitespace();
+    let n: i64 = words.next()?.parse().ok()?;
+    (words.next()? == "kB").then(|| n.saturating_mul(1024))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_rss_is_read_in_bytes() {
+        assert_eq!(
+            vm_rss("Name:\tx\nVmRSS:\t   2048 kB\nVmData: 1 kB\n"),
+            Some(2_097_152)
+        );
+        assert_eq!(vm_rss("VmRSS: 12 MB\n"), None);
+        assert_eq!(vm_rss("Name: x\n"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn process_metrics_are_sampled() {
+        let text = Metrics::new().render();
+        let value = |name: &str| -> f64 {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{name} missing: {text}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert!(value("process_open_fds") >= 3.0, "{text}");
+        assert!(
+            value("process_resident_memory_bytes") > 1_000_000.0,
+            "{text}"
+        );
+        assert!(
+            value("process_max_fds") >= value("process_open_fds"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "switchboard_build_info{{version=\"{}\"",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
     }
 }

@@ -10,6 +10,7 @@ mod cache;
 pub mod date;
 mod guard;
 mod hmac;
+pub mod probe;
 pub mod sse;
 
 use std::sync::Arc;

@@ -327,6 +327,19 @@ pub async fn list(
     .await
 }
 
+/// The job with `id`, if there is one.
+///
+/// # Errors
+/// Database errors.
+pub async fn get(db: &Db, id: &str) -> Result<Option<JobInfo>> {
+    db.fetch_optional(
+        "SELECT id, kind, state, attempts, max_attempts, run_at, last_error, updated_at FROM jobs \
+         WHERE id = $1",
+        &[Arg::Text(id)],
+    )
+    .await
+}
+
 /// Puts dead jobs back: the one with `id`, or every dead job when `None`. Attempts restart.
 ///
 /// # Errors

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{ConnectOptions, FromRow, PgPool, Postgres};
+use sqlx::{ConnectOptions, Connection, FromRow, PgConnection, PgPool, Postgres};
 
 use crate::config::{DatabaseConfig, Durability};
 use crate::error::{Error, Result};
@@ -349,6 +349,20 @@ fn fail_all<C: GroupCommit>(c: &C, batch: Vec<C::Item>, e: &Error) {
     }
 }
 
+/// How long connecting to PostgreSQL may take, at start and when the pool opens a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a connection to PostgreSQL failed, in words that name the cause (connection refused,
+/// an unknown host, a refused password) and never the password itself.
+fn connect_cause(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Io(io) => io.to_string(),
+        sqlx::Error::Tls(tls) => format!("TLS: {tls}"),
+        sqlx::Error::Database(db) => db.message().to_owned(),
+        other => other.to_string(),
+    }
+}
+
 /// The `LISTEN` channel job wakeups travel on.
 pub const NOTIFY_CHANNEL: &str = "switchboard_jobs";
 
@@ -381,11 +395,33 @@ impl Db {
                 .options([("synchronous_commit", synchronous_commit)])
                 .log_statements(log::LevelFilter::Trace)
                 .log_slow_statements(log::LevelFilter::Warn, Duration::from_secs(1));
+            // One connection first, on its own: a pool that cannot connect only says that it
+            // timed out, while this says where and why.
+            let target = match opts.get_socket() {
+                Some(socket) => socket.display().to_string(),
+                None => format!("{}:{}", opts.get_host(), opts.get_port()),
+            };
+            match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&opts)).await {
+                Ok(Ok(conn)) => {
+                    let _ = conn.close().await;
+                }
+                Ok(Err(e)) => {
+                    return Err(Error::Connect(format!(
+                        "PostgreSQL at {target}: {}",
+                        connect_cause(&e)
+                    )));
+                }
+                Err(_) => {
+                    return Err(Error::Connect(format!(
+                        "PostgreSQL at {target}: no answer within {} s",
+                        CONNECT_TIMEOUT.as_secs()
+                    )));
+                }
+            }
             let pool = PgPoolOptions::new()
                 .max_connections(cfg.max_connections.max(2))
-                .acquire_timeout(Duration::from_secs(10))
-                .connect_with(opts)
-                .await?;
+                .acquire_timeout(CONNECT_TIMEOUT)
+                .connect_lazy_with(opts);
             Ok(Self {
                 pools: Pools::Postgres(pool),
                 durability,
@@ -395,6 +431,27 @@ impl Db {
                 "database.url: must start with sqlite:, postgres:// or postgresql://".into(),
             ))
         }
+    }
+
+    /// Opens a database that exists already and applies the embedded migrations: what the
+    /// operator's commands use, so that one run in the wrong directory, or without the
+    /// configuration, fails instead of creating an empty database.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the missing SQLite file; as [`Db::open`].
+    pub async fn open_existing(cfg: &DatabaseConfig) -> Result<Self> {
+        if let Some(file) = sqlite::file_of(cfg.url.expose())
+            && !file.exists()
+        {
+            let shown = std::path::absolute(&file).unwrap_or(file);
+            return Err(Error::Config(format!(
+                "database.url: no database at {} (only `switchboard serve` creates one); \
+                 pass --config FILE or set SWITCHBOARD_CONFIG to the configuration of the \
+                 server, or SWITCHBOARD__DATABASE__URL to its database",
+                shown.display()
+            )));
+        }
+        Self::open(cfg).await
     }
 
     /// Connects and applies the embedded migrations.

@@ -85,6 +85,14 @@ fn location(url: &str) -> Result<Location> {
     })
 }
 
+/// The file an `sqlite:` URL names, when it names one (not an in-memory database).
+pub(super) fn file_of(url: &str) -> Option<PathBuf> {
+    match location(url) {
+        Ok(Location::File(path)) => Some(PathBuf::from(path)),
+        _ => None,
+    }
+}
+
 fn open(loc: &Location, busy: Duration, writer: bool) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE

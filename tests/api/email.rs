@@ -985,6 +985,11 @@ fn dkim_command_prints_the_record_to_publish() {
         ),
     )
     .unwrap();
+    // The server made the database; `dkim`, like every command but `serve`, never creates one.
+    let url = format!("sqlite://{}", dir.path().join("sb.db").display());
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(crate::helpers::create_db(&url));
     let run_dkim = || {
         let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
             .args(["--config", config.to_str().unwrap(), "dkim"])

@@ -83,6 +83,19 @@ pub async fn fresh_db(engine: Engine) -> TestDb {
     }
 }
 
+/// Creates the database at `url` with its tables, as `switchboard serve` does on its first
+/// start (the other commands only open an existing one).
+pub async fn create_db(url: &str) {
+    Db::open(&DatabaseConfig {
+        url: Secret::new(url),
+        ..DatabaseConfig::default()
+    })
+    .await
+    .unwrap()
+    .close()
+    .await;
+}
+
 /// A configuration for tests: port 0, fast polling and retries, the development switch on.
 pub fn test_config(db_url: &str) -> Config {
     let mut c = Config::default();
