@@ -1,6 +1,8 @@
-//! Agent backends (echo, webhook, conformance, a2a) and the registry built from configuration.
+//! Agent backends (echo, webhook, conformance, a2a) and the registry built from configuration;
+//! the assembly of prompts for chat models lives in [`assembly`].
 
 mod a2a;
+pub mod assembly;
 mod conformance;
 mod echo;
 mod webhook;

@@ -9,6 +9,7 @@ mod a2a_oauth;
 mod a2a_turns;
 mod activitypub;
 mod api;
+mod assembly;
 mod architecture;
 mod cli;
 mod connections;
