@@ -128,13 +128,17 @@ impl AgentRegistry {
                     url,
                     secret,
                     timeout_ms,
-                } => Arc::new(WebhookAgent::new(
-                    url.clone(),
-                    secret.clone(),
-                    std::time::Duration::from_millis(*timeout_ms),
-                    http.clone(),
-                    clock.clone(),
-                )),
+                    assembled,
+                } => Arc::new(
+                    WebhookAgent::new(
+                        url.clone(),
+                        secret.clone(),
+                        std::time::Duration::from_millis(*timeout_ms),
+                        http.clone(),
+                        clock.clone(),
+                    )
+                    .assembled(*assembled),
+                ),
             };
             reg.insert(&a.name, a.display_name.clone(), a.summary.clone(), backend);
             if let Some(agent) = reg.by_name.get_mut(&a.name.to_lowercase())
@@ -211,6 +215,14 @@ impl AgentRegistry {
     pub fn domain(&self) -> &str {
         &self.domain
     }
+}
+
+/// The idempotency key of a message's agent call: the stable id of its dispatch job
+/// (`dispatch:{message id}`), the same on every attempt, so an agent can recognise a call
+/// repeated after a crash or a retry.
+#[must_use]
+pub fn idempotency_key(msg: &NormalizedMessage) -> String {
+    format!("dispatch:{}", msg.id)
 }
 
 /// Completes a response object an agent returned: fills `id`, `in_reply_to`, `thread_id` and

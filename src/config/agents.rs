@@ -95,6 +95,10 @@ pub enum BackendConfig {
         /// Per-call timeout.
         #[serde(default = "default_webhook_timeout_ms")]
         timeout_ms: u64,
+        /// Also send the prompt switchboard assembles (`messages`, OpenAI chat format) beside
+        /// the NormalizedMessage (`docs/agents.md`).
+        #[serde(default)]
+        assembled: bool,
     },
 }
 

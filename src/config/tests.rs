@@ -118,6 +118,7 @@ fn every_section_reports_its_problems_under_its_path() {
                 url: "not a url".into(),
                 secret: Secret::new("s"),
                 timeout_ms: 5_000,
+                assembled: false,
             },
             None,
         ),
