@@ -1,10 +1,11 @@
-//! Agent backends (echo, webhook, conformance, a2a) and the registry built from configuration;
-//! the assembly of prompts for chat models lives in [`assembly`].
+//! Agent backends (echo, webhook, conformance, a2a, openai) and the registry built from
+//! configuration; the assembly of prompts for chat models lives in [`assembly`].
 
 mod a2a;
 pub mod assembly;
 mod conformance;
 mod echo;
+mod openai;
 mod webhook;
 
 use std::collections::HashMap;
@@ -15,6 +16,7 @@ use serde_json::Value;
 pub use a2a::A2aAgent;
 pub use conformance::ConformanceAgent;
 pub use echo::EchoAgent;
+pub use openai::{OpenAiAgent, OpenAiSettings};
 pub use webhook::WebhookAgent;
 
 use crate::clock::SharedClock;
@@ -139,6 +141,30 @@ impl AgentRegistry {
                     )
                     .assembled(*assembled),
                 ),
+                BackendConfig::Openai {
+                    base_url,
+                    model,
+                    system_prompt,
+                    stream,
+                    max_tokens,
+                    temperature,
+                    timeout_ms,
+                    api_key,
+                    api_key_env: _,
+                } => Arc::new(OpenAiAgent::new(
+                    OpenAiSettings {
+                        base_url: base_url.clone(),
+                        model: model.clone(),
+                        api_key: api_key.clone(),
+                        system_prompt: system_prompt.clone(),
+                        stream: *stream,
+                        max_tokens: *max_tokens,
+                        temperature: *temperature,
+                        timeout: std::time::Duration::from_millis(*timeout_ms),
+                    },
+                    http.clone(),
+                    clock.clone(),
+                )),
             };
             reg.insert(&a.name, a.display_name.clone(), a.summary.clone(), backend);
             if let Some(agent) = reg.by_name.get_mut(&a.name.to_lowercase())
