@@ -18,6 +18,7 @@ mod email;
 mod helpers;
 mod keys;
 mod limits;
+mod llm_interop;
 mod logs;
 mod media;
 mod openai;
