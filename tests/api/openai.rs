@@ -1,10 +1,10 @@
 //! The OpenAI-compatible agent against a chat-completions endpoint on a real socket, which
 //! records each request as it arrived: the exact body (model, the assembled messages, stream,
 //! max_tokens, temperature) and the Authorization header; streamed deltas reaching an A2A
-//! caller as they are written; tool calls as `tool_call` parts; 429 with `Retry-After`
-//! retried after the wait it asked for; a 400 dead with the provider's error class only; and
-//! the API key in no log line, no `check-config` output and no error. The same agent against a
-//! real OpenAI-compatible server (the LiteLLM proxy) is in `llm_interop`.
+//! caller as they are written; tool calls as `tool_call` parts; the SSRF guard on `base_url`;
+//! 429 with `Retry-After` retried after the wait it asked for; a 400 dead with the provider's
+//! error class only; and the API key in no log line, no `check-config` output and no error. The
+//! same agent against a real OpenAI-compatible server (the LiteLLM proxy) is in `llm_interop`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -134,6 +134,14 @@ fn openai(base_url: &str, stream: bool) -> BackendConfig {
 }
 
 async fn with_llm(engine: Engine, backend: BackendConfig) -> TestApp {
+    with_llm_and(engine, backend, |_| {}).await
+}
+
+async fn with_llm_and(
+    engine: Engine,
+    backend: BackendConfig,
+    tweak: impl FnOnce(&mut switchboard::Config),
+) -> TestApp {
     spawn_app(engine, move |c, _| {
         // Backoff alone would retry within 500 ms; a server's Retry-After may ask for longer.
         c.queue.backoff_max_ms = 60_000;
@@ -146,6 +154,7 @@ async fn with_llm(engine: Engine, backend: BackendConfig) -> TestApp {
             a2a: None,
             email: None,
         });
+        tweak(c);
     })
     .await
 }
@@ -307,6 +316,31 @@ async fn openai_failures(engine: Engine) {
     t.stop().await;
 }
 on_both_engines!(openai_failures);
+
+/// `base_url` goes through the SSRF guard like every outbound call: with the development
+/// switch off, a server on loopback is refused before any connection, for good.
+async fn openai_base_url_is_guarded(engine: Engine) {
+    let (llm, base) = start_llm(vec![Reply::Json(answer("never"))]).await;
+    let mut t = with_llm_and(engine, openai(&base, true), |c| {
+        c.net.allow_private_addresses = false;
+    })
+    .await;
+    t.ingest("g-1", message(&t.agent("llm"), "k", "hi")).await;
+    let db = t.open_db().await;
+    let dead = wait_for(20, "the dead job", || async {
+        jobs::list(&db, Some("dead"), Some("dispatch"), 1)
+            .await
+            .unwrap()
+            .pop()
+    })
+    .await;
+    let err = dead.last_error.unwrap();
+    assert!(err.contains("SSRF"), "{err}");
+    assert_eq!(dead.attempts, 1, "a refusal is permanent");
+    assert!(llm.calls.lock().unwrap().is_empty(), "nothing reached it");
+    t.stop().await;
+}
+on_both_engines!(openai_base_url_is_guarded);
 
 /// The real binary, its key from the variable `api_key_env` names: a failed and a successful
 /// call at debug level leave the key in no log line, and `check-config` never shows it.
