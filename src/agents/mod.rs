@@ -1,8 +1,11 @@
-//! Agent backends (echo, webhook, conformance, a2a) and the registry built from configuration.
+//! Agent backends (echo, webhook, conformance, a2a, openai) and the registry built from
+//! configuration; the assembly of prompts for chat models lives in [`assembly`].
 
 mod a2a;
+pub mod assembly;
 mod conformance;
 mod echo;
+mod openai;
 mod webhook;
 
 use std::collections::HashMap;
@@ -13,6 +16,7 @@ use serde_json::Value;
 pub use a2a::A2aAgent;
 pub use conformance::ConformanceAgent;
 pub use echo::EchoAgent;
+pub use openai::{OpenAiAgent, OpenAiSettings};
 pub use webhook::WebhookAgent;
 
 use crate::clock::SharedClock;
@@ -126,10 +130,38 @@ impl AgentRegistry {
                     url,
                     secret,
                     timeout_ms,
-                } => Arc::new(WebhookAgent::new(
-                    url.clone(),
-                    secret.clone(),
-                    std::time::Duration::from_millis(*timeout_ms),
+                    assembled,
+                } => Arc::new(
+                    WebhookAgent::new(
+                        url.clone(),
+                        secret.clone(),
+                        std::time::Duration::from_millis(*timeout_ms),
+                        http.clone(),
+                        clock.clone(),
+                    )
+                    .assembled(*assembled),
+                ),
+                BackendConfig::Openai {
+                    base_url,
+                    model,
+                    system_prompt,
+                    stream,
+                    max_tokens,
+                    temperature,
+                    timeout_ms,
+                    api_key,
+                    api_key_env: _,
+                } => Arc::new(OpenAiAgent::new(
+                    OpenAiSettings {
+                        base_url: base_url.clone(),
+                        model: model.clone(),
+                        api_key: api_key.clone(),
+                        system_prompt: system_prompt.clone(),
+                        stream: *stream,
+                        max_tokens: *max_tokens,
+                        temperature: *temperature,
+                        timeout: std::time::Duration::from_millis(*timeout_ms),
+                    },
                     http.clone(),
                     clock.clone(),
                 )),
@@ -209,6 +241,14 @@ impl AgentRegistry {
     pub fn domain(&self) -> &str {
         &self.domain
     }
+}
+
+/// The idempotency key of a message's agent call: the stable id of its dispatch job
+/// (`dispatch:{message id}`), the same on every attempt, so an agent can recognise a call
+/// repeated after a crash or a retry.
+#[must_use]
+pub fn idempotency_key(msg: &NormalizedMessage) -> String {
+    format!("dispatch:{}", msg.id)
 }
 
 /// Completes a response object an agent returned: fills `id`, `in_reply_to`, `thread_id` and

@@ -4,18 +4,22 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
+use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 
-use super::{AgentBackend, Progress, complete_response};
+use super::assembly::assemble;
+use super::{AgentBackend, Progress, complete_response, idempotency_key};
 use crate::clock::SharedClock;
 use crate::config::Secret;
 use crate::error::OutboundError;
 use crate::message::{
     Extra, NormalizedMessage, NormalizedResponse, Part, ResponseEvent, TextMime, TextPart,
 };
-use crate::net::sse::{self, SseReader};
-use crate::net::{HttpClient, HttpRequest, signed_headers};
+use crate::net::sse;
+use crate::net::{HttpClient, signed_headers};
+
+/// The header carrying the dispatch's stable id.
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// An agent behind an HTTP endpoint.
 #[derive(Debug)]
@@ -25,6 +29,7 @@ pub struct WebhookAgent {
     timeout: Duration,
     http: HttpClient,
     clock: SharedClock,
+    assembled: bool,
 }
 
 impl WebhookAgent {
@@ -43,7 +48,15 @@ impl WebhookAgent {
             timeout,
             http,
             clock,
+            assembled: false,
         }
+    }
+
+    /// The same agent, also sending the assembled prompt (`messages`) beside the message.
+    #[must_use]
+    pub fn assembled(mut self, on: bool) -> Self {
+        self.assembled = on;
+        self
     }
 }
 
@@ -75,40 +88,38 @@ impl WebhookAgent {
         msg: &NormalizedMessage,
         progress: Option<Progress<'_>>,
     ) -> Result<Option<NormalizedResponse>, OutboundError> {
-        let body = serde_json::to_vec(msg).map_err(|e| OutboundError::permanent(e.to_string()))?;
-        let headers = signed_headers(&self.secret, self.clock.now_ms(), &body);
-        let mut reader = SseReader::new();
-        // Events of a 200 event stream are reported as their lines arrive; malformed ones are
-        // skipped here and refused when the whole stream is read below.
-        let mut observe = |headers: &reqwest::header::HeaderMap, chunk: &[u8]| {
-            let Some(report) = progress else { return };
-            let streaming = headers
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
-            if !streaming {
-                return;
+        let body = if self.assembled {
+            // The prompt switchboard would give a chat model, beside the message itself.
+            let mut value =
+                serde_json::to_value(msg).map_err(|e| OutboundError::permanent(e.to_string()))?;
+            let messages = serde_json::to_value(assemble(msg, None))
+                .map_err(|e| OutboundError::permanent(e.to_string()))?;
+            if let Value::Object(obj) = &mut value {
+                obj.insert("messages".to_owned(), messages);
             }
-            for event in reader.feed(chunk) {
-                if let Ok(ev @ (ResponseEvent::Delta(_) | ResponseEvent::Part(_))) =
-                    serde_json::from_str::<ResponseEvent>(&event.data)
-                {
-                    report(ev);
-                }
+            serde_json::to_vec(&value)
+        } else {
+            serde_json::to_vec(msg)
+        }
+        .map_err(|e| OutboundError::permanent(e.to_string()))?;
+        let mut headers = signed_headers(&self.secret, self.clock.now_ms(), &body);
+        // The same on every attempt of this dispatch, so the agent can recognise a repeat.
+        let key = HeaderValue::from_str(&idempotency_key(msg))
+            .map_err(|_| OutboundError::permanent("message id is not a valid header value"))?;
+        headers.insert(IDEMPOTENCY_KEY, key);
+        // Events of a 200 event stream are reported as they arrive; malformed ones are skipped
+        // here and refused when the whole stream is read below.
+        let mut on_event = |event: &sse::SseEvent| {
+            let Some(report) = progress else { return };
+            if let Ok(ev @ (ResponseEvent::Delta(_) | ResponseEvent::Part(_))) =
+                serde_json::from_str::<ResponseEvent>(&event.data)
+            {
+                report(ev);
             }
         };
         let resp = self
             .http
-            .send_observed(
-                HttpRequest {
-                    method: reqwest::Method::POST,
-                    url: &self.url,
-                    headers,
-                    body: Some(Bytes::from(body)),
-                    timeout: Some(self.timeout),
-                },
-                &mut observe,
-            )
+            .post_streamed(&self.url, headers, body, self.timeout, &mut on_event)
             .await?;
         self.http.classify_status(&resp)?;
         if resp.status == reqwest::StatusCode::NO_CONTENT {

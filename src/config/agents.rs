@@ -95,12 +95,47 @@ pub enum BackendConfig {
         /// Per-call timeout.
         #[serde(default = "default_webhook_timeout_ms")]
         timeout_ms: u64,
+        /// Also send the prompt switchboard assembles (`messages`, OpenAI chat format) beside
+        /// the NormalizedMessage (`docs/agents.md`).
+        #[serde(default)]
+        assembled: bool,
+    },
+    /// An OpenAI-compatible chat-completions server (OpenAI, Ollama, vLLM, llama.cpp, LiteLLM).
+    Openai {
+        /// Base URL of the API, e.g. `http://127.0.0.1:11434/v1`; `/chat/completions` is
+        /// appended.
+        base_url: String,
+        /// The model name sent with every call.
+        model: String,
+        /// The environment variable holding the API key (sent as a bearer token); none sent
+        /// when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_key_env: Option<String>,
+        /// The system prompt opening every assembled conversation.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        system_prompt: Option<String>,
+        /// Ask the server to stream the answer (server-sent events).
+        #[serde(default = "default_true")]
+        stream: bool,
+        /// `max_tokens` sent with every call; the server's default when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<u32>,
+        /// `temperature` sent with every call; the server's default when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        temperature: Option<f64>,
+        /// Per-call timeout.
+        #[serde(default = "default_openai_timeout_ms")]
+        timeout_ms: u64,
+        /// The key itself, read from `api_key_env` when the configuration is loaded; never
+        /// serialised.
+        #[serde(skip)]
+        api_key: Option<Secret>,
     },
 }
 
 impl BackendConfig {
-    /// A remote backend (webhook or A2A) needs an http(s) URL and a per-call timeout shorter
-    /// than the queue lease. `at` is the agent's path (`agents[0]`).
+    /// A remote backend (webhook, A2A, OpenAI-compatible) needs an http(s) URL and a per-call
+    /// timeout shorter than the queue lease. `at` is the agent's path (`agents[0]`).
     fn check(&self, at: &str, lease_seconds: u64, problems: &mut Vec<String>) {
         let (key, url, timeout_ms) = match self {
             Self::Echo | Self::Conformance => return,
@@ -110,6 +145,14 @@ impl BackendConfig {
             Self::Webhook {
                 url, timeout_ms, ..
             } => ("url", url, *timeout_ms),
+            Self::Openai {
+                base_url,
+                timeout_ms,
+                ..
+            } => {
+                self.check_openai(at, problems);
+                ("base_url", base_url, *timeout_ms)
+            }
         };
         if !url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
             problems.push(format!("{at}.backend.{key} {url:?}: not an http(s) URL"));
@@ -121,6 +164,68 @@ impl BackendConfig {
             ));
         }
     }
+}
+
+impl BackendConfig {
+    /// The settings only an OpenAI-compatible backend has: a model, a key variable that names
+    /// a set variable, and numbers the API accepts.
+    fn check_openai(&self, at: &str, problems: &mut Vec<String>) {
+        let Self::Openai {
+            model,
+            api_key_env,
+            max_tokens,
+            temperature,
+            api_key,
+            ..
+        } = self
+        else {
+            return;
+        };
+        if model.trim().is_empty() {
+            problems.push(format!("{at}.backend.model: must not be empty"));
+        }
+        if let Some(var) = api_key_env {
+            let valid = !var.is_empty()
+                && !var.starts_with(|c: char| c.is_ascii_digit())
+                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                problems.push(format!(
+                    "{at}.backend.api_key_env {var:?}: not an environment variable name"
+                ));
+            } else if api_key.as_ref().is_none_or(|k| k.expose().is_empty()) {
+                problems.push(format!(
+                    "{at}.backend.api_key_env {var:?}: the variable is not set (or empty)"
+                ));
+            }
+        }
+        if *max_tokens == Some(0) {
+            problems.push(format!("{at}.backend.max_tokens: must be > 0"));
+        }
+        if let Some(t) = temperature
+            && !(0.0..=2.0).contains(t)
+        {
+            problems.push(format!(
+                "{at}.backend.temperature {t}: must be within 0..=2"
+            ));
+        }
+    }
+
+    /// Reads the API key of an OpenAI-compatible backend from the variable `api_key_env`
+    /// names, looked up with `lookup`.
+    pub(super) fn resolve_api_key(&mut self, lookup: impl Fn(&str) -> Option<String>) {
+        if let Self::Openai {
+            api_key_env: Some(var),
+            api_key,
+            ..
+        } = self
+        {
+            *api_key = lookup(var).map(Secret::new);
+        }
+    }
+}
+
+fn default_openai_timeout_ms() -> u64 {
+    60_000
 }
 
 fn default_a2a_timeout_ms() -> u64 {

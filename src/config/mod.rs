@@ -147,15 +147,22 @@ impl Config {
                 .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
             merge(&mut value, file_value);
         }
-        for (key, raw) in env {
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        for (key, raw) in &env {
             if let Some(path) = key.strip_prefix(ENV_PREFIX) {
-                apply_env(&mut value, path, &raw)?;
+                apply_env(&mut value, path, raw)?;
             }
         }
-        let config: Self = serde_path_to_error::deserialize(value).map_err(|e| {
+        let mut config: Self = serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             Error::Config(format!("{path}: {}", e.into_inner()))
         })?;
+        // Keys named by variable (`api_key_env`) come from the same environment.
+        for agent in &mut config.agents {
+            agent
+                .backend
+                .resolve_api_key(|var| env.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone()));
+        }
         config.check()?;
         Ok(config)
     }

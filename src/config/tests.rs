@@ -118,6 +118,7 @@ fn every_section_reports_its_problems_under_its_path() {
                 url: "not a url".into(),
                 secret: Secret::new("s"),
                 timeout_ms: 5_000,
+                assembled: false,
             },
             None,
         ),
@@ -343,4 +344,94 @@ fn limits_must_be_positive() {
             "limits.per_sender: requests and per_seconds must be above 0",
         ]
     );
+}
+
+#[test]
+fn an_openai_backend_reads_its_key_from_the_named_variable_and_never_prints_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        r#"[[agents]]
+name = "helper"
+[agents.backend]
+kind = "openai"
+base_url = "http://127.0.0.1:11434/v1"
+model = "llama3.2"
+api_key_env = "MY_LLM_KEY"
+system_prompt = "You are helpful."
+stream = true
+max_tokens = 1024
+temperature = 0.7
+timeout_ms = 20000
+"#,
+    )
+    .unwrap();
+    let c = Config::load(Some(&path), env(&[("MY_LLM_KEY", "sk-hunter2")])).unwrap();
+    let BackendConfig::Openai {
+        api_key,
+        model,
+        max_tokens,
+        temperature,
+        ..
+    } = &c.agents[0].backend
+    else {
+        panic!("not an openai backend: {:?}", c.agents[0].backend);
+    };
+    assert_eq!(api_key.as_ref().unwrap().expose(), "sk-hunter2");
+    assert_eq!(
+        (model.as_str(), *max_tokens, *temperature),
+        ("llama3.2", Some(1024), Some(0.7))
+    );
+    let shown = format!("{}{:?}", c.to_masked_toml().unwrap(), c);
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("api_key_env = \"MY_LLM_KEY\""), "{shown}");
+
+    // The variable unset: check-config says which one.
+    let problems = Config::load(Some(&path), vec![]).unwrap_err().to_string();
+    assert!(
+        problems.contains("agents[0].backend.api_key_env \"MY_LLM_KEY\": the variable is not set"),
+        "{problems}"
+    );
+    assert!(!problems.contains("hunter2"));
+}
+
+#[test]
+fn an_openai_backend_is_checked() {
+    let mut c = Config::default();
+    c.agents[0].backend = BackendConfig::Openai {
+        base_url: "ollama:11434".into(),
+        model: " ".into(),
+        api_key_env: Some("1-bad name".into()),
+        system_prompt: None,
+        stream: true,
+        max_tokens: Some(0),
+        temperature: Some(3.5),
+        timeout_ms: 600_000,
+        api_key: None,
+    };
+    let problems = c.check().unwrap_err().to_string();
+    for expected in [
+        "agents[0].backend.base_url \"ollama:11434\": not an http(s) URL",
+        "agents[0].backend.model: must not be empty",
+        "agents[0].backend.api_key_env \"1-bad name\": not an environment variable name",
+        "agents[0].backend.max_tokens: must be > 0",
+        "agents[0].backend.temperature 3.5: must be within 0..=2",
+        "agents[0].backend.timeout_ms 600000: must be shorter than queue.lease_seconds",
+    ] {
+        assert!(problems.contains(expected), "{expected}\n{problems}");
+    }
+    // No key variable (a local server): fine.
+    c.agents[0].backend = BackendConfig::Openai {
+        base_url: "http://127.0.0.1:11434/v1".into(),
+        model: "llama3.2".into(),
+        api_key_env: None,
+        system_prompt: None,
+        stream: false,
+        max_tokens: None,
+        temperature: None,
+        timeout_ms: 10_000,
+        api_key: None,
+    };
+    c.check().unwrap();
 }

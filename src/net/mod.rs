@@ -170,6 +170,42 @@ impl HttpClient {
         })
     }
 
+    /// POSTs `body` to `url` and, when the answer is a `text/event-stream`, hands each of its
+    /// events to `on_event` as soon as the event is complete, while the rest is still arriving
+    /// (the whole body is also returned, as by [`HttpClient::send`]).
+    ///
+    /// # Errors
+    /// As [`HttpClient::send`].
+    pub async fn post_streamed(
+        &self,
+        url: &str,
+        headers: HeaderMap,
+        body: Vec<u8>,
+        timeout: Duration,
+        on_event: &mut (dyn FnMut(&sse::SseEvent) + Send),
+    ) -> Result<HttpResponse, OutboundError> {
+        let mut reader = sse::SseReader::new();
+        let mut observe = |headers: &HeaderMap, chunk: &[u8]| {
+            if !sse::is_event_stream(headers) {
+                return;
+            }
+            for event in reader.feed(chunk) {
+                on_event(&event);
+            }
+        };
+        self.send_observed(
+            HttpRequest {
+                method: Method::POST,
+                url,
+                headers,
+                body: Some(Bytes::from(body)),
+                timeout: Some(timeout),
+            },
+            &mut observe,
+        )
+        .await
+    }
+
     /// Classifies a response status the way Mastodon's delivery does: 2xx is success; 408, 429
     /// and 5xx are temporary (with `Retry-After` honoured); any other status is permanent.
     ///

@@ -24,6 +24,19 @@ use std::time::Duration;
 /// The UTF-8 byte order mark.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
+/// Whether a response's `Content-Type` is `text/event-stream`.
+#[must_use]
+pub fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+        })
+}
+
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {

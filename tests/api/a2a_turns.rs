@@ -52,6 +52,7 @@ async fn with_hooks(engine: Engine, hooks: &str, names: &'static [&'static str])
                     url: format!("{hooks}/{name}"),
                     secret: Secret::new("s"),
                     timeout_ms: 5_000,
+                    assembled: false,
                 },
                 a2a: None,
                 email: None,

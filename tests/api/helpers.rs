@@ -355,6 +355,15 @@ impl Binary {
     /// Starts `switchboard --config {config} serve` (the configuration must log JSON) and waits
     /// until it is up; with `open_files`, under that open-file limit (`ulimit -n`).
     pub fn start(config: &std::path::Path, open_files: Option<u64>) -> Binary {
+        Self::launch(config, open_files, &[])
+    }
+
+    /// [`Binary::start`] with these variables added to its environment.
+    pub fn start_with_env(config: &std::path::Path, env: &[(&str, &str)]) -> Binary {
+        Self::launch(config, None, env)
+    }
+
+    fn launch(config: &std::path::Path, open_files: Option<u64>, env: &[(&str, &str)]) -> Binary {
         use std::io::BufRead;
         let bin = env!("CARGO_BIN_EXE_switchboard");
         let args = ["--config", config.to_str().unwrap(), "serve"];
@@ -373,6 +382,7 @@ impl Binary {
                 c
             }
         };
+        cmd.envs(env.iter().copied());
         let mut child = cmd
             .env_remove("RUST_LOG")
             .stdout(std::process::Stdio::null())
@@ -549,4 +559,35 @@ impl switchboard::agents::AgentBackend for PolicyAgent {
             msg, parts,
         )))
     }
+/// An A2A 1.0 `SendStreamingMessage` of `text` to `agent`'s endpoint: the body, and the
+/// `artifactUpdate` of each event that has one, in order.
+pub async fn a2a_stream_artifacts(
+    t: &TestApp,
+    agent: &str,
+    text: &str,
+) -> (String, Vec<serde_json::Value>) {
+    let body = t
+        .http
+        .post(format!("{}/agents/{agent}/a2a", t.base))
+        .header("A2A-Version", "1.0")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+            "params": {"message": {"messageId": uuid::Uuid::now_v7().to_string(),
+                "role": "ROLE_USER", "parts": [{"text": text}]}}}),
+        )
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let updates = body
+        .split("\n\n")
+        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap())
+        .map(|e| e["result"]["artifactUpdate"].clone())
+        .filter(serde_json::Value::is_object)
+        .collect();
+    (body, updates)
 }

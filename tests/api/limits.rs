@@ -132,6 +132,7 @@ async fn an_agent_takes_at_most_its_concurrent_calls(engine: Engine) {
                 url,
                 secret: Secret::new("s"),
                 timeout_ms: 5_000,
+                assembled: false,
             },
             email: None,
             a2a: None,

@@ -33,12 +33,22 @@ enum Answer {
 struct Hook {
     script: Mutex<VecDeque<Answer>>,
     calls: Mutex<Vec<(bool, NormalizedMessage)>>,
+    /// Each call's `Idempotency-Key` and its body as JSON.
+    raw: Mutex<Vec<(Option<String>, serde_json::Value)>>,
 }
 
 async fn handle(hook: web::Data<Arc<Hook>>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
     let signed = signed_with(&req, &body, SECRET.as_bytes());
     let msg: NormalizedMessage = serde_json::from_slice(&body).unwrap();
     hook.calls.lock().unwrap().push((signed, msg));
+    let key = req
+        .headers()
+        .get("idempotency-key")
+        .map(|v| v.to_str().unwrap().to_owned());
+    hook.raw
+        .lock()
+        .unwrap()
+        .push((key, serde_json::from_slice(&body).unwrap()));
     let answer = hook
         .script
         .lock()
@@ -93,6 +103,7 @@ async fn with_hook(
                 url,
                 secret: Secret::new(SECRET),
                 timeout_ms: 400,
+                assembled: false,
             },
             a2a: None,
             email: None,
@@ -328,3 +339,80 @@ async fn webhook_retry_after_is_honoured(engine: Engine) {
     t.stop().await;
 }
 on_both_engines!(webhook_retry_after_is_honoured);
+
+/// Every call carries an `Idempotency-Key`: the dispatch job's stable id, the same on the retry
+/// after a failed attempt, so the agent can tell a repeat from a new message.
+async fn webhook_idempotency_key_is_stable_across_retries(engine: Engine) {
+    let (hook, url) = start_hook(vec![
+        Answer::Status(503),
+        Answer::Json(json!({"parts": [{"kind": "text", "mime": "text/plain", "content": "ok"}]})),
+    ])
+    .await;
+    let mut t = with_hook(engine, &url, |_| {}).await;
+    t.ingest("idem-1", message(&t.agent("hook"), "k", "hi"))
+        .await;
+    let db = t.open_db().await;
+    let job = wait_for(20, "the dispatch done", || async {
+        jobs::list(&db, Some("done"), Some("dispatch"), 1)
+            .await
+            .unwrap()
+            .pop()
+    })
+    .await;
+    let raw = hook.raw.lock().unwrap().clone();
+    assert_eq!(raw.len(), 2, "one failed attempt, one retry");
+    let keys: Vec<Option<String>> = raw.iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(keys, [Some(job.id.clone()), Some(job.id.clone())]);
+    assert_eq!(
+        job.id,
+        format!("dispatch:{}", raw[0].1["id"].as_str().unwrap())
+    );
+    assert!(
+        raw[0].1.get("messages").is_none(),
+        "no assembled prompt unless asked for"
+    );
+    t.stop().await;
+}
+on_both_engines!(webhook_idempotency_key_is_stable_across_retries);
+
+/// `assembled = true`: the prompt switchboard assembles goes beside the NormalizedMessage, as
+/// an OpenAI-style `messages` array with the sender attributed.
+async fn webhook_assembled_prompt(engine: Engine) {
+    let (hook, url) = start_hook(vec![Answer::Status(204)]).await;
+    let mut t = with_hook(engine, &url, |c| {
+        if let Some(BackendConfig::Webhook { assembled, .. }) =
+            c.agents.last_mut().map(|a| &mut a.backend)
+        {
+            *assembled = true;
+        }
+    })
+    .await;
+    let msg = message(&t.agent("hook"), "k", "what is the time?");
+    let sender = msg.sender.clone();
+    t.ingest("asm-1", msg).await;
+    wait_for(20, "the call", || async {
+        (!hook.raw.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    let (_, body) = hook.raw.lock().unwrap()[0].clone();
+    let name = sender.display_name.unwrap_or(sender.address);
+    let content = body["messages"][0]["content"].as_str().unwrap();
+    assert_eq!(body["messages"].as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(body["messages"][0]["role"], "user");
+    assert!(
+        content.starts_with(&format!("[{name}")) && content.ends_with("]: what is the time?"),
+        "{content}"
+    );
+    assert_eq!(
+        body["parts"][0]["content"], "what is the time?",
+        "the message itself is unchanged"
+    );
+    let (signed, received) = hook.calls.lock().unwrap()[0].clone();
+    assert!(signed, "the signature covers the body with the prompt");
+    assert_eq!(
+        serde_json::to_value(switchboard::agents::assembly::assemble(&received, None)).unwrap(),
+        body["messages"]
+    );
+    t.stop().await;
+}
+on_both_engines!(webhook_assembled_prompt);
