@@ -33,6 +33,7 @@ pub fn backend_kind(backend: &BackendConfig) -> &'static str {
         BackendConfig::Conformance => "conformance",
         BackendConfig::A2a { .. } => "a2a",
         BackendConfig::Webhook { .. } => "webhook",
+        BackendConfig::Openai { .. } => "openai",
     }
 }
 
@@ -190,6 +191,9 @@ fn outbound_urls(config: &Config) -> Vec<(String, String)> {
             BackendConfig::A2a { card, .. } => {
                 urls.push((format!("{at}.backend.card"), card.clone()));
             }
+            BackendConfig::Openai { base_url, .. } => {
+                urls.push((format!("{at}.backend.base_url"), base_url.clone()));
+            }
             BackendConfig::Echo | BackendConfig::Conformance => {}
         }
         let (issuers, introspection) = match a.a2a.as_ref().map(|c| &c.auth) {
@@ -238,6 +242,7 @@ mod tests {
                 url: url.into(),
                 secret: Secret::new("s"),
                 timeout_ms: 1000,
+                assembled: false,
             },
             email: None,
             a2a: None,

@@ -1,5 +1,11 @@
 //! The sliding-window history policy (spec §7): a stable head, a recent window, a character
-//! budget, alternating roles, and a cache breakpoint after the head.
+//! budget, consecutive turns of one sender merged, and a cache breakpoint after the head.
+//!
+//! Where the spec merges every run of one role so roles alternate, turns of one role from
+//! different senders are kept apart here, each with its sender: in a thread with several people
+//! or agents a merged turn would put one sender's words under another's name. Roles then
+//! alternate only when each role has one sender; a model's prompt, which must alternate, is
+//! merged by the assembly layer with every sender named.
 
 use serde::{Deserialize, Serialize};
 
@@ -47,10 +53,19 @@ fn chars(turn: &HistoricalMessage) -> usize {
     turn.parts.iter().map(Part::text_len).sum()
 }
 
-/// Appends `turn`, merging it into the previous turn when both have the same role.
+/// Appends `turn`, merging it into the previous turn when both have the same role and the same
+/// sender. Turns of one role from different senders (two people, or a person and another agent)
+/// stay apart, each with its own sender: merged, the second would be attributed to the first.
+/// A model's prompt merges them itself, with each sender named ([`crate::agents::assembly`]).
 fn push_merged(out: &mut Vec<HistoricalMessage>, turn: HistoricalMessage) {
     match out.last_mut() {
-        Some(prev) if prev.role == turn.role => {
+        Some(prev)
+            if prev.role == turn.role
+                && prev
+                    .sender
+                    .address
+                    .eq_ignore_ascii_case(&turn.sender.address) =>
+        {
             prev.parts.extend(turn.parts);
             prev.timestamp = turn.timestamp;
         }
@@ -233,6 +248,28 @@ mod tests {
         assert_eq!(h.turns[0].parts.len(), 2);
         assert_eq!(h.turns[1].parts.len(), 2);
         assert_eq!(h.cache_breakpoint_after, Some(0));
+    }
+
+    #[test]
+    fn turns_of_one_role_from_different_senders_stay_apart() {
+        let from = |i, who: &str, text| {
+            let mut t = turn(i, Role::User, text);
+            t.sender = Sender::local_agent(who);
+            t
+        };
+        let turns = vec![
+            from(0, "@alice@example.org", "a"),
+            from(1, "@bob@example.org", "b"),
+            from(2, "@BOB@example.org", "c"),
+            turn(3, Role::Assistant, "d"),
+        ];
+        let h = HistoryPolicy::default().apply(turns);
+        let senders: Vec<&str> = h.turns.iter().map(|t| t.sender.address.as_str()).collect();
+        assert_eq!(
+            senders,
+            ["@alice@example.org", "@bob@example.org", "@a@example.org"]
+        );
+        assert_eq!(h.turns[1].parts.len(), 2, "bob's two turns merge");
     }
 
     #[test]

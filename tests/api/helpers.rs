@@ -559,6 +559,8 @@ impl switchboard::agents::AgentBackend for PolicyAgent {
             msg, parts,
         )))
     }
+}
+
 /// An A2A 1.0 `SendStreamingMessage` of `text` to `agent`'s endpoint: the body, and the
 /// `artifactUpdate` of each event that has one, in order.
 pub async fn a2a_stream_artifacts(
