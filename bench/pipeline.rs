@@ -4,7 +4,8 @@
 //! database each), and the ratio of `fsync` to `periodic`.
 //!
 //! `cargo bench --bench pipeline [-- N]`; PostgreSQL from `SWITCHBOARD_TEST_POSTGRES_URL`;
-//! `BENCH_DURABILITY=periodic` or `fsync` runs one mode only.
+//! `BENCH_DURABILITY=periodic` or `fsync` runs one mode only, `BENCH_SHAPE=new` or `shared` one
+//! shape only.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -197,6 +198,15 @@ fn mode_name(d: Durability) -> &'static str {
     }
 }
 
+/// The shapes to run, in order: both unless `BENCH_SHAPE` names one.
+fn shapes() -> Vec<Threads> {
+    match std::env::var("BENCH_SHAPE").as_deref() {
+        Ok("new") => vec![Threads::New],
+        Ok("shared") => vec![Threads::Shared],
+        _ => vec![Threads::New, Threads::Shared],
+    }
+}
+
 /// The modes to run, in order: both unless `BENCH_DURABILITY` names one.
 fn modes() -> Vec<Durability> {
     match std::env::var("BENCH_DURABILITY").as_deref() {
@@ -223,7 +233,7 @@ async fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(20_000);
-    for threads in [Threads::New, Threads::Shared] {
+    for threads in shapes() {
         let mut results = Vec::new();
         for mode in modes() {
             let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
@@ -237,7 +247,7 @@ async fn main() {
             let admin = sqlx::PgPool::connect(&base)
                 .await
                 .unwrap_or_else(|e| panic!("postgres: {e}"));
-            for threads in [Threads::New, Threads::Shared] {
+            for threads in shapes() {
                 let mut results = Vec::new();
                 for mode in modes() {
                     let name = format!("sb_bench_{}", uuid::Uuid::now_v7().simple());
