@@ -16,6 +16,7 @@ mod connections;
 mod crash;
 mod deploy;
 mod email;
+mod examples;
 mod helpers;
 mod keys;
 mod limits;

@@ -16,7 +16,7 @@ use crate::helpers::{
     wait_for,
 };
 
-const SECRET: &str = "hook-secret";
+pub(crate) const SECRET: &str = "hook-secret";
 
 /// What the fake agent does for one call.
 #[derive(Clone)]
@@ -87,7 +87,7 @@ async fn start_hook(script: Vec<Answer>) -> (Arc<Hook>, String) {
     (hook, url)
 }
 
-async fn with_hook(
+pub(crate) async fn with_hook(
     engine: Engine,
     url: &str,
     tweak: impl FnOnce(&mut switchboard::Config),
