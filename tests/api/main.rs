@@ -27,6 +27,7 @@ mod metrics;
 mod openai;
 mod pipeline;
 mod policy;
+mod quickstart;
 mod scale_out;
 mod serving;
 mod trust;

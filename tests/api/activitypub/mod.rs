@@ -14,7 +14,7 @@ mod fixtures;
 mod inbox;
 mod interop;
 mod interop_rs;
-mod remote;
+pub(crate) mod remote;
 mod verification;
 
 use std::sync::Arc;

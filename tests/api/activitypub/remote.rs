@@ -12,7 +12,7 @@ use switchboard::transports::activitypub::sig;
 
 const KEY_PEM: &str = include_str!("../../fixtures/activitypub/test-key.pem");
 /// The fixture RSA public key every remote actor publishes.
-pub(super) const PUB_PEM: &str = include_str!("../../fixtures/activitypub/test-key.pub.pem");
+pub(crate) const PUB_PEM: &str = include_str!("../../fixtures/activitypub/test-key.pub.pem");
 
 fn key_pair() -> ring::signature::RsaKeyPair {
     let der = switchboard::keys::spki_der_from_pem(KEY_PEM).unwrap();
@@ -20,7 +20,7 @@ fn key_pair() -> ring::signature::RsaKeyPair {
 }
 
 /// Signs `msg` RSA-SHA256 with the fixture key.
-pub(super) fn rsa_sign(msg: &[u8]) -> Vec<u8> {
+pub(crate) fn rsa_sign(msg: &[u8]) -> Vec<u8> {
     let kp = key_pair();
     let mut sig = vec![0; kp.public().modulus_len()];
     kp.sign(
@@ -37,20 +37,20 @@ pub(super) fn rsa_sign(msg: &[u8]) -> Vec<u8> {
 type Media = (String, Vec<u8>);
 
 /// One recorded POST: path, headers, JSON body.
-pub(super) type Post = (String, HashMap<String, String>, Value);
+pub(crate) type Post = (String, HashMap<String, String>, Value);
 
 /// A loopback "remote server": serves documents by path (with a status) and records POSTs.
 #[derive(Clone, Default)]
-pub(super) struct Remote {
-    pub(super) docs: Arc<Mutex<HashMap<String, (u16, String)>>>,
+pub(crate) struct Remote {
+    pub(crate) docs: Arc<Mutex<HashMap<String, (u16, String)>>>,
     /// Non-JSON documents: path → (content type, bytes).
-    pub(super) media: Arc<Mutex<HashMap<String, Media>>>,
+    pub(crate) media: Arc<Mutex<HashMap<String, Media>>>,
     posts: Arc<Mutex<Vec<Post>>>,
     raw: Arc<Mutex<Vec<Vec<u8>>>>,
     /// Statuses the next POSTs answer with (202 once empty).
-    pub(super) post_statuses: Arc<Mutex<Vec<u16>>>,
+    pub(crate) post_statuses: Arc<Mutex<Vec<u16>>>,
     gets: Arc<Mutex<Vec<String>>>,
-    pub(super) base: String,
+    pub(crate) base: String,
 }
 
 async fn remote_get(r: web::Data<Remote>, req: HttpRequest) -> HttpResponse {
@@ -95,7 +95,7 @@ async fn remote_post(r: web::Data<Remote>, req: HttpRequest, body: web::Bytes) -
 
 impl Remote {
     /// Binds port 0 on loopback and serves until the test ends.
-    pub(super) async fn start() -> Remote {
+    pub(crate) async fn start() -> Remote {
         let mut r = Remote::default();
         let data = r.clone();
         let server = actix_web::HttpServer::new(move || {
@@ -122,17 +122,17 @@ impl Remote {
     }
 
     /// The actor IRI of `name` on this host.
-    pub(super) fn actor_url(&self, name: &str) -> String {
+    pub(crate) fn actor_url(&self, name: &str) -> String {
         format!("{}/users/{name}", self.base)
     }
 
     /// The key id of `name`'s fixture key.
-    pub(super) fn key_id(&self, name: &str) -> String {
+    pub(crate) fn key_id(&self, name: &str) -> String {
         format!("{}#main-key", self.actor_url(name))
     }
 
     /// Publishes an actor with the fixture key.
-    pub(super) fn add_actor(&self, name: &str) -> String {
+    pub(crate) fn add_actor(&self, name: &str) -> String {
         let id = self.actor_url(name);
         let doc = json!({
             "@context": ["https://www.w3.org/ns/activitystreams", "https://w3id.org/security/v1"],
@@ -152,7 +152,7 @@ impl Remote {
     }
 
     /// Serves `doc` at `path` with `status`.
-    pub(super) fn set(&self, path: &str, status: u16, doc: &Value) {
+    pub(crate) fn set(&self, path: &str, status: u16, doc: &Value) {
         self.docs
             .lock()
             .unwrap()
@@ -160,19 +160,19 @@ impl Remote {
     }
 
     /// Every POST received so far.
-    pub(super) fn posts(&self) -> Vec<Post> {
+    pub(crate) fn posts(&self) -> Vec<Post> {
         self.posts.lock().unwrap().clone()
     }
 
     /// The bytes of the POST whose body has this `id`.
-    pub(super) fn raw_body_of(&self, id: &Value) -> Vec<u8> {
+    pub(crate) fn raw_body_of(&self, id: &Value) -> Vec<u8> {
         let posts = self.posts();
         let i = posts.iter().position(|p| p.2["id"] == *id).unwrap();
         self.raw.lock().unwrap()[i].clone()
     }
 
     /// How many GETs asked for `path`.
-    pub(super) fn gets_of(&self, path: &str) -> usize {
+    pub(crate) fn gets_of(&self, path: &str) -> usize {
         self.gets
             .lock()
             .unwrap()
@@ -183,14 +183,14 @@ impl Remote {
 }
 
 /// The wall clock in unix seconds, as signatures are dated.
-pub(super) fn now_s() -> i64 {
+pub(crate) fn now_s() -> i64 {
     use switchboard::clock::Clock as _;
     switchboard::clock::SystemClock.now_ms() / 1000
 }
 
 /// POSTs `body` to `url`, signed draft-cavage by `key_id` with the fixture key, `Date` shifted
 /// by `skew` seconds.
-pub(super) async fn post_signed(
+pub(crate) async fn post_signed(
     http: &reqwest::Client,
     url: &str,
     body: &[u8],
@@ -213,7 +213,7 @@ pub(super) async fn post_signed(
 }
 
 /// A `Create` of note `n` by `author` on `remote`, addressed and tagged as given.
-pub(super) fn note_create(
+pub(crate) fn note_create(
     remote: &Remote,
     author: &str,
     n: &str,
@@ -249,7 +249,7 @@ pub(super) fn note_create(
 }
 
 /// The RSA key `key_id` names, as its actor publishes it.
-pub(super) async fn published_key(http: &reqwest::Client, key_id: &str) -> sig::PublicKey {
+pub(crate) async fn published_key(http: &reqwest::Client, key_id: &str) -> sig::PublicKey {
     let actor: Value = http
         .get(key_id.split('#').next().unwrap())
         .header("accept", "application/activity+json")
@@ -267,13 +267,13 @@ pub(super) async fn published_key(http: &reqwest::Client, key_id: &str) -> sig::
 }
 
 /// Standard base64 with padding.
-pub(super) fn base64_of(b: &[u8]) -> String {
+pub(crate) fn base64_of(b: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(b)
 }
 
 /// Publishes an Ed25519 Multikey for `name` next to its RSA key; returns the signing pair.
-pub(super) fn add_ed25519(remote: &Remote, name: &str) -> ring::signature::Ed25519KeyPair {
+pub(crate) fn add_ed25519(remote: &Remote, name: &str) -> ring::signature::Ed25519KeyPair {
     use ring::signature::KeyPair as _;
     let doc =
         ring::signature::Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new()).unwrap();
@@ -293,7 +293,7 @@ pub(super) fn add_ed25519(remote: &Remote, name: &str) -> ring::signature::Ed255
 }
 
 /// POSTs `body` to `url`, signed RFC 9421 by `key_id` with `alg` through `sign`.
-pub(super) async fn post_rfc9421(
+pub(crate) async fn post_rfc9421(
     http: &reqwest::Client,
     url: &str,
     body: &[u8],

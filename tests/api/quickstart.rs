@@ -1,0 +1,322 @@
+//! The quickstart's local steps, as written in docs/quickstart.md: its configuration file passes
+//! `check-config` with its secrets file and serves; its nginx site, run in front of that server
+//! over TLS, passes `Host` through so the fediverse documents name the public host; its
+//! Caddyfile is valid. Only what cannot exist here is changed (ports, paths, the certificate),
+//! and each change is asserted to have found its line, so an edit of the document that breaks a
+//! step breaks this test.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use switchboard::transports::activitypub::sig;
+
+use crate::activitypub::remote::{Remote, note_create, now_s, rsa_sign};
+use crate::helpers::{Binary, wait_for};
+
+fn doc() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/quickstart.md"))
+        .unwrap()
+}
+
+/// The first fenced block of language `lang` after the heading that starts with `heading`.
+fn block(doc: &str, heading: &str, lang: &str) -> String {
+    let at = doc
+        .find(&format!("\n## {heading}"))
+        .unwrap_or_else(|| panic!("no section {heading:?}"));
+    let fence = format!("```{lang}\n");
+    let start = doc[at..]
+        .find(&fence)
+        .unwrap_or_else(|| panic!("no {lang} block under {heading:?}"))
+        + at
+        + fence.len();
+    let end = doc[start..].find("```").unwrap() + start;
+    doc[start..end].to_owned()
+}
+
+/// `text` with `from` replaced by `to`, which must occur.
+fn swap(text: &str, from: &str, to: &str) -> String {
+    assert!(text.contains(from), "the quickstart no longer has {from:?}");
+    text.replace(from, to)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A self-signed certificate for `sb.example.com` in `dir`: (chain, key).
+fn certificate(dir: &Path) -> (String, String) {
+    let (crt, key) = (dir.join("fullchain.pem"), dir.join("privkey.pem"));
+    let out = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=sb.example.com"])
+        .args(["-addext", "subjectAltName=DNS:sb.example.com"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .output()
+        .expect("openssl (scripts/peers/quickstart.sh)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (crt.display().to_string(), key.display().to_string())
+}
+
+struct Nginx(Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quickstart_configuration_and_proxy_work_as_written() {
+    if !crate::helpers::interop("quickstart") {
+        return;
+    }
+    let doc = doc();
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = certificate(dir.path());
+
+    // Step 3: the configuration, with this machine's ports and paths.
+    let mut config = block(&doc, "3. Configure", "toml");
+    config = swap(
+        &config,
+        "bind = \"127.0.0.1:8080\"",
+        "bind = \"127.0.0.1:0\"",
+    );
+    config = swap(
+        &config,
+        "sqlite:///var/lib/switchboard/switchboard.db",
+        &format!("sqlite://{}/switchboard.db", dir.path().display()),
+    );
+    config = swap(&config, "bind = \"0.0.0.0:25\"", "bind = \"127.0.0.1:0\"");
+    config = swap(&config, "/etc/switchboard/tls/fullchain.pem", &crt);
+    config = swap(&config, "/etc/switchboard/tls/privkey.pem", &key);
+    // The metrics listener too, so parallel tests do not collide; and logs the harness reads.
+    config = swap(
+        &config,
+        "[server]\n",
+        "[server]\nmetrics_bind = \"127.0.0.1:0\"\n",
+    );
+    config.push_str("\n[log]\nformat = \"json\"\n");
+    // The fediverse server of this test is on loopback, where switchboard fetches its key.
+    config.push_str("\n[net]\nallow_private_addresses = true\n");
+    let file = dir.path().join("switchboard.toml");
+    std::fs::write(&file, &config).unwrap();
+    let secrets: Vec<(String, String)> = block(&doc, "3. Configure", "sh")
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    assert_eq!(secrets.len(), 3, "the secrets file");
+    let env: Vec<(&str, &str)> = secrets
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+
+    let check = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("--config")
+        .arg(&file)
+        .arg("check-config")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success(),
+        "check-config: {printed}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    for (_, secret) in &secrets {
+        assert!(!printed.contains(secret.as_str()), "a secret was printed");
+    }
+
+    // Step 5: it serves, with STARTTLS on the certificate.
+    let server = Binary::start_with_env(&file, &env);
+    assert!(server.smtp.is_some(), "SMTP is listening");
+
+    // Step 4: the nginx site in front of it, over TLS; and, as the control, the same site
+    // without the line that passes `Host` through.
+    let site = block(&doc, "4. HTTPS in front", "nginx");
+    let host_line = "        proxy_set_header Host $host;\n";
+    let nginx = std::env::var("SWITCHBOARD_NGINX").unwrap_or_else(|_| "/usr/sbin/nginx".into());
+    let start_site = |name: &str, site: &str| -> (Nginx, u16) {
+        let port = free_port();
+        let mut site = swap(
+            site,
+            "listen 443 ssl;",
+            &format!("listen 127.0.0.1:{port} ssl;"),
+        );
+        site = swap(&site, "    listen [::]:443 ssl;\n", "");
+        site = swap(
+            &site,
+            "/etc/letsencrypt/live/sb.example.com/fullchain.pem",
+            &crt,
+        );
+        site = swap(
+            &site,
+            "/etc/letsencrypt/live/sb.example.com/privkey.pem",
+            &key,
+        );
+        site = swap(
+            &site,
+            "proxy_pass http://127.0.0.1:8080;",
+            &format!("proxy_pass http://{};", server.http),
+        );
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let d = d.display();
+        let conf = format!(
+            "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log;\n\
+             events {{}}\nhttp {{\naccess_log off;\nclient_body_temp_path {d};\n\
+             proxy_temp_path {d};\n{site}\n}}\n"
+        );
+        let conf_file = dir.path().join(format!("{name}.conf"));
+        std::fs::write(&conf_file, conf).unwrap();
+        let test = Command::new(&nginx)
+            .arg("-t")
+            .arg("-c")
+            .arg(&conf_file)
+            .output()
+            .expect("nginx (scripts/peers/quickstart.sh)");
+        assert!(
+            test.status.success(),
+            "nginx -t: {}",
+            String::from_utf8_lossy(&test.stderr)
+        );
+        let child = Command::new(&nginx)
+            .arg("-c")
+            .arg(&conf_file)
+            .args(["-g", "daemon off;"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        (Nginx(child), port)
+    };
+    let (_documented, port) = start_site("documented", &site);
+    let (_control, control_port) = start_site("control", &swap(&site, host_line, ""));
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .resolve(
+            "sb.example.com",
+            std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        )
+        .build()
+        .unwrap();
+    let base = format!("https://sb.example.com:{port}");
+    let jrd: Value = wait_for(20, "nginx to answer", || async {
+        let r = http
+            .get(format!(
+                "{base}/.well-known/webfinger?resource=acct:helper@sb.example.com"
+            ))
+            .send()
+            .await
+            .ok()?;
+        (r.status() == 200).then_some(r.json().await.ok()?)
+    })
+    .await;
+    assert_eq!(jrd["subject"], "acct:helper@sb.example.com", "{jrd}");
+    let actor: Value = http
+        .get(format!("{base}/agents/helper"))
+        .header("Accept", "application/activity+json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    // The proxy passed Host through: the documents name the public host, not the upstream.
+    assert_eq!(
+        actor["id"], "https://sb.example.com/agents/helper",
+        "{actor}"
+    );
+    assert_eq!(actor["preferredUsername"], "helper");
+    let card: Value = http
+        .get(format!("{base}/agents/helper/agent-card.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(card["name"], "Helper", "{card}");
+
+    // A fediverse server signs over the public host; through the documented site the
+    // signature verifies (202), through the control it cannot (401).
+    let remote = Remote::start().await;
+    remote.add_actor("alice");
+    let helper = "https://sb.example.com/agents/helper";
+    let post = |port: u16, n: &str| {
+        let activity = note_create(
+            &remote,
+            "alice",
+            n,
+            vec![helper.into()],
+            vec![],
+            &[(helper, "@helper@sb.example.com")],
+            "<p>@helper hello</p>",
+        );
+        let body = serde_json::to_vec(&activity).unwrap();
+        let signed_url = url::Url::parse("https://sb.example.com/inbox").unwrap();
+        let headers = sig::sign_cavage::<()>(
+            "POST",
+            &signed_url,
+            Some(&body),
+            &remote.key_id("alice"),
+            now_s(),
+            |m| Ok(rsa_sign(m)),
+        )
+        .unwrap();
+        let mut req = http
+            .post(format!("https://sb.example.com:{port}/inbox"))
+            .header("content-type", "application/activity+json")
+            .header("host", "sb.example.com")
+            .body(body);
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        req.send()
+    };
+    let through = post(port, "n1").await.unwrap();
+    assert_eq!(through.status(), 202, "{:?}", through.text().await);
+    let control = post(control_port, "n2").await.unwrap();
+    assert_eq!(
+        control.status(),
+        401,
+        "without Host passed through the signature cannot verify"
+    );
+
+    // The Caddyfile parses.
+    let caddyfile = dir.path().join("Caddyfile");
+    std::fs::write(&caddyfile, block(&doc, "4. HTTPS in front", "caddyfile")).unwrap();
+    let out = Command::new("caddy")
+        .args(["adapt", "--adapter", "caddyfile", "--config"])
+        .arg(&caddyfile)
+        .output()
+        .expect("caddy (scripts/peers/quickstart.sh)");
+    assert!(
+        out.status.success(),
+        "caddy adapt: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let adapted: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = adapted.to_string();
+    assert!(
+        text.contains("sb.example.com") && text.contains("127.0.0.1:8080"),
+        "{text}"
+    );
+    drop(server);
+}
