@@ -14,6 +14,7 @@ mod cli;
 mod connections;
 mod crash;
 mod deploy;
+mod doctor;
 mod email;
 mod helpers;
 mod keys;
