@@ -174,10 +174,16 @@ pub async fn run(config: &Config, clock: SharedClock, opts: &Options) -> Report 
     report
 }
 
-/// GET `url` through the guarded client, as JSON.
-async fn get_json(http: &HttpClient, url: &str, accept: &'static str) -> Result<Value, String> {
+/// GET `url` through the guarded client; a non-2xx status is an error.
+async fn get(
+    http: &HttpClient,
+    url: &str,
+    accept: Option<&'static str>,
+) -> Result<crate::net::HttpResponse, String> {
     let mut headers = HeaderMap::new();
-    headers.insert(ACCEPT, HeaderValue::from_static(accept));
+    if let Some(a) = accept {
+        headers.insert(ACCEPT, HeaderValue::from_static(a));
+    }
     let r = http
         .send(HttpRequest {
             method: Method::GET,
@@ -191,23 +197,18 @@ async fn get_json(http: &HttpClient, url: &str, accept: &'static str) -> Result<
     if !r.status.is_success() {
         return Err(format!("GET {url}: HTTP {}", r.status.as_u16()));
     }
+    Ok(r)
+}
+
+/// GET `url` as JSON.
+async fn get_json(http: &HttpClient, url: &str, accept: &'static str) -> Result<Value, String> {
+    let r = get(http, url, Some(accept)).await?;
     serde_json::from_slice(&r.body).map_err(|e| format!("GET {url}: not JSON ({e})"))
 }
 
+/// GET `url` as text, trimmed.
 async fn get_text(http: &HttpClient, url: &str) -> Result<String, String> {
-    let r = http
-        .send(HttpRequest {
-            method: Method::GET,
-            url,
-            headers: HeaderMap::new(),
-            body: None,
-            timeout: Some(STEP_TIMEOUT),
-        })
-        .await
-        .map_err(|e| format!("GET {url}: {e}"))?;
-    if !r.status.is_success() {
-        return Err(format!("GET {url}: HTTP {}", r.status.as_u16()));
-    }
+    let r = get(http, url, None).await?;
     Ok(String::from_utf8_lossy(&r.body).trim().to_owned())
 }
 

@@ -84,6 +84,22 @@ async fn peer_received(http: &reqwest::Client, peer: &Peer) -> Vec<Value> {
         .unwrap()
 }
 
+/// Waits (30 s at most) until Fedify has received an activity that `matches`.
+async fn peer_receives(
+    http: &reqwest::Client,
+    peer: &Peer,
+    what: &str,
+    matches: impl Fn(&Value) -> bool,
+) -> Value {
+    wait_for(30, what, || async {
+        peer_received(http, peer)
+            .await
+            .into_iter()
+            .find(|a| matches(a))
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fedify_follows_mentions_and_gets_replies() {
     if !interop() {
@@ -104,11 +120,8 @@ async fn fedify_follows_mentions_and_gets_replies() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "{:?}", r.text().await);
-    let accept = wait_for(30, "Fedify to receive the Accept", || async {
-        peer_received(&t.http, &peer)
-            .await
-            .into_iter()
-            .find(|a| a["type"] == "Accept")
+    let accept = peer_receives(&t.http, &peer, "Fedify to receive the Accept", |a| {
+        a["type"] == "Accept"
     })
     .await;
     assert_eq!(accept["actor"], echo);
@@ -160,11 +173,8 @@ async fn fedify_follows_mentions_and_gets_replies() {
             .as_deref()
             .is_some_and(|k| k.starts_with(&alice))
     );
-    let reply = wait_for(30, "Fedify to receive the reply", || async {
-        peer_received(&t.http, &peer)
-            .await
-            .into_iter()
-            .find(|a| a["type"] == "Create" && a["object"]["inReplyTo"] == sent["note"])
+    let reply = peer_receives(&t.http, &peer, "Fedify to receive the reply", |a| {
+        a["type"] == "Create" && a["object"]["inReplyTo"] == sent["note"]
     })
     .await;
     let note = &reply["object"];
@@ -429,11 +439,8 @@ async fn fedify_finds_an_agent_under_the_handle_domain() {
 
     // Follow by handle → Accept.
     admin("follow", json!({"target": handle})).await;
-    let accept = wait_for(30, "Fedify to receive the Accept", || async {
-        peer_received(&t.http, &peer)
-            .await
-            .into_iter()
-            .find(|a| a["type"] == "Accept")
+    let accept = peer_receives(&t.http, &peer, "Fedify to receive the Accept", |a| {
+        a["type"] == "Accept"
     })
     .await;
     assert_eq!(accept["actor"], echo);
@@ -454,11 +461,8 @@ async fn fedify_finds_an_agent_under_the_handle_domain() {
         p => panic!("{p:?}"),
     };
     assert_eq!(text, format!("{handle} hello by handle"));
-    let reply = wait_for(30, "Fedify to receive the reply", || async {
-        peer_received(&t.http, &peer)
-            .await
-            .into_iter()
-            .find(|a| a["type"] == "Create" && a["object"]["inReplyTo"] == sent["note"])
+    let reply = peer_receives(&t.http, &peer, "Fedify to receive the reply", |a| {
+        a["type"] == "Create" && a["object"]["inReplyTo"] == sent["note"]
     })
     .await;
     assert_eq!(reply["actor"], echo);
