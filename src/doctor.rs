@@ -954,6 +954,22 @@ mod tests {
     }
 
     #[test]
+    fn certificate_ends_in_both_time_forms() {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let end = |name: &str| {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/email")
+                .join(name);
+            not_after(&CertificateDer::from_pem_file(path).unwrap())
+        };
+        // GeneralizedTime (after 2049) and UTCTime.
+        assert_eq!(end("tls.crt"), Some(4_948_930_300));
+        assert_eq!(end("utc-time.crt"), Some(2_111_004_891));
+        assert_eq!(not_after(b"\x30\x03\x02\x01\x01"), None);
+    }
+
+    #[test]
     fn dkim_p_tag() {
         assert_eq!(
             dkim_key("v=DKIM1; k=rsa; p=MII BIj"),
