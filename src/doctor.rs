@@ -7,7 +7,7 @@
 //! `email.dns_records` (TXT) and `email.dns_mx` (MX), as the email transport reads them.
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -607,18 +607,29 @@ async fn mail_checks(
         .into_iter()
         .find(|t| t.to_ascii_lowercase().starts_with("v=spf1"));
     let sender = config.email.relay_host.clone().unwrap_or(hostname.clone());
+    let sender_ips = match sender.parse::<IpAddr>() {
+        Ok(ip) => vec![ip],
+        Err(_) => dns.ips(&sender).await,
+    };
+    let facts = SpfFacts {
+        sender: &sender,
+        sender_ips: &sender_ips,
+        domain: &domain,
+        domain_ips: &dns.ips(&domain).await,
+        mx: &mx,
+    };
     match spf {
         None => report.fail(
             "spf",
             format!("{domain} has no SPF record"),
             format!("publish `{domain}. IN TXT \"v=spf1 a:{sender} -all\"`"),
         ),
-        Some(s) if spf_covers(&s, &sender, &domain, &hostname) => {
+        Some(s) if spf_covers(&s, &facts) => {
             report.pass("spf", format!("{domain} SPF \"{s}\" covers {sender}"));
         }
         Some(s) => report.fail(
             "spf",
-            format!("{domain} SPF \"{s}\" does not name {sender}"),
+            format!("{domain} SPF \"{s}\" does not let {sender} send"),
             format!("add `a:{sender}` (or the relay's include:) to the SPF record of {domain}"),
         ),
     }
@@ -693,24 +704,82 @@ async fn mail_checks(
     }
 }
 
-/// Whether an SPF record names `sender` (by `a:`, `mx` of the domain when the sender is our
-/// host, `include:` of it) or passes everything.
-fn spf_covers(spf: &str, sender: &str, domain: &str, hostname: &str) -> bool {
-    spf.split_ascii_whitespace().any(|term| {
-        let t = term.trim_start_matches(['+', '?']).to_ascii_lowercase();
-        let target = t
-            .split_once(':')
-            .map(|(_, v)| v.split('/').next().unwrap_or(v));
-        match t.split([':', '/']).next().unwrap_or_default() {
-            "all" => !term.starts_with(['-', '~']),
-            "a" | "include" | "exists" => target.is_some_and(|v| v.eq_ignore_ascii_case(sender)),
-            "mx" => {
-                sender.eq_ignore_ascii_case(hostname)
-                    && target.is_none_or(|v| v.eq_ignore_ascii_case(domain))
+/// What an SPF record is judged against: the host that sends our mail and what DNS says.
+struct SpfFacts<'a> {
+    /// The sending host (the relay, or our SMTP host).
+    sender: &'a str,
+    /// Its addresses (none known offline, unless it is an address itself).
+    sender_ips: &'a [IpAddr],
+    /// The mail domain.
+    domain: &'a str,
+    /// The mail domain's own addresses.
+    domain_ips: &'a [IpAddr],
+    /// The mail domain's MX hosts.
+    mx: &'a [String],
+}
+
+/// Whether an SPF record lets the sender send: `+all`, `a`/`a:`, `mx`/`mx:`, `ip4:`/`ip6:`
+/// networks holding one of its addresses, or an `include:`/`exists:` of its own domain (a
+/// relay's published record). Terms qualified `-`, `~` or `?` authorise nothing.
+fn spf_covers(spf: &str, f: &SpfFacts<'_>) -> bool {
+    let is = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+    spf.split_ascii_whitespace().skip(1).any(|term| {
+        if term.starts_with(['-', '~', '?']) {
+            return false;
+        }
+        let term = term.trim_start_matches('+').to_ascii_lowercase();
+        let (mech, arg) = match term.split_once(':') {
+            Some((m, a)) => (m, Some(a)),
+            None => (term.split('/').next().unwrap_or_default(), None),
+        };
+        // `a:host/24`: the host, without the prefix length.
+        let host = arg.map(|a| a.split('/').next().unwrap_or(a));
+        match mech {
+            "all" => true,
+            "a" => {
+                let target = host.unwrap_or(f.domain);
+                is(target, f.sender)
+                    || (is(target, f.domain)
+                        && f.sender_ips.iter().any(|i| f.domain_ips.contains(i)))
+            }
+            "mx" => is(host.unwrap_or(f.domain), f.domain) && f.mx.iter().any(|m| is(m, f.sender)),
+            "include" | "exists" => host.is_some_and(|h| {
+                is(h, f.sender) || f.sender.to_ascii_lowercase().ends_with(&format!(".{h}"))
+            }),
+            "ip4" | "ip6" => {
+                arg.is_some_and(|net| f.sender_ips.iter().any(|ip| in_network(*ip, net)))
             }
             _ => false,
         }
     })
+}
+
+/// Whether `ip` is in `net` (`192.0.2.0/24`, `2001:db8::/32`, or one address).
+fn in_network(ip: IpAddr, net: &str) -> bool {
+    let (addr, len) = net.split_once('/').unwrap_or((net, ""));
+    let Ok(addr) = addr.parse::<IpAddr>() else {
+        return false;
+    };
+    let bits = |ip: IpAddr| -> (u128, u32) {
+        match ip {
+            IpAddr::V4(v) => (u128::from(u32::from(v)), 32),
+            IpAddr::V6(v) => (u128::from(v), 128),
+        }
+    };
+    let ((a, width), (b, other)) = (bits(ip), bits(addr));
+    if width != other {
+        return false;
+    }
+    let len = if len.is_empty() {
+        width
+    } else {
+        len.parse().unwrap_or(u32::MAX)
+    };
+    if len > width {
+        return false;
+    }
+    let shift = width - len;
+    a.checked_shr(shift).unwrap_or(0) == b.checked_shr(shift).unwrap_or(0)
 }
 
 /// The `p=` of a DKIM key record, whitespace removed.
@@ -932,25 +1001,48 @@ mod tests {
 
     #[test]
     fn spf_terms() {
-        let c = |spf| spf_covers(spf, "mx.example.org", "example.org", "mx.example.org");
-        assert!(c("v=spf1 a:mx.example.org -all"));
-        assert!(c("v=spf1 mx -all"));
-        assert!(c("v=spf1 mx:example.org ~all"));
-        assert!(c("v=spf1 +all"));
-        assert!(!c("v=spf1 a:other.example -all"));
-        assert!(!c("v=spf1 -all"));
-        assert!(!spf_covers(
+        let ips: Vec<IpAddr> = vec!["192.0.2.25".parse().unwrap()];
+        let mx = vec!["mx.example.org".to_owned()];
+        let ours = SpfFacts {
+            sender: "mx.example.org",
+            sender_ips: &ips,
+            domain: "example.org",
+            domain_ips: &ips,
+            mx: &mx,
+        };
+        let c = |spf| spf_covers(spf, &ours);
+        for yes in [
+            "v=spf1 a:mx.example.org -all",
+            "v=spf1 A:MX.example.org/24 -all",
+            "v=spf1 a -all",
             "v=spf1 mx -all",
-            "relay.example.net",
-            "example.org",
-            "mx.example.org"
-        ));
-        assert!(spf_covers(
-            "v=spf1 include:relay.example.net -all",
-            "relay.example.net",
-            "example.org",
-            "mx.example.org"
-        ));
+            "v=spf1 +mx:example.org ~all",
+            "v=spf1 ip4:192.0.2.0/24 -all",
+            "v=spf1 ip4:192.0.2.25 -all",
+            "v=spf1 +all",
+        ] {
+            assert!(c(yes), "{yes}");
+        }
+        for no in [
+            "v=spf1 a:other.example -all",
+            "v=spf1 -all",
+            "v=spf1 -a:mx.example.org ~all",
+            "v=spf1 ip4:198.51.100.0/24 -all",
+            "v=spf1 ip6:2001:db8::/32 -all",
+            "v=spf1 ?all",
+        ] {
+            assert!(!c(no), "{no}");
+        }
+        let relay = SpfFacts {
+            sender: "smtp.relay.example.net",
+            sender_ips: &[],
+            ..ours
+        };
+        assert!(!spf_covers("v=spf1 mx -all", &relay));
+        assert!(spf_covers("v=spf1 include:relay.example.net -all", &relay));
+        assert!(in_network("2001:db8::1".parse().unwrap(), "2001:db8::/32"));
+        assert!(!in_network("2001:db9::1".parse().unwrap(), "2001:db8::/32"));
+        assert!(in_network("10.1.2.3".parse().unwrap(), "0.0.0.0/0"));
     }
 
     #[test]

@@ -283,7 +283,7 @@ async fn each_wrong_thing_fails_with_its_fix() {
                     .dns_records
                     .insert(DOMAIN.into(), "v=spf1 a:other.test -all".into());
             }),
-            "does not name localhost",
+            "does not let localhost send",
         ),
         (
             "dkim",
