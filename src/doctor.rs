@@ -611,20 +611,13 @@ async fn mail_checks(
         Ok(ip) => vec![ip],
         Err(_) => dns.ips(&sender).await,
     };
-    let facts = SpfFacts {
-        sender: &sender,
-        sender_ips: &sender_ips,
-        domain: &domain,
-        domain_ips: &dns.ips(&domain).await,
-        mx: &mx,
-    };
     match spf {
         None => report.fail(
             "spf",
             format!("{domain} has no SPF record"),
             format!("publish `{domain}. IN TXT \"v=spf1 a:{sender} -all\"`"),
         ),
-        Some(s) if spf_covers(&s, &facts) => {
+        Some(s) if spf_allows(&dns, &domain, &s, &sender, &sender_ips, 3).await => {
             report.pass("spf", format!("{domain} SPF \"{s}\" covers {sender}"));
         }
         Some(s) => report.fail(
@@ -704,6 +697,75 @@ async fn mail_checks(
     }
 }
 
+/// The domains an SPF record hands over to: its `include:` terms that authorise (no `-`, `~`
+/// or `?`), then its `redirect=`.
+fn spf_targets(spf: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut redirect = None;
+    for term in spf.split_ascii_whitespace().skip(1) {
+        let lower = term.to_ascii_lowercase();
+        if let Some(d) = lower
+            .strip_prefix("include:")
+            .or(lower.strip_prefix("+include:"))
+        {
+            out.push(d.to_owned());
+        } else if let Some(d) = lower.strip_prefix("redirect=") {
+            redirect = Some(d.to_owned());
+        }
+    }
+    out.extend(redirect);
+    out
+}
+
+/// Whether the SPF record of `domain` lets the sender send, following `include:` and
+/// `redirect=` up to `depth` levels (each included domain judged with its own addresses and
+/// MX hosts).
+async fn spf_allows(
+    dns: &Dns,
+    domain: &str,
+    record: &str,
+    sender: &str,
+    sender_ips: &[IpAddr],
+    depth: u8,
+) -> bool {
+    let facts = SpfFacts {
+        sender,
+        sender_ips,
+        domain,
+        domain_ips: &dns.ips(domain).await,
+        mx: &dns.mx(domain).await,
+    };
+    if spf_covers(record, &facts) {
+        return true;
+    }
+    if depth == 0 {
+        return false;
+    }
+    for target in spf_targets(record) {
+        let Some(next) = dns
+            .txt(&target)
+            .await
+            .into_iter()
+            .find(|t| t.to_ascii_lowercase().starts_with("v=spf1"))
+        else {
+            continue;
+        };
+        if Box::pin(spf_allows(
+            dns,
+            &target,
+            &next,
+            sender,
+            sender_ips,
+            depth - 1,
+        ))
+        .await
+        {
+            return true;
+        }
+    }
+    false
+}
+
 /// What an SPF record is judged against: the host that sends our mail and what DNS says.
 struct SpfFacts<'a> {
     /// The sending host (the relay, or our SMTP host).
@@ -718,9 +780,9 @@ struct SpfFacts<'a> {
     mx: &'a [String],
 }
 
-/// Whether an SPF record lets the sender send: `+all`, `a`/`a:`, `mx`/`mx:`, `ip4:`/`ip6:`
-/// networks holding one of its addresses, or an `include:`/`exists:` of its own domain (a
-/// relay's published record). Terms qualified `-`, `~` or `?` authorise nothing.
+/// Whether an SPF record by itself lets the sender send: `+all`, `a`/`a:`, `mx`/`mx:`,
+/// `ip4:`/`ip6:` networks holding one of its addresses ([`spf_allows`] follows `include:` and
+/// `redirect=`). Terms qualified `-`, `~` or `?` authorise nothing.
 fn spf_covers(spf: &str, f: &SpfFacts<'_>) -> bool {
     let is = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
     spf.split_ascii_whitespace().skip(1).any(|term| {
@@ -743,9 +805,6 @@ fn spf_covers(spf: &str, f: &SpfFacts<'_>) -> bool {
                         && f.sender_ips.iter().any(|i| f.domain_ips.contains(i)))
             }
             "mx" => is(host.unwrap_or(f.domain), f.domain) && f.mx.iter().any(|m| is(m, f.sender)),
-            "include" | "exists" => host.is_some_and(|h| {
-                is(h, f.sender) || f.sender.to_ascii_lowercase().ends_with(&format!(".{h}"))
-            }),
             "ip4" | "ip6" => {
                 arg.is_some_and(|net| f.sender_ips.iter().any(|ip| in_network(*ip, net)))
             }
@@ -1039,7 +1098,16 @@ mod tests {
             ..ours
         };
         assert!(!spf_covers("v=spf1 mx -all", &relay));
-        assert!(spf_covers("v=spf1 include:relay.example.net -all", &relay));
+        assert!(!spf_covers(
+            "v=spf1 include:_spf.relay.example.net -all",
+            &relay
+        ));
+        assert_eq!(
+            spf_targets(
+                "v=spf1 ip4:192.0.2.1 include:_spf.a.test -include:b.test ~include:c.test redirect=_spf.d.test"
+            ),
+            vec!["_spf.a.test", "_spf.d.test"]
+        );
         assert!(in_network("2001:db8::1".parse().unwrap(), "2001:db8::/32"));
         assert!(!in_network("2001:db9::1".parse().unwrap(), "2001:db8::/32"));
         assert!(in_network("10.1.2.3".parse().unwrap(), "0.0.0.0/0"));

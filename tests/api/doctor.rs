@@ -319,6 +319,23 @@ async fn each_wrong_thing_fails_with_its_fix() {
         assert!(report.failed());
     }
 
+    // With a relay, SPF is followed through include: to the relay's own record.
+    let relayed = |relay_spf: &str| {
+        let mut c = right.clone();
+        c.email.relay_host = Some("127.0.0.1".into());
+        let r = &mut c.email.dns_records;
+        r.insert(DOMAIN.into(), "v=spf1 include:_spf.relay.test -all".into());
+        r.insert("_spf.relay.test".into(), relay_spf.to_owned());
+        c
+    };
+    let ok = relayed("v=spf1 ip4:127.0.0.0/8 -all");
+    let (level, text) = check(&run(&t, &ok, now_s()).await, "spf");
+    assert_eq!(level, Level::Pass, "{text}");
+    let elsewhere = relayed("v=spf1 ip4:192.0.2.0/24 -all");
+    let (level, text) = check(&run(&t, &elsewhere, now_s()).await, "spf");
+    assert_eq!(level, Level::Fail, "{text}");
+    assert!(text.contains("does not let 127.0.0.1 send"), "{text}");
+
     // The test certificate's end, read from the certificate itself.
     let pem = std::fs::read(fixture("tls.crt")).unwrap();
     let der = {
