@@ -117,7 +117,7 @@ impl Application {
             .map_err(|e| Error::Startup(format!("HTTP client: {e}")))?;
         let mut agents = AgentRegistry::from_config(
             &config.agents,
-            site.domain(),
+            site.handle_domain(),
             &http_client,
             &clock,
             &db,

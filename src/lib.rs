@@ -7,6 +7,7 @@ pub mod app;
 pub mod blobs;
 pub mod clock;
 pub mod config;
+pub mod doctor;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;

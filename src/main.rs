@@ -55,6 +55,13 @@ enum Command {
     },
     /// Print the DNS TXT record publishing the DKIM key of outbound mail (made on first use).
     Dkim,
+    /// Check from the outside what federation and mail need (public documents, DNS records,
+    /// the SMTP certificate, the database): pass/warn/fail with the fix; exits 1 on a failure.
+    Doctor {
+        /// Reach the SMTP listener here instead of `{email.hostname}:25`.
+        #[arg(long)]
+        smtp: Option<SocketAddr>,
+    },
     /// Write the JSON Schemas of the contract into DIR.
     Schema {
         /// Output directory.
@@ -163,6 +170,19 @@ async fn main() -> anyhow::Result<()> {
                 .collect();
             println!("{name}. IN TXT {}", chunks.join(" "));
             db.close().await;
+        }
+        Command::Doctor { smtp } => {
+            let config = Config::from_env(cli.config.as_deref())?;
+            let clock: switchboard::clock::SharedClock = std::sync::Arc::new(SystemClock);
+            let opts = switchboard::doctor::Options {
+                smtp,
+                now_unix_s: clock.now_ms() / 1000,
+            };
+            let report = switchboard::doctor::run(&config, clock, &opts).await;
+            print!("{report}");
+            if report.failed() {
+                std::process::exit(1);
+            }
         }
         Command::Agents => {
             let config = Config::from_env(cli.config.as_deref())?;

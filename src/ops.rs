@@ -48,7 +48,7 @@ pub fn agent_addresses(config: &Config) -> Result<Vec<AgentAddresses>> {
         .iter()
         .map(|a| AgentAddresses {
             name: a.name.clone(),
-            handle: format!("@{}@{}", a.name, site.domain()),
+            handle: format!("@{}@{}", a.name, site.handle_domain()),
             email: site.mail_domain().map(|d| format!("{}@{d}", a.name)),
             card_url: config
                 .a2a

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 pub struct Site {
     base: String,
     domain: String,
+    handle_domain: String,
     mail_domain: Option<String>,
 }
 
@@ -23,9 +24,11 @@ impl Site {
         let domain = config
             .domain()
             .ok_or_else(|| Error::Config("server.public_url: no host".into()))?;
+        let handle_domain = config.handle_domain().unwrap_or_else(|| domain.clone());
         Ok(Self {
             base: url.as_str().trim_end_matches('/').to_owned(),
             domain,
+            handle_domain,
             mail_domain: config.email.enabled.then(|| config.mail_domain()).flatten(),
         })
     }
@@ -43,11 +46,18 @@ impl Site {
         format!("{}{path}", self.base)
     }
 
-    /// The web domain agents' handles live on: the public host, with the port when it is not
+    /// The web domain this server answers on: the public host, with the port when it is not
     /// the scheme's default (`example.org`, `localhost:8080`).
     #[must_use]
     pub fn domain(&self) -> &str {
         &self.domain
+    }
+
+    /// The domain of agents' fediverse handles (`@name@{handle_domain}`):
+    /// `server.handle_domain`, else [`Self::domain`].
+    #[must_use]
+    pub fn handle_domain(&self) -> &str {
+        &self.handle_domain
     }
 
     /// The domain of agents' email addresses (`email.domain`, else the public host) when the
@@ -74,10 +84,15 @@ mod tests {
         assert_eq!(site.base_url(), "https://sb.example.org:8443");
         assert_eq!(site.url("/inbox"), "https://sb.example.org:8443/inbox");
         assert_eq!(site.domain(), "sb.example.org:8443");
+        assert_eq!(site.handle_domain(), "sb.example.org:8443");
         assert_eq!(site.mail_domain(), Some("sb.example.org"));
         config.email.domain = Some("Example.ORG".into());
         let site = Site::from_config(&config).expect("site");
         assert_eq!(site.mail_domain(), Some("example.org"));
+        config.server.handle_domain = Some("Example.ORG".into());
+        let site = Site::from_config(&config).expect("site");
+        assert_eq!(site.handle_domain(), "example.org");
+        assert_eq!(site.domain(), "sb.example.org:8443", "the web host stays");
     }
 
     #[test]

@@ -242,6 +242,12 @@ impl Config {
         self.server.domain()
     }
 
+    /// The domain of agents' fediverse handles: `server.handle_domain`, else [`Self::domain`].
+    #[must_use]
+    pub fn handle_domain(&self) -> Option<String> {
+        self.server.handle_domain()
+    }
+
     /// The configuration as TOML with secrets masked.
     ///
     /// # Errors

@@ -14,6 +14,10 @@ pub struct ServerConfig {
     pub bind: SocketAddr,
     /// Public base URL with scheme; defaults to `http://{bind}`.
     pub public_url: Option<String>,
+    /// The domain in agents' fediverse handles when it is not the public URL's host: agents are
+    /// `@name@{handle_domain}` while their actors stay under `public_url`. That domain's
+    /// `/.well-known/webfinger` must redirect (or proxy) to this server.
+    pub handle_domain: Option<String>,
     /// Address of the Prometheus metrics listener.
     pub metrics_bind: SocketAddr,
     /// HTTP worker threads.
@@ -47,6 +51,7 @@ impl Default for ServerConfig {
         Self {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             public_url: None,
+            handle_domain: None,
             metrics_bind: SocketAddr::from(([127, 0, 0, 1], 9464)),
             workers: 2,
             max_body_bytes: 1024 * 1024,
@@ -112,6 +117,23 @@ impl ServerConfig {
                 }
             }
             Err(e) => problems.push(e),
+        }
+        if let Some(d) = &self.handle_domain
+            && !is_domain(d)
+        {
+            problems.push(format!(
+                "server.handle_domain {d:?}: a host name (with an optional port), without a \
+                 scheme or path"
+            ));
+        }
+    }
+
+    /// The domain of agents' fediverse handles: `handle_domain`, else the public host (with
+    /// its port when not the default), lowercased.
+    pub(super) fn handle_domain(&self) -> Option<String> {
+        match &self.handle_domain {
+            Some(d) => Some(d.to_lowercase()),
+            None => self.domain(),
         }
     }
 }

@@ -434,4 +434,27 @@ fn an_openai_backend_is_checked() {
         api_key: None,
     };
     c.check().unwrap();
+
+#[test]
+fn the_handle_domain_is_a_bare_host_name() {
+    let mut c = Config::default();
+    assert_eq!(c.handle_domain().unwrap(), "127.0.0.1:8080");
+    c.server.public_url = Some("https://sb.example.com".into());
+    c.server.handle_domain = Some("Example.com".into());
+    c.check().unwrap();
+    assert_eq!(c.handle_domain().unwrap(), "example.com");
+    assert_eq!(c.domain().unwrap(), "sb.example.com");
+    for bad in [
+        "https://example.com",
+        "example.com/path",
+        "",
+        "exa mple.com",
+    ] {
+        c.server.handle_domain = Some(bad.into());
+        let problems = c.check().unwrap_err().to_string();
+        assert!(
+            problems.contains("server.handle_domain") && problems.contains("without a scheme"),
+            "{bad}: {problems}"
+        );
+    }
 }

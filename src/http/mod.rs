@@ -77,6 +77,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: AppState, max_body: usize)
     cfg.app_data(web::Data::new(state))
         .app_data(web::PayloadConfig::new(max_body))
         .route("/healthz", web::get().to(healthz))
+        .route("/healthz/host", web::get().to(seen_host))
         .route("/readyz", web::get().to(readyz))
         .route("/media/{digest}", web::get().to(media))
         .configure(policy::routes);
@@ -84,6 +85,21 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: AppState, max_body: usize)
 
 async fn healthz() -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain").body("ok")
+}
+
+/// The `Host` this request arrived with, so `switchboard doctor` can tell whether a proxy in
+/// front passes the public one (inbound HTTP signatures cover it).
+async fn seen_host(req: actix_web::HttpRequest) -> HttpResponse {
+    let host = req
+        .headers()
+        .get(actix_web::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    HttpResponse::Ok()
+        .content_type("text/plain")
+        .insert_header(("Cache-Control", "no-store"))
+        .body(host)
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {

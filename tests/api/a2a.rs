@@ -586,6 +586,44 @@ async fn hub_routes_by_handle_and_context(engine: Engine) {
 }
 on_both_engines!(hub_routes_by_handle_and_context);
 
+/// With `server.handle_domain`, a lead `@name@domain` names the agent under the handle domain
+/// and under the server's own host alike; another domain falls to the default agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_routes_a_handle_on_either_domain() {
+    let t = spawn_app(Engine::Sqlite, |c, o| {
+        c.server.handle_domain = Some("example.com".into());
+        o.agents.push((
+            "other".into(),
+            std::sync::Arc::new(crate::helpers::RecordingAgent::default()),
+        ));
+    })
+    .await;
+    let host = t.domain();
+    for (lead, agent) in [
+        ("@other@example.com".to_owned(), "other"),
+        (format!("@other@{host}"), "other"),
+        ("@other@elsewhere.example".to_owned(), "echo"),
+    ] {
+        let r = rpc(
+            &t,
+            "/a2a",
+            "SendMessage",
+            json!({"message": user_message(&format!("{lead} hi"))}),
+        )
+        .await;
+        let id = r["result"]["task"]["id"].clone();
+        assert!(id.is_string(), "{r}");
+        let at = rpc(
+            &t,
+            &format!("/agents/{agent}/a2a"),
+            "GetTask",
+            json!({"id": id}),
+        )
+        .await;
+        assert_eq!(at["result"]["id"], id, "{lead} went to {agent}");
+    }
+}
+
 async fn idempotency_key_and_resend(engine: Engine) {
     let t = spawn_app(engine, |_, o| {
         o.agents.push((

@@ -15,6 +15,7 @@ mod cli;
 mod connections;
 mod crash;
 mod deploy;
+mod doctor;
 mod email;
 mod examples;
 mod helpers;

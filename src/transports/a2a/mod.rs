@@ -171,6 +171,7 @@ async fn build_state(
         policies,
         trust: parts.trust.clone(),
         public_url: public_url.to_owned(),
+        web_domain: parts.site.domain().to_owned(),
     }))
 }
 

@@ -317,7 +317,15 @@ async fn thread_of(inner: &Inner, note: &Value) -> (String, Option<store::Object
 /// within the media size limit; what cannot be stored becomes a link.
 async fn parts_of(inner: &Inner, note: &Value) -> Vec<Part> {
     let mut parts = Vec::new();
-    let text = mapping::note_text(note);
+    // A mention of one of our agents reads as its handle (`@name@{handle domain}`), whatever
+    // name the sender's tag gave it.
+    let mut mentions = mapping::mention_names(note);
+    for (href, addr) in &mut mentions {
+        if let Some(agent) = inner.local_agent(href) {
+            addr.clone_from(&agent.address);
+        }
+    }
+    let text = mapping::note_text_with(note, &mentions);
     if !text.is_empty() {
         parts.push(Part::text(text));
     }

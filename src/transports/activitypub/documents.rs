@@ -59,10 +59,15 @@ async fn webfinger(state: web::Data<HttpState>, q: web::Query<WfQuery>) -> HttpR
     let Some(resource) = q.resource.as_deref() else {
         return HttpResponse::BadRequest().json(json!({"error": "resource is required"}));
     };
+    // An agent answers under its handle domain and under the server's own host: a remote
+    // server that only knows the actor checks `preferredUsername@{actor host}` first.
     let agent = if let Some(acct) = resource.strip_prefix("acct:") {
         let acct = acct.trim_start_matches('@');
         acct.rsplit_once('@')
-            .filter(|(_, d)| d.eq_ignore_ascii_case(&inner.domain))
+            .filter(|(_, d)| {
+                d.eq_ignore_ascii_case(&inner.domain)
+                    || d.eq_ignore_ascii_case(&inner.handle_domain)
+            })
             .and_then(|(n, _)| inner.agents.get(n))
     } else {
         inner.local_agent(resource)
@@ -88,7 +93,7 @@ async fn webfinger(state: web::Data<HttpState>, q: web::Query<WfQuery>) -> HttpR
         links.push(json!({"rel": "mailto", "href": format!("mailto:{}@{mail}", agent.name)}));
     }
     jrd(json!({
-        "subject": format!("acct:{}@{}", agent.name, inner.domain),
+        "subject": format!("acct:{}@{}", agent.name, inner.handle_domain),
         "aliases": [actor],
         "links": links,
     }))
@@ -205,7 +210,7 @@ async fn actor_doc(inner: &Inner, agent: &Agent) -> crate::Result<Value> {
         "endpoints": {"sharedInbox": format!("{}/inbox", inner.base)},
         "manuallyApprovesFollowers": false,
         "discoverable": true,
-        "webfinger": format!("{}@{}", agent.name, inner.domain),
+        "webfinger": format!("{}@{}", agent.name, inner.handle_domain),
         "publicKey": {
             "id": format!("{id}#main-key"),
             "owner": id,
@@ -250,7 +255,7 @@ fn profile_page(inner: &Inner, agent: &Agent) -> HttpResponse {
         n = escape(name),
         a = escape(&actor),
         u = escape(&agent.name),
-        d = escape(&inner.domain),
+        d = escape(&inner.handle_domain),
         s = escape(agent.summary.as_deref().unwrap_or_default()),
     );
     HttpResponse::Ok()

@@ -226,7 +226,12 @@ pub fn address_of(actor: &Value) -> Option<String> {
 /// The plain text of a note: `summary` (content warning) first, then the content.
 #[must_use]
 pub fn note_text(note: &Value) -> String {
-    let mentions = mention_names(note);
+    note_text_with(note, &mention_names(note))
+}
+
+/// [`note_text`] with the mention links' addresses given (href → `@user@domain`).
+#[must_use]
+pub fn note_text_with(note: &Value, mentions: &HashMap<String, String>) -> String {
     let content = str_of(note, "content")
         .or_else(|| {
             note.get("contentMap")
@@ -234,9 +239,9 @@ pub fn note_text(note: &Value) -> String {
                 .and_then(|m| m.values().find_map(Value::as_str))
         })
         .unwrap_or_default();
-    let body = html::to_text(content, &mentions);
+    let body = html::to_text(content, mentions);
     let cw = str_of(note, "summary")
-        .map(|s| html::to_text(s, &mentions))
+        .map(|s| html::to_text(s, mentions))
         .filter(|s| !s.is_empty());
     let name = str_of(note, "name").filter(|s| !s.is_empty());
     match (name, cw) {

@@ -68,8 +68,10 @@ struct Inner {
     cfg: ActivityPubConfig,
     /// `https://example.org` (no trailing slash).
     base: String,
-    /// `example.org[:port]`.
+    /// `example.org[:port]`: the host of `base`.
     domain: String,
+    /// The domain of agents' handles (`server.handle_domain`, else `domain`).
+    handle_domain: String,
     /// The agents' mail domain when the email transport is on (WebFinger `mailto:` links).
     mail_domain: Option<String>,
     allow_private: bool,
@@ -98,6 +100,7 @@ impl ActivityPub {
                 cfg: parts.config.activitypub.clone(),
                 base: site.base_url().to_owned(),
                 domain: site.domain().to_owned(),
+                handle_domain: site.handle_domain().to_owned(),
                 mail_domain: site.mail_domain().map(str::to_owned),
                 allow_private: parts.config.net.allow_private_addresses,
                 seen_cleanup: std::sync::atomic::AtomicI64::new(0),

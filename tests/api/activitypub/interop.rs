@@ -1,5 +1,6 @@
 //! Interop with a real Fedify 2.3.6 server, run when the Fedify peer is installed.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -26,6 +27,11 @@ fn interop() -> bool {
 }
 
 async fn start_peer() -> Peer {
+    start_peer_with(&[]).await
+}
+
+/// Starts the peer with extra environment variables.
+async fn start_peer_with(env: &[(&str, &str)]) -> Peer {
     let dir = std::env::var("SWITCHBOARD_AP_PEER_DIR")
         .expect("SWITCHBOARD_AP_PEER_DIR (source scripts/peers/activitypub.sh)");
     let node = std::env::var("SWITCHBOARD_AP_NODE").expect("SWITCHBOARD_AP_NODE");
@@ -42,6 +48,7 @@ async fn start_peer() -> Peer {
         .arg(&copy)
         .current_dir(&dir)
         .env("PEER_PORT", port.to_string())
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("the Fedify peer starts");
@@ -77,6 +84,22 @@ async fn peer_received(http: &reqwest::Client, peer: &Peer) -> Vec<Value> {
         .unwrap()
 }
 
+/// Waits (30 s at most) until Fedify has received an activity that `matches`.
+async fn peer_receives(
+    http: &reqwest::Client,
+    peer: &Peer,
+    what: &str,
+    matches: impl Fn(&Value) -> bool,
+) -> Value {
+    wait_for(30, what, || async {
+        peer_received(http, peer)
+            .await
+            .into_iter()
+            .find(|a| matches(a))
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fedify_follows_mentions_and_gets_replies() {
     if !interop() {
@@ -97,11 +120,8 @@ async fn fedify_follows_mentions_and_gets_replies() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "{:?}", r.text().await);
-    let accept = wait_for(30, "Fedify to receive the Accept", || async {
-        peer_received(&t.http, &peer)
-            .await
-            .into_iter()
-            .find(|a| a["type"] == "Accept")
+    let accept = peer_receives(&t.http, &peer, "Fedify to receive the Accept", |a| {
+        a["type"] == "Accept"
     })
     .await;
     assert_eq!(accept["actor"], echo);
@@ -153,11 +173,8 @@ async fn fedify_follows_mentions_and_gets_replies() {
             .as_deref()
             .is_some_and(|k| k.starts_with(&alice))
     );
-    let reply = wait_for(30, "Fedify to receive the reply", || async {
-        peer_received(&t.http, &peer)
-            .await
-            .into_iter()
-            .find(|a| a["type"] == "Create" && a["object"]["inReplyTo"] == sent["note"])
+    let reply = peer_receives(&t.http, &peer, "Fedify to receive the reply", |a| {
+        a["type"] == "Create" && a["object"]["inReplyTo"] == sent["note"]
     })
     .await;
     let note = &reply["object"];
@@ -267,5 +284,187 @@ async fn fedify_gets_a_consent_link_whose_button_resumes_the_thread() {
     let res = agent.nth(2).await.policy_resolution.expect("a resolution");
     assert!(res.verified);
     assert_eq!(res.in_reply_to_state, state);
+    drop(peer);
+}
+
+/// The operator's main site at `https://127.0.0.1:{port}` (the handle domain): nothing of its
+/// own, but `/.well-known/webfinger` proxied to switchboard, as the handle domain must serve
+/// it. TLS with the test CA's certificate for 127.0.0.1; every request target is recorded.
+struct MainSite {
+    port: u16,
+    upstream: Arc<Mutex<String>>,
+    requests: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for MainSite {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn main_site() -> MainSite {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<_> = CertificateDer::pem_file_iter(tls_fixture("tls.crt"))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(tls_fixture("tls.key")).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let upstream = Arc::new(Mutex::new(String::new()));
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let (up, seen) = (upstream.clone(), requests.clone());
+    let http = reqwest::Client::new();
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, up, seen, http) =
+                (acceptor.clone(), up.clone(), seen.clone(), http.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut head = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let target = String::from_utf8_lossy(&head)
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or("/")
+                    .to_owned();
+                seen.lock().unwrap().push(target.clone());
+                let (status, ctype, body) = if target.starts_with("/.well-known/webfinger") {
+                    let url = format!("{}{target}", up.lock().unwrap());
+                    let r = http.get(url).send().await.unwrap();
+                    let ctype = r
+                        .headers()
+                        .get("content-type")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("application/octet-stream")
+                        .to_owned();
+                    (
+                        r.status().as_u16(),
+                        ctype,
+                        r.bytes().await.unwrap().to_vec(),
+                    )
+                } else {
+                    (404, "text/plain".to_owned(), b"the main site".to_vec())
+                };
+                let head = format!(
+                    "HTTP/1.1 {status} Proxied\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = tls.write_all(head.as_bytes()).await;
+                let _ = tls.write_all(&body).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    MainSite {
+        port,
+        upstream,
+        requests,
+        task,
+    }
+}
+
+fn tls_fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/email")
+        .join(name)
+}
+
+/// `server.handle_domain`: Fedify finds `@echo@{main site}` by WebFinger at the main site (which
+/// proxies it to switchboard), gets the actor on switchboard's host, follows it, mentions it by
+/// that handle and gets a reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fedify_finds_an_agent_under_the_handle_domain() {
+    if !interop() {
+        return;
+    }
+    let site = main_site().await;
+    let ca = tls_fixture("ca.crt");
+    let peer = start_peer_with(&[("NODE_EXTRA_CA_CERTS", ca.to_str().unwrap())]).await;
+    let handle_domain = format!("127.0.0.1:{}", site.port);
+    let hd = handle_domain.clone();
+    let s = setup(Engine::Sqlite, move |c| {
+        c.server.handle_domain = Some(hd);
+    })
+    .await;
+    let t = &s.t;
+    *site.upstream.lock().unwrap() = t.base.clone();
+    let echo = format!("{}/agents/echo", t.base);
+    let handle = format!("@echo@{handle_domain}");
+    let admin = |path: &str, body: Value| {
+        let req = t
+            .http
+            .post(format!("{}/admin/{path}", peer.base))
+            .json(&body);
+        async move {
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 200, "{:?}", r.text().await);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+
+    // The handle resolves, through the main site's WebFinger, to the actor on our host.
+    let found = admin("lookup", json!({"target": handle})).await;
+    assert_eq!(found["id"], echo, "{found}");
+    assert_eq!(found["preferredUsername"], "echo");
+    assert!(
+        site.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.starts_with("/.well-known/webfinger?")),
+        "Fedify asked the main site"
+    );
+
+    // Follow by handle → Accept.
+    admin("follow", json!({"target": handle})).await;
+    let accept = peer_receives(&t.http, &peer, "Fedify to receive the Accept", |a| {
+        a["type"] == "Accept"
+    })
+    .await;
+    assert_eq!(accept["actor"], echo);
+
+    // Mention by handle → the agent is addressed by it, and the reply comes back.
+    let sent = admin(
+        "note",
+        json!({"target": handle, "text": "hello by handle", "visibility": "public", "mention": handle}),
+    )
+    .await;
+    let msg = wait_for(30, "the agent call", || async {
+        s.echo.seen.lock().unwrap().first().cloned()
+    })
+    .await;
+    assert_eq!(msg.recipient, handle);
+    let text = match &msg.parts[0] {
+        switchboard::message::Part::Text(t) => t.content.clone(),
+        p => panic!("{p:?}"),
+    };
+    assert_eq!(text, format!("{handle} hello by handle"));
+    let reply = peer_receives(&t.http, &peer, "Fedify to receive the reply", |a| {
+        a["type"] == "Create" && a["object"]["inReplyTo"] == sent["note"]
+    })
+    .await;
+    assert_eq!(reply["actor"], echo);
     drop(peer);
 }

@@ -11,6 +11,7 @@ mod contexts;
 mod delivery;
 mod documents;
 mod fixtures;
+mod handle_domain;
 mod inbox;
 mod interop;
 mod interop_rs;

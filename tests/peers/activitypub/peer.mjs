@@ -5,7 +5,10 @@
 // federation routes, answers a small admin API the tests drive:
 //   POST /admin/follow   {"target": actorUrl}                         -> sends Follow
 //   POST /admin/note     {"target": actorUrl, "text", "visibility", "mention"} -> sends Create(Note)
+//   POST /admin/lookup   {"target": actorUrl or "@user@host"}           -> {id, preferredUsername}
 //   GET  /admin/received                                              -> activities received (JSON-LD)
+// A target may be a handle, which Fedify resolves by WebFinger (over https, as it always does
+// for handles; NODE_EXTRA_CA_CERTS names a test CA).
 // Prints "READY <port>" once listening.
 import { Temporal } from "@js-temporal/polyfill";
 import { serve } from "@hono/node-server";
@@ -90,6 +93,9 @@ async function admin(req, url) {
   const target = await ctx.lookupObject(body.target);
   if (target == null) return json({ error: "target not found" }, 404);
   const me = ctx.getActorUri("alice");
+  if (url.pathname === "/admin/lookup") {
+    return json({ id: target.id?.href, preferredUsername: target.preferredUsername });
+  }
   if (url.pathname === "/admin/follow") {
     const id = new URL(`${origin}/follows/${crypto.randomUUID()}`);
     await ctx.sendActivity(

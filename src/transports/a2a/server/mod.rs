@@ -59,6 +59,9 @@ pub struct A2aState {
     pub trust: TrustVerifier,
     /// The public base URL (the advertised endpoints are below it).
     pub public_url: String,
+    /// The public host (with its port when not the default); an `@name@{this}` lead also
+    /// names a local agent when handles are on another domain (`server.handle_domain`).
+    pub web_domain: String,
 }
 
 impl A2aState {

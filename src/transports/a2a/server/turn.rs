@@ -31,8 +31,8 @@ pub(super) fn addressed_agent(state: &A2aState, parts: &[Value]) -> Option<Strin
     let name = name.trim_end_matches([',', ':']);
     let agents = state.pipeline.agents();
     if domain.is_some_and(|d| {
-        !d.trim_end_matches([',', ':'])
-            .eq_ignore_ascii_case(agents.domain())
+        let d = d.trim_end_matches([',', ':']);
+        !d.eq_ignore_ascii_case(agents.domain()) && !d.eq_ignore_ascii_case(&state.web_domain)
     }) {
         return None;
     }
