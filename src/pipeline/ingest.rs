@@ -290,6 +290,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
             let payload = serde_json::to_string(&DispatchJob {
                 message_id: p.msg.id.clone(),
                 new_thread: created.remove(p.msg.thread_id.as_str()),
+                chain: Vec::new(),
             })?;
             Ok((format!("dispatch:{}", p.msg.id), payload))
         })
