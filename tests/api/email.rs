@@ -1961,6 +1961,7 @@ async fn a_sender_over_its_rate_gets_451() {
 }
 
 mod durable;
+mod multi_agent;
 mod policy;
 mod roles;
 
