@@ -14,6 +14,7 @@ mod fixtures;
 mod inbox;
 mod interop;
 mod interop_rs;
+mod multi_agent;
 mod remote;
 mod verification;
 
