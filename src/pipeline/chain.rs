@@ -64,7 +64,9 @@ pub fn inline_handles(text: &str) -> Vec<&str> {
         if start > 0 && handle_char(char::from(bytes[start - 1])) {
             continue;
         }
-        let name_len = text[i..].find(|c: char| !handle_char(c)).unwrap_or(text.len() - i);
+        let name_len = text[i..]
+            .find(|c: char| !handle_char(c))
+            .unwrap_or(text.len() - i);
         let at = i + name_len;
         if name_len == 0 || bytes.get(at) != Some(&b'@') {
             continue;
@@ -153,7 +155,10 @@ pub(super) fn siblings(
             );
             break;
         }
-        if visited.iter().any(|v| v.eq_ignore_ascii_case(&sibling.name)) {
+        if visited
+            .iter()
+            .any(|v| v.eq_ignore_ascii_case(&sibling.name))
+        {
             tracing::info!(
                 agent = %agent.name,
                 mentioned = %sibling.name,

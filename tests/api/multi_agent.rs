@@ -134,8 +134,12 @@ async fn two_agents_mentioning_each_other_stop_at_max_hops(engine: Engine) {
     let a = MentionAgent::new("a");
     let b = MentionAgent::new("b");
     let c = MentionAgent::new("c");
-    let t = spawn_with(engine, Some(3), &[("a", a.clone()), ("b", b.clone()), ("c", c.clone())])
-        .await;
+    let t = spawn_with(
+        engine,
+        Some(3),
+        &[("a", a.clone()), ("b", b.clone()), ("c", c.clone())],
+    )
+    .await;
     // The mentions need the domain, known only once the server runs.
     let (ra, rb, rc) = (t.agent("a"), t.agent("b"), t.agent("c"));
     a.mention(&[&rb]);
@@ -156,7 +160,10 @@ async fn two_agents_mentioning_each_other_stop_at_max_hops(engine: Engine) {
     assert_eq!(to_b.recipient, rb);
     assert_eq!(to_b.thread_id, out.thread_id);
     assert_eq!(text_of(&to_b.parts), "a says hi");
-    assert_eq!(to_b.sender.extra["on_behalf_of"], json!(["@alice@remote.example"]));
+    assert_eq!(
+        to_b.sender.extra["on_behalf_of"],
+        json!(["@alice@remote.example"])
+    );
     // c sees the whole conversation: the person, a's reply; b's words are its own turn.
     let to_c = &c.seen()[0];
     let history: Vec<(String, String)> = to_c
@@ -195,7 +202,8 @@ async fn two_agents_mentioning_each_other_stop_at_max_hops(engine: Engine) {
     let t1 = spawn_with(engine, Some(1), &[("a", a1.clone()), ("b", b1.clone())]).await;
     let rb1 = t1.agent("b");
     a1.mention(&[&rb1]);
-    t1.ingest("one-1", message(&t1.agent("a"), "one", "hello")).await;
+    t1.ingest("one-1", message(&t1.agent("a"), "one", "hello"))
+        .await;
     settle(&t1).await;
     assert_eq!((a1.calls(), b1.calls()), (1, 0));
 }
@@ -209,18 +217,25 @@ async fn an_agent_is_never_woken_twice_in_one_chain(engine: Engine) {
     let (ra, rb) = (t.agent("a"), t.agent("b"));
     a.mention(&[&rb]);
     b.mention(&[&ra, &ra]);
-    t.ingest("pingpong-1", message(&ra, "pingpong", "start")).await;
+    t.ingest("pingpong-1", message(&ra, "pingpong", "start"))
+        .await;
     settle(&t).await;
     assert_eq!((a.calls(), b.calls()), (1, 1));
-    assert_eq!(b.seen()[0].recipient_capabilities.agent_chain.unwrap().hop, 2);
+    assert_eq!(
+        b.seen()[0].recipient_capabilities.agent_chain.unwrap().hop,
+        2
+    );
     // A new message from the person starts a new chain: a answers again, and b once more.
-    t.ingest("pingpong-2", message(&ra, "pingpong", "again")).await;
+    t.ingest("pingpong-2", message(&ra, "pingpong", "again"))
+        .await;
     settle(&t).await;
     assert_eq!((a.calls(), b.calls()), (2, 2));
     // a's second turn sees b's earlier reply in its history (same thread).
     let history = a.seen()[1].history.clone().unwrap_or_default();
     assert!(
-        history.iter().any(|h| h.sender.address == rb && text_of(&h.parts) == "b says hi"),
+        history
+            .iter()
+            .any(|h| h.sender.address == rb && text_of(&h.parts) == "b says hi"),
         "{history:?}"
     );
 }
@@ -233,7 +248,9 @@ async fn a2a_task_when_done(t: &TestApp, agent: &str, task_id: &str) -> Value {
             .http
             .post(format!("{}/agents/{agent}/a2a", t.base))
             .header("A2A-Version", "1.0")
-            .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}}))
+            .json(
+                &json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}}),
+            )
             .send()
             .await
             .unwrap()
@@ -281,8 +298,12 @@ async fn an_a2a_callers_chain_is_continued(engine: Engine) {
     let a = MentionAgent::new("a");
     let b = MentionAgent::new("b");
     let c = MentionAgent::new("c");
-    let t = spawn_with(engine, Some(5), &[("a", a.clone()), ("b", b.clone()), ("c", c.clone())])
-        .await;
+    let t = spawn_with(
+        engine,
+        Some(5),
+        &[("a", a.clone()), ("b", b.clone()), ("c", c.clone())],
+    )
+    .await;
     let (rb, rc) = (t.agent("b"), t.agent("c"));
     a.mention(&[&rb]);
     b.mention(&[&rc]);
@@ -290,12 +311,14 @@ async fn an_a2a_callers_chain_is_continued(engine: Engine) {
         .http
         .post(format!("{}/agents/a/a2a", t.base))
         .header("A2A-Version", "1.0")
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
             "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
                         "parts": [{"text": "from another agent"}],
                         "metadata": {"mentionable": {
                             "agent_chain": {"hop": 2, "max_hops": 3, "is_final": false}}}},
-            "configuration": {"returnImmediately": true}}}))
+            "configuration": {"returnImmediately": true}}}),
+        )
         .send()
         .await
         .unwrap()

@@ -20,7 +20,11 @@ fn creates(remote: &Remote) -> Vec<Value> {
 
 fn strs(v: &Value) -> Vec<String> {
     v.as_array()
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -85,7 +89,10 @@ async fn a_mentioned_agent_is_addressed_woken_and_threaded(engine: Engine) {
         .filter(|t| t["type"] == "Mention")
         .map(|t| t["href"].as_str().unwrap().to_owned())
         .collect();
-    assert!(tags_h.contains(&alice) && tags_h.contains(&scout_iri), "{nh}");
+    assert!(
+        tags_h.contains(&alice) && tags_h.contains(&scout_iri),
+        "{nh}"
+    );
     // scout's reply answers helper's note, in the same context, addressing alice and helper.
     assert_eq!(ns["inReplyTo"], nh["id"], "{ns}");
     assert!(nh["context"].is_string(), "{nh}");
@@ -108,5 +115,8 @@ async fn a_mentioned_agent_is_addressed_woken_and_threaded(engine: Engine) {
     // scout's history holds alice's note (helper's words are the turn itself).
     let history = to_scout.history.clone().unwrap_or_default();
     assert_eq!(history.len(), 1, "{history:?}");
-    assert_eq!(history[0].sender.address, format!("@alice@{}", remote.base.trim_start_matches("http://")));
+    assert_eq!(
+        history[0].sender.address,
+        format!("@alice@{}", remote.base.trim_start_matches("http://"))
+    );
 }
