@@ -164,6 +164,12 @@ impl Sender {
 /// to another; it is information, never evidence.
 pub const ON_BEHALF_OF: &str = "on_behalf_of";
 
+/// The key of a NormalizedMessage (beside its known fields) that lists the further local
+/// agents (addresses) its sender addressed alongside `recipient` on a transport that gives the
+/// sender one answer (the A2A hub's leading `@handles`): they answer after the recipient, in its
+/// chain, as if its answer had mentioned them.
+pub const ALSO_ADDRESSED: &str = "also_addressed";
+
 impl NormalizedMessage {
     /// Whom a chain continuing from this turn works for: what the sender says
     /// ([`ON_BEHALF_OF`]), else the sender itself.

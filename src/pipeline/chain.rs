@@ -18,8 +18,8 @@
 
 use crate::agents::{Agent, AgentRegistry};
 use crate::message::{
-    AgentChain, MentionRelay, NormalizedMessage, NormalizedResponse, ON_BEHALF_OF, Part, Sender,
-    Timestamp,
+    ALSO_ADDRESSED, AgentChain, MentionRelay, NormalizedMessage, NormalizedResponse, ON_BEHALF_OF,
+    Part, Sender, Timestamp,
 };
 
 /// A turn switchboard hands to a sibling agent on behalf of the agent that mentioned it.
@@ -109,12 +109,23 @@ fn mentioned(
     } else {
         Vec::new()
     };
+    // The agents a person addressed alongside this one, where the transport gives one answer,
+    // come after it in the chain that person's turn starts.
+    let also: Vec<&str> = match answered.extra.get(ALSO_ADDRESSED) {
+        Some(serde_json::Value::Array(a))
+            if answered.recipient_capabilities.agent_chain.is_none() =>
+        {
+            a.iter().filter_map(serde_json::Value::as_str).collect()
+        }
+        _ => Vec::new(),
+    };
     let addresses = response
         .mentions
         .iter()
         .flatten()
         .map(String::as_str)
-        .chain(texts.iter().flat_map(|t| inline_handles(t)));
+        .chain(texts.iter().flat_map(|t| inline_handles(t)))
+        .chain(also);
     for a in addresses {
         if let Some(m) = agents.resolve(a)
             && !m.name.eq_ignore_ascii_case(&agent.name)
@@ -189,6 +200,7 @@ pub(super) fn siblings(
         msg.received_at = now;
         msg.policy_resolution = None;
         msg.received_trace = None;
+        msg.extra.remove(ALSO_ADDRESSED);
         // What a transport saw before the first turn is in the thread's history by now.
         msg.extra.remove(crate::agents::assembly::THREAD_CONTEXT);
         out.push(Sibling {

@@ -333,3 +333,56 @@ async fn an_a2a_callers_chain_is_continued(engine: Engine) {
     assert_eq!((cb.hop, cb.max_hops, cb.is_final), (3, 3, true));
 }
 on_both_engines!(an_a2a_callers_chain_is_continued);
+
+async fn a2a_hub_message_to_several_agents_reaches_each_once(engine: Engine) {
+    // "@a @b …" at the hub: a answers, then b (seeing a's reply), and the caller gets both
+    // in one answer. Neither mentions anyone.
+    let a = MentionAgent::new("a");
+    let b = MentionAgent::new("b");
+    let c = MentionAgent::new("c");
+    let t = spawn_with(
+        engine,
+        None,
+        &[("a", a.clone()), ("b", b.clone()), ("c", c.clone())],
+    )
+    .await;
+    let (ra, rb) = (t.agent("a"), t.agent("b"));
+    let body: Value = t
+        .http
+        .post(format!("{}/a2a", t.base))
+        .header("A2A-Version", "1.0")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+                        "parts": [{"text": format!("@a {rb} @a plan a trip, not @c")}]},
+            "configuration": {"returnImmediately": true}}}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let task_id = body["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let done = a2a_task_when_done(&t, "a", &task_id).await;
+    settle(&t).await;
+    assert_eq!((a.calls(), b.calls(), c.calls()), (1, 1, 0));
+    let to_b = &b.seen()[0];
+    assert_eq!(to_b.sender.address, ra);
+    assert_eq!(to_b.recipient_capabilities.agent_chain.unwrap().hop, 2);
+    assert!(to_b.extra.get("also_addressed").is_none(), "{to_b:?}");
+    // b sees the caller's message in its history; a's reply is the turn itself.
+    let history = to_b.history.clone().unwrap_or_default();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert!(text_of(&history[0].parts).contains("plan a trip"));
+    let artifacts = done["result"]["artifacts"].as_array().unwrap();
+    assert_eq!(artifacts.len(), 1, "{done}");
+    let texts: Vec<&str> = artifacts[0]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["a says hi", "b says hi"]);
+}
+on_both_engines!(a2a_hub_message_to_several_agents_reaches_each_once);
