@@ -475,18 +475,11 @@ impl JobHandler for DispatchHandler {
             })
             .collect();
         let relayed = messages::insert_many(&mut tx, &sibling_rows, now).await?;
-        let sibling_jobs = siblings
-            .iter()
-            .map(|(_, s)| {
-                let payload = serde_json::to_string(&DispatchJob {
-                    message_id: s.msg.id.clone(),
-                    new_thread: false,
-                    chain: s.chain.clone(),
-                })?;
-                Ok((format!("dispatch:{}", s.msg.id), payload))
-            })
-            .collect::<std::result::Result<Vec<_>, serde_json::Error>>()
-            .map_err(Error::corrupt)?;
+        let sibling_jobs = DispatchJob::rows(siblings.iter().map(|(_, s)| DispatchJob {
+            message_id: s.msg.id.clone(),
+            new_thread: false,
+            chain: s.chain.clone(),
+        }))?;
         let woken = core
             .queue
             .enqueue(&mut tx, kinds::DISPATCH, &sibling_jobs, now)

@@ -48,6 +48,22 @@ pub(crate) struct DispatchJob {
     pub(crate) chain: Vec<String>,
 }
 
+impl DispatchJob {
+    /// The `(job id, payload)` rows of `jobs`, as the queue takes them (the job id is stable:
+    /// `dispatch:{message id}`).
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when a payload cannot be serialised.
+    pub(crate) fn rows(jobs: impl Iterator<Item = Self>) -> Result<Vec<(String, String)>> {
+        jobs.map(|j| {
+            let payload = serde_json::to_string(&j)?;
+            Ok((format!("dispatch:{}", j.message_id), payload))
+        })
+        .collect::<std::result::Result<Vec<_>, serde_json::Error>>()
+        .map_err(Error::corrupt)
+    }
+}
+
 /// Payload of a `deliver` job.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct DeliverJob {

@@ -11,6 +11,7 @@ use switchboard::error::OutboundError;
 use switchboard::message::{NormalizedMessage, NormalizedResponse, Part};
 
 use crate::helpers::{Engine, TestApp, job_states, message, on_both_engines, spawn_app, wait_for};
+use crate::pipeline::text_of;
 
 /// An agent that answers "{name} says hi" and mentions the agents it is told to: in
 /// `response.mentions`, or written inline in its text.
@@ -101,6 +102,30 @@ async fn spawn_with(
     .await
 }
 
+/// A server with three mention agents, `a`, `b` and `c`.
+async fn trio(
+    engine: Engine,
+    max_hops: Option<u32>,
+) -> (
+    TestApp,
+    Arc<MentionAgent>,
+    Arc<MentionAgent>,
+    Arc<MentionAgent>,
+) {
+    let (a, b, c) = (
+        MentionAgent::new("a"),
+        MentionAgent::new("b"),
+        MentionAgent::new("c"),
+    );
+    let t = spawn_with(
+        engine,
+        max_hops,
+        &[("a", a.clone()), ("b", b.clone()), ("c", c.clone())],
+    )
+    .await;
+    (t, a, b, c)
+}
+
 /// Waits until no job is ready or running, twice in a row a little apart (a chain's next turn
 /// is enqueued by the commit of the one before).
 async fn settle(t: &TestApp) {
@@ -118,28 +143,32 @@ async fn settle(t: &TestApp) {
     .await;
 }
 
-fn text_of(parts: &[Part]) -> String {
-    parts
-        .iter()
-        .filter_map(|p| match p {
-            Part::Text(t) => Some(t.content.clone()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+/// A2A 1.0 `SendMessage` of `message` (returning at once) to the JSON-RPC endpoint at `path`;
+/// the id of the task it starts.
+async fn a2a_start(t: &TestApp, path: &str, message: Value) -> String {
+    let body: Value = t
+        .http
+        .post(format!("{}{path}", t.base))
+        .header("A2A-Version", "1.0")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": message, "configuration": {"returnImmediately": true}}}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task: {body}"))
+        .to_owned()
 }
 
 async fn two_agents_mentioning_each_other_stop_at_max_hops(engine: Engine) {
     // Three agents in a ring (a → b → c → a): only the hop limit stops it.
-    let a = MentionAgent::new("a");
-    let b = MentionAgent::new("b");
-    let c = MentionAgent::new("c");
-    let t = spawn_with(
-        engine,
-        Some(3),
-        &[("a", a.clone()), ("b", b.clone()), ("c", c.clone())],
-    )
-    .await;
+    let (t, a, b, c) = trio(engine, Some(3)).await;
     // The mentions need the domain, known only once the server runs.
     let (ra, rb, rc) = (t.agent("a"), t.agent("b"), t.agent("c"));
     a.mention(&[&rb]);
@@ -295,37 +324,19 @@ on_both_engines!(a2a_caller_gets_one_combined_answer);
 
 async fn an_a2a_callers_chain_is_continued(engine: Engine) {
     // A caller at hop 2 of 3: our agent answers as hop 2 and may wake one sibling, the last.
-    let a = MentionAgent::new("a");
-    let b = MentionAgent::new("b");
-    let c = MentionAgent::new("c");
-    let t = spawn_with(
-        engine,
-        Some(5),
-        &[("a", a.clone()), ("b", b.clone()), ("c", c.clone())],
-    )
-    .await;
+    let (t, a, b, c) = trio(engine, Some(5)).await;
     let (rb, rc) = (t.agent("b"), t.agent("c"));
     a.mention(&[&rb]);
     b.mention(&[&rc]);
-    let body: Value = t
-        .http
-        .post(format!("{}/agents/a/a2a", t.base))
-        .header("A2A-Version", "1.0")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-            "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
-                        "parts": [{"text": "from another agent"}],
-                        "metadata": {"mentionable": {
-                            "agent_chain": {"hop": 2, "max_hops": 3, "is_final": false}}}},
-            "configuration": {"returnImmediately": true}}}),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let task_id = body["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let task_id = a2a_start(
+        &t,
+        "/agents/a/a2a",
+        json!({"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+               "parts": [{"text": "from another agent"}],
+               "metadata": {"mentionable": {
+                   "agent_chain": {"hop": 2, "max_hops": 3, "is_final": false}}}}),
+    )
+    .await;
     a2a_task_when_done(&t, "a", &task_id).await;
     settle(&t).await;
     assert_eq!((a.calls(), b.calls(), c.calls()), (1, 1, 0));
@@ -337,33 +348,15 @@ on_both_engines!(an_a2a_callers_chain_is_continued);
 async fn a2a_hub_message_to_several_agents_reaches_each_once(engine: Engine) {
     // "@a @b …" at the hub: a answers, then b (seeing a's reply), and the caller gets both
     // in one answer. Neither mentions anyone.
-    let a = MentionAgent::new("a");
-    let b = MentionAgent::new("b");
-    let c = MentionAgent::new("c");
-    let t = spawn_with(
-        engine,
-        None,
-        &[("a", a.clone()), ("b", b.clone()), ("c", c.clone())],
+    let (t, a, b, c) = trio(engine, None).await;
+    let (ra, rb) = (t.agent("a"), t.agent("b"));
+    let task_id = a2a_start(
+        &t,
+        "/a2a",
+        json!({"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+               "parts": [{"text": format!("@a {rb} @a plan a trip, not @c")}]}),
     )
     .await;
-    let (ra, rb) = (t.agent("a"), t.agent("b"));
-    let body: Value = t
-        .http
-        .post(format!("{}/a2a", t.base))
-        .header("A2A-Version", "1.0")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-            "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
-                        "parts": [{"text": format!("@a {rb} @a plan a trip, not @c")}]},
-            "configuration": {"returnImmediately": true}}}),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let task_id = body["result"]["task"]["id"].as_str().unwrap().to_owned();
     let done = a2a_task_when_done(&t, "a", &task_id).await;
     settle(&t).await;
     assert_eq!((a.calls(), b.calls(), c.calls()), (1, 1, 0));

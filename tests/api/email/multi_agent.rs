@@ -2,10 +2,8 @@
 //! carries it in `Cc`, and switchboard wakes it directly; its own reply goes to the same person,
 //! threaded under the mentioning agent's mail, with that agent in `Cc`.
 
-use switchboard::config::{DnsMode, RelayTls};
-
-use super::{Catcher, DOMAIN, dkimpy_sign, dns_records, header, peers, swaks};
-use crate::helpers::{Engine, on_both_engines, spawn_app};
+use super::{Catcher, header, peers, send_from_alice, spawn_email_agents};
+use crate::helpers::{Engine, on_both_engines};
 use crate::multi_agent::MentionAgent;
 
 on_both_engines!(a_mentioned_agent_is_copied_and_answers_in_the_thread);
@@ -14,39 +12,21 @@ async fn a_mentioned_agent_is_copied_and_answers_in_the_thread(engine: Engine) {
     let catcher = Catcher::start(&p, 250);
     let helper = MentionAgent::new("helper");
     let scout = MentionAgent::new("scout");
-    let (h, s, port) = (helper.clone(), scout.clone(), catcher.port);
-    let app = spawn_app(engine, move |c, o| {
-        c.email.domain = Some(DOMAIN.into());
-        c.email.dns = DnsMode::Offline;
-        dns_records(c);
-        c.email.relay_host = Some("127.0.0.1".into());
-        c.email.relay_port = port;
-        c.email.relay_tls = RelayTls::None;
-        o.agents.push(("helper".into(), h));
-        o.agents.push(("scout".into(), s));
-    })
+    let (app, addr) = spawn_email_agents(
+        engine,
+        Some(catcher.port),
+        vec![
+            ("helper".into(), helper.clone()),
+            ("scout".into(), scout.clone()),
+        ],
+        |_| {},
+    )
     .await;
-    let addr = app.app().smtp_addr().unwrap();
     helper.mention(&[&app.agent("scout")]);
     scout.mention(&[&app.agent("helper")]);
 
     let m1 = "From: Alice Example <alice@example.com>\nTo: Helper <helper@agents.test>\nSubject: Trip\nDate: Wed, 25 Nov 2026 06:00:00 +0000\nMessage-ID: <trip-1@example.com>\n\nWhere should we go?\n";
-    let signed = dkimpy_sign(
-        &p,
-        "sender-dkim.key",
-        "sel1",
-        "example.com",
-        m1,
-        "rsa-sha256",
-    );
-    let (ok, out) = swaks(
-        &p,
-        addr,
-        "alice@example.com",
-        &["helper@agents.test"],
-        &signed,
-    );
-    assert!(ok && out.contains("250 2.0.0"), "{out}");
+    send_from_alice(&p, addr, m1, &["helper@agents.test"]);
 
     let first = catcher.message(1).await;
     let second = catcher.message(2).await;
