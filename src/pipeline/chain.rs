@@ -39,13 +39,21 @@ pub(super) struct Sibling {
 /// and address the mentioning agent too.
 #[must_use]
 pub fn relayed_from(msg: &NormalizedMessage) -> Option<(&str, &str)> {
-    let relayed = msg.recipient_capabilities.agent_chain.is_some()
-        && msg.sender.auth_method == crate::message::AuthMethod::None
-        && msg.sender.identities.is_none();
+    let relayed = msg.recipient_capabilities.agent_chain.is_some() && relays(&msg.sender);
     if !relayed {
         return None;
     }
     Some((msg.in_reply_to.as_deref()?, msg.sender.address.as_str()))
+}
+
+/// Whether `sender` is a local agent whose turn the pipeline relayed. Only the pipeline writes
+/// a sender without evidence that names whom it acts for: a transport's sender is built from
+/// what its peer proved (an anonymous A2A caller has no evidence either, and no such field).
+pub(super) fn relays(sender: &Sender) -> bool {
+    sender.auth_method == crate::message::AuthMethod::None
+        && sender.verified
+        && sender.identities.is_none()
+        && sender.extra.contains_key(ON_BEHALF_OF)
 }
 
 /// The `@name@domain` handles written in `text`, in order (what an `inline` or `addressing`

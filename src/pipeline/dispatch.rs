@@ -139,10 +139,11 @@ impl DispatchHandler {
             }
             if r.direction == "in" {
                 let m: InboundTurn = parse(r)?;
-                if m.in_reply_to.as_deref().is_some_and(|id| {
-                    responses.contains(id)
-                        && m.sender.auth_method == crate::message::AuthMethod::None
-                }) {
+                if m.in_reply_to
+                    .as_deref()
+                    .is_some_and(|id| responses.contains(id))
+                    && super::chain::relays(&m.sender)
+                {
                     continue;
                 }
                 turns.push(HistoricalMessage {
