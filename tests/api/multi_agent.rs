@@ -379,3 +379,68 @@ async fn a2a_hub_message_to_several_agents_reaches_each_once(engine: Engine) {
     assert_eq!(texts, ["a says hi", "b says hi"]);
 }
 on_both_engines!(a2a_hub_message_to_several_agents_reaches_each_once);
+
+async fn an_outbound_a2a_call_carries_the_chain_and_whom_it_serves(engine: Engine) {
+    // Another switchboard hosts `far` and `near`; here `a` mentions `proxy`, whose backend is
+    // `far` over A2A. far answers as the chain's hop 2 and wakes near, the final hop 3.
+    let far = MentionAgent::new("far");
+    let near = MentionAgent::new("near");
+    let remote = spawn_with(
+        engine,
+        None,
+        &[("far", far.clone()), ("near", near.clone())],
+    )
+    .await;
+    far.mention(&[&remote.agent("near")]);
+    let card = format!("{}/agents/far/agent-card.json", remote.base);
+    let a = MentionAgent::new("a");
+    let a_backend = a.clone();
+    let t = spawn_app(engine, move |c, o| {
+        c.agents.push(switchboard::config::AgentConfig {
+            access: None,
+            name: "proxy".into(),
+            display_name: None,
+            summary: None,
+            backend: switchboard::config::BackendConfig::A2a {
+                card,
+                token: None,
+                timeout_ms: 5_000,
+                streaming: false,
+            },
+            a2a: None,
+            email: None,
+        });
+        o.agents.push(("a".into(), a_backend));
+    })
+    .await;
+    a.mention(&[&t.agent("proxy")]);
+    t.ingest("far-1", message(&t.agent("a"), "far", "ask around"))
+        .await;
+    settle(&t).await;
+    settle(&remote).await;
+    assert_eq!((a.calls(), far.calls(), near.calls()), (1, 1, 1));
+    let to_far = &far.seen()[0];
+    let chain = to_far.recipient_capabilities.agent_chain.unwrap();
+    assert_eq!((chain.hop, chain.max_hops, chain.is_final), (2, 3, false));
+    assert_eq!(
+        to_far.raw["message"]["metadata"]["mentionable"]["on_behalf_of"],
+        json!(["@alice@remote.example"]),
+        "{}",
+        to_far.raw
+    );
+    let to_near = &near.seen()[0];
+    let chain = to_near.recipient_capabilities.agent_chain.unwrap();
+    assert_eq!((chain.hop, chain.max_hops, chain.is_final), (3, 3, true));
+    // proxy's answer here is far's combined one: far's words, then near's.
+    let delivered = t.transport.delivered();
+    let from_proxy = delivered
+        .iter()
+        .find(|d| d.response.agent == t.agent("proxy"))
+        .expect("proxy answered");
+    let text = text_of(&from_proxy.response.parts);
+    assert!(
+        text.contains("far says hi") && text.contains("near says hi"),
+        "{text}"
+    );
+}
+on_both_engines!(an_outbound_a2a_call_carries_the_chain_and_whom_it_serves);
