@@ -479,7 +479,7 @@ fn reply_target(
 impl EmailTransport {
     /// The mail addresses of the local agents a reply puts in `Cc`: the agent a relayed turn
     /// came from (`relayed_by`), then those the response mentions (`@name@domain` handles on
-    /// our domain, or addresses on the mail domain), each once, never the sender itself
+    /// our domain, the ones the pipeline wakes), each once, never the sender itself
     /// (`from`). The pipeline wakes them itself; the `Cc` tells the person who else is in the
     /// conversation, and their reply-all reaches them.
     fn local_cc(&self, relayed_by: Option<&str>, d: &Delivery, from: &str) -> Vec<String> {
@@ -488,17 +488,10 @@ impl EmailTransport {
             .into_iter()
             .chain(d.response.mentions.iter().flatten().map(String::as_str))
         {
-            let (name, host) = match m.strip_prefix('@').and_then(|h| h.split_once('@')) {
-                Some((name, host)) if host.eq_ignore_ascii_case(&self.domain) => (name, host),
-                Some(_) => continue,
-                None => match m.split_once('@') {
-                    Some((name, host)) if host.eq_ignore_ascii_case(&self.mail_domain) => {
-                        (name, host)
-                    }
-                    _ => continue,
-                },
+            let Some((name, host)) = m.strip_prefix('@').and_then(|h| h.split_once('@')) else {
+                continue;
             };
-            if name.is_empty() || host.is_empty() {
+            if name.is_empty() || !host.eq_ignore_ascii_case(&self.domain) {
                 continue;
             }
             let address = format!("{}@{}", name.to_lowercase(), self.mail_domain);
