@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::Semaphore;
 
-use crate::config::{DEFAULT_MAX_CONCURRENT_CALLS, LimitsConfig, Rate};
+use crate::config::{DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_HOPS, LimitsConfig, Rate};
 use crate::error::Result;
 use crate::message::Sender;
 use crate::store::{Arg, Backend, Db};
@@ -23,6 +23,8 @@ pub struct AgentLimits {
     per_host: Option<Rate>,
     /// Permits for backend calls.
     pub calls: Arc<Semaphore>,
+    /// Agent turns a multi-agent chain started by this agent may take.
+    pub max_hops: u32,
 }
 
 impl Default for AgentLimits {
@@ -43,6 +45,7 @@ impl AgentLimits {
                 c.max_concurrent_calls
                     .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS),
             )),
+            max_hops: c.max_hops.unwrap_or(DEFAULT_MAX_HOPS),
         }
     }
 

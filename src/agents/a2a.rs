@@ -467,7 +467,10 @@ impl A2aAgent {
             message["taskId"] = json!(task_id);
         }
         if let Some(chain) = &msg.recipient_capabilities.agent_chain {
-            message["metadata"] = json!({"mentionable": {"agent_chain": chain}});
+            message["metadata"] = json!({"mentionable": {
+                "agent_chain": chain,
+                "on_behalf_of": msg.on_behalf_of(),
+            }});
         }
         let stream = self.streaming && card.streaming;
         let method = if stream {

@@ -1,7 +1,7 @@
 //! `[limits]` and `[agents.access.limits]`: how many messages a sender, an agent and (for
 //! ActivityPub) a remote host may send per window, and how many backend calls an agent takes
-//! at once. The global section is every agent's default; an agent's own values replace it
-//! field by field.
+//! at once, and how many agent hops a multi-agent conversation may take. The global section is
+//! every agent's default; an agent's own values replace it field by field.
 
 use serde::{Deserialize, Serialize};
 
@@ -31,10 +31,20 @@ pub struct LimitsConfig {
     /// Backend calls an agent takes at once (the rest wait their turn).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent_calls: Option<usize>,
+    /// Agent turns a multi-agent chain started by this agent may take, the first answer
+    /// included ([`DEFAULT_MAX_HOPS`] when unset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_hops: Option<u32>,
 }
 
 /// Backend calls one agent takes at once when nothing says otherwise.
 pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 16;
+
+/// Agent turns a multi-agent chain takes at most when nothing says otherwise.
+pub const DEFAULT_MAX_HOPS: u32 = 3;
+
+/// The most `max_hops` may be set to: a chain longer than this is a loop, not a conversation.
+pub const MAX_MAX_HOPS: u32 = 16;
 
 impl LimitsConfig {
     /// `self`'s values where set, else `defaults`'s.
@@ -45,6 +55,7 @@ impl LimitsConfig {
             per_agent: self.per_agent.or(defaults.per_agent),
             per_host: self.per_host.or(defaults.per_host),
             max_concurrent_calls: self.max_concurrent_calls.or(defaults.max_concurrent_calls),
+            max_hops: self.max_hops.or(defaults.max_hops),
         }
     }
 
@@ -65,6 +76,11 @@ impl LimitsConfig {
         }
         if self.max_concurrent_calls == Some(0) {
             problems.push(format!("{at}.max_concurrent_calls: must be above 0"));
+        }
+        if let Some(n) = self.max_hops
+            && !(1..=MAX_MAX_HOPS).contains(&n)
+        {
+            problems.push(format!("{at}.max_hops: must be 1 to {MAX_MAX_HOPS}"));
         }
     }
 }

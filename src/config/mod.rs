@@ -43,7 +43,9 @@ pub use database::{DatabaseConfig, Durability};
 pub use email::{
     AgentEmailConfig, DnsMode, EmailConfig, Postmaster, RelayTls, UnauthenticatedMail,
 };
-pub use limits::{DEFAULT_MAX_CONCURRENT_CALLS, LimitsConfig, Rate};
+pub use limits::{
+    DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_HOPS, LimitsConfig, MAX_MAX_HOPS, Rate,
+};
 pub use log::{LogConfig, LogFormat};
 pub use media::MediaConfig;
 pub use net::NetConfig;

@@ -346,6 +346,49 @@ fn limits_must_be_positive() {
     );
 }
 
+/// A chain takes 1 to 16 agent turns, in `[limits]` and per agent; the agent's own value wins.
+#[test]
+fn max_hops_is_checked_and_an_agents_own_wins() {
+    let mut c = Config::default();
+    c.limits.max_hops = Some(0);
+    c.agents[0].access = Some(crate::config::AccessConfig {
+        limits: crate::config::LimitsConfig {
+            max_hops: Some(17),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let problems = match c.check() {
+        Err(Error::Config(problems)) => problems,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        problems.lines().collect::<Vec<_>>(),
+        [
+            "agents[0].access.limits.max_hops: must be 1 to 16",
+            "limits.max_hops: must be 1 to 16",
+        ]
+    );
+    c.limits.max_hops = Some(5);
+    let own = crate::config::LimitsConfig {
+        max_hops: Some(2),
+        ..Default::default()
+    };
+    assert_eq!(own.over(&c.limits).max_hops, Some(2));
+    assert_eq!(
+        crate::config::LimitsConfig::default()
+            .over(&c.limits)
+            .max_hops,
+        Some(5)
+    );
+    assert_eq!(
+        crate::limits::AgentLimits::default().max_hops,
+        crate::config::DEFAULT_MAX_HOPS
+    );
+    c.agents[0].access = None;
+    assert!(c.check().is_ok());
+}
+
 #[test]
 fn an_openai_backend_reads_its_key_from_the_named_variable_and_never_prints_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -158,6 +158,30 @@ impl Sender {
     }
 }
 
+/// The key of a turn's `sender` (beside its known fields) that names whom a multi-agent chain
+/// works for: the sender of the turn that started it, as a list (A2A's
+/// `metadata.mentionable.on_behalf_of`). switchboard sets it on turns it relays from one agent
+/// to another; it is information, never evidence.
+pub const ON_BEHALF_OF: &str = "on_behalf_of";
+
+/// The key of a NormalizedMessage (beside its known fields) that lists the further local
+/// agents (addresses) its sender addressed alongside `recipient` on a transport that gives the
+/// sender one answer (the A2A hub's leading `@handles`): they answer after the recipient, in its
+/// chain, as if its answer had mentioned them.
+pub const ALSO_ADDRESSED: &str = "also_addressed";
+
+impl NormalizedMessage {
+    /// Whom a chain continuing from this turn works for: what the sender says
+    /// ([`ON_BEHALF_OF`]), else the sender itself.
+    #[must_use]
+    pub fn on_behalf_of(&self) -> Value {
+        match self.sender.extra.get(ON_BEHALF_OF) {
+            Some(v @ Value::Array(_)) => v.clone(),
+            _ => Value::Array(vec![Value::String(self.sender.address.clone())]),
+        }
+    }
+}
+
 /// Presentation context about a sender; never used for authorization.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SenderProfile {

@@ -69,6 +69,8 @@ fn parse<T: serde::de::DeserializeOwned>(
 #[derive(serde::Deserialize)]
 struct InboundTurn {
     id: String,
+    #[serde(default)]
+    in_reply_to: Option<String>,
     sender: Sender,
     parts: Vec<crate::message::Part>,
     received_at: Timestamp,
@@ -94,6 +96,8 @@ struct Answer {
     original: Option<NormalizedMessage>,
     /// The states of its policy parts, recorded with it.
     states: Vec<crate::store::policy::NewState>,
+    /// The sibling agents it wakes ([`super::chain`]), stored and dispatched with it.
+    siblings: Vec<super::chain::Sibling>,
 }
 
 /// The dispatch outcome of one job: a response to store, or nothing to say.
@@ -103,10 +107,14 @@ type Dispatched = Option<Answer>;
 pub(super) struct DispatchHandler(pub(super) Arc<Core>);
 
 impl DispatchHandler {
+    /// The thread's turns before `row`. A turn relayed from one agent to another is the same
+    /// words as the response it relays: only the response is kept (and not even that when it
+    /// is `relayed`, the response the current turn itself relays).
     async fn history(
         &self,
         row: &StoredMessage,
         agent_address: &str,
+        relayed: Option<&str>,
     ) -> std::result::Result<Vec<HistoricalMessage>, OutboundError> {
         let policy = self.0.history;
         let rows = messages::thread_turns(
@@ -120,9 +128,24 @@ impl DispatchHandler {
         .await
         .map_err(internal)?;
         let mut turns = Vec::with_capacity(rows.len());
+        let responses: std::collections::HashSet<&str> = rows
+            .iter()
+            .filter(|r| r.direction != "in")
+            .map(|r| r.id.as_str())
+            .collect();
         for r in &rows {
+            if relayed == Some(r.id.as_str()) {
+                continue;
+            }
             if r.direction == "in" {
                 let m: InboundTurn = parse(r)?;
+                if m.in_reply_to
+                    .as_deref()
+                    .is_some_and(|id| responses.contains(id))
+                    && super::chain::relays(&m.sender)
+                {
+                    continue;
+                }
                 turns.push(HistoricalMessage {
                     id: Some(m.id),
                     role: Role::User,
@@ -148,8 +171,9 @@ impl DispatchHandler {
     async fn run(
         &self,
         row: &StoredMessage,
-        new_thread: bool,
+        job: &DispatchJob,
     ) -> std::result::Result<Dispatched, OutboundError> {
+        let new_thread = job.new_thread;
         let id = &row.id;
         let mut msg: NormalizedMessage = parse(row)?;
         let agent = self.0.agents.get(&row.agent).ok_or_else(|| {
@@ -162,7 +186,8 @@ impl DispatchHandler {
         let turns = if new_thread {
             Vec::new()
         } else {
-            self.history(row, &agent.address).await?
+            let relayed = super::chain::relayed_from(&msg).map(|(response, _)| response);
+            self.history(row, &agent.address, relayed).await?
         };
         let mut trimmed = self.0.history.apply(turns);
         // Stored references keep the digest only: mint URLs valid from now.
@@ -245,12 +270,21 @@ impl DispatchHandler {
                 },
             );
             crate::policy::settle_state(&mut response);
+            let siblings = super::chain::siblings(
+                &self.0.agents,
+                &msg,
+                &job.chain,
+                &agent,
+                &response,
+                Timestamp::from_unix_millis(self.0.clock.now_ms()),
+            );
             Answer {
                 response,
                 agent: agent.name.clone(),
                 transport: row.transport.clone(),
                 original,
                 states,
+                siblings,
             }
         }))
     }
@@ -302,6 +336,7 @@ impl DispatchHandler {
             attempt: 1,
             response,
             original,
+            continues: !a.siblings.is_empty(),
         };
         let result = transport.deliver_in(tx, &delivery).await;
         if let Err(e @ OutboundError::Temporary { .. }) = &result {
@@ -343,7 +378,7 @@ impl JobHandler for DispatchHandler {
                 transport = %row.transport,
                 agent = %row.agent,
             );
-            self.run(row, job.new_thread).instrument(span).await
+            self.run(row, job).instrument(span).await
         }))
         .await;
 
@@ -415,6 +450,49 @@ impl JobHandler for DispatchHandler {
             .flat_map(|a| a.states.iter().cloned())
             .collect();
         crate::store::policy::insert(&mut tx, &states, now).await?;
+        // The sibling agents the stored responses wake: their turns join the thread after the
+        // responses, and are dispatched like any inbound message.
+        let siblings: Vec<(&Answer, &super::chain::Sibling)> = answers
+            .iter()
+            .filter(|a| stored.iter().any(|m| m.id == a.response.id))
+            .flat_map(|a| a.siblings.iter().map(move |s| (a, s)))
+            .collect();
+        let sibling_bodies = siblings
+            .iter()
+            .map(|(_, s)| serde_json::to_string(&s.msg))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(Error::corrupt)?;
+        let sibling_rows: Vec<NewMessage<'_>> = siblings
+            .iter()
+            .zip(&sibling_bodies)
+            .map(|((a, s), body)| NewMessage {
+                id: &s.msg.id,
+                thread_id: &s.msg.thread_id,
+                direction: "in",
+                agent: &s.agent,
+                transport: &a.transport,
+                answers: None,
+                body,
+            })
+            .collect();
+        let relayed = messages::insert_many(&mut tx, &sibling_rows, now).await?;
+        let sibling_jobs = DispatchJob::rows(siblings.iter().map(|(_, s)| DispatchJob {
+            message_id: s.msg.id.clone(),
+            new_thread: false,
+            chain: s.chain.clone(),
+        }))?;
+        let woken = core
+            .queue
+            .enqueue(&mut tx, kinds::DISPATCH, &sibling_jobs, now)
+            .await?;
+        for (_, s) in &siblings {
+            tracing::info!(
+                agent = %s.agent,
+                message_id = %s.msg.id,
+                hop = s.msg.recipient_capabilities.agent_chain.map_or(0, |c| c.hop),
+                "a mentioned agent is woken"
+            );
+        }
         // Responses whose transport delivers by writing to this database are delivered here,
         // in this transaction; the others (and any that could not be) get a delivery job.
         let mut job_ids = Vec::new();
@@ -430,6 +508,7 @@ impl JobHandler for DispatchHandler {
             }
             let payload = serde_json::to_string(&DeliverJob {
                 response_id: a.response.id.clone(),
+                continues: !a.siblings.is_empty(),
             })
             .map_err(Error::corrupt)?;
             job_ids.push((job_id, payload));
@@ -471,7 +550,7 @@ impl JobHandler for DispatchHandler {
         for _ in &states {
             core.metrics.policy_state("minted");
         }
-        for m in stored {
+        for m in stored.into_iter().chain(relayed) {
             core.recent.put(&m.id.clone(), Arc::new(m));
         }
         for d in delivered {
@@ -482,6 +561,7 @@ impl JobHandler for DispatchHandler {
         }
         core.queue.hand_over(deliver);
         core.queue.hand_over(turn_end);
+        core.queue.hand_over(woken);
         Ok(())
     }
 }
@@ -501,7 +581,7 @@ impl DeliverHandler {
     async fn run(
         &self,
         job: &JobRow,
-        response: std::result::Result<(&StoredMessage, NormalizedResponse), OutboundError>,
+        response: std::result::Result<(&StoredMessage, NormalizedResponse, bool), OutboundError>,
         originals: &std::result::Result<Rows, OutboundError>,
     ) -> Attempt {
         let mut attempt = Attempt {
@@ -519,7 +599,7 @@ impl DeliverHandler {
             transport = tracing::field::Empty,
             agent = tracing::field::Empty,
         );
-        if let Ok((row, response)) = &response {
+        if let Ok((row, response, _)) = &response {
             span.record("response_id", row.id.as_str());
             span.record("message_id", response.in_reply_to.as_str());
             span.record("thread_id", row.thread_id.as_str());
@@ -527,7 +607,7 @@ impl DeliverHandler {
             span.record("agent", row.agent.as_str());
         }
         attempt.result = async {
-            let (row, response) = response?;
+            let (row, response, job_continues) = response?;
             attempt.response_id.clone_from(&row.id);
             attempt.transport.clone_from(&row.transport);
             let originals = originals.as_ref().map_err(Clone::clone)?;
@@ -548,6 +628,7 @@ impl DeliverHandler {
                     attempt: job.attempts,
                     response,
                     original,
+                    continues: job_continues,
                 })
                 .await;
             match &delivered {
@@ -577,12 +658,12 @@ impl JobHandler for DeliverHandler {
             .map(|job| {
                 let job = job.as_ref().map_err(Clone::clone)?;
                 let row = lookup(rows.as_ref().map_err(Clone::clone)?, &job.response_id)?;
-                Ok((row, parse::<NormalizedResponse>(row)?))
+                Ok((row, parse::<NormalizedResponse>(row)?, job.continues))
             })
             .collect();
         let original_ids: Vec<String> = responses
             .iter()
-            .filter_map(|r| r.as_ref().ok().map(|(_, resp)| resp.in_reply_to.clone()))
+            .filter_map(|r| r.as_ref().ok().map(|(_, resp, _)| resp.in_reply_to.clone()))
             .collect();
         let wanted: Vec<&str> = original_ids.iter().map(String::as_str).collect();
         let originals = load_many(core, &wanted).await;

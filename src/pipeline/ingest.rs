@@ -284,17 +284,11 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
             "a message with this id is already stored".into(),
         ));
     }
-    let jobs = stored
-        .iter()
-        .map(|p| {
-            let payload = serde_json::to_string(&DispatchJob {
-                message_id: p.msg.id.clone(),
-                new_thread: created.remove(p.msg.thread_id.as_str()),
-            })?;
-            Ok((format!("dispatch:{}", p.msg.id), payload))
-        })
-        .collect::<std::result::Result<Vec<_>, serde_json::Error>>()
-        .map_err(Error::corrupt)?;
+    let jobs = DispatchJob::rows(stored.iter().map(|p| DispatchJob {
+        message_id: p.msg.id.clone(),
+        new_thread: created.remove(p.msg.thread_id.as_str()),
+        chain: Vec::new(),
+    }))?;
     let dispatch = core
         .queue
         .enqueue(&mut tx, kinds::DISPATCH, &jobs, now)

@@ -8,6 +8,7 @@
 //! It owns the contract with transports ([`Transport`], [`Delivery`], [`TransportRegistry`])
 //! and imports no transport.
 
+mod chain;
 mod dispatch;
 mod ingest;
 mod policy;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
+pub use chain::{inline_handles, relayed_from};
 pub use ingest::{IngestOutcome, IngestWrite};
 pub use policy::LinkOutcome;
 pub use transport::{AfterCommit, Delivery, Transport, TransportRegistry};
@@ -40,6 +42,26 @@ pub(crate) struct DispatchJob {
     /// The message opened its thread, so there is no history to load.
     #[serde(default)]
     pub(crate) new_thread: bool,
+    /// For a turn relayed from one local agent to another: the agents that answered in the
+    /// chain so far (local names, oldest first), none of which is woken again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) chain: Vec<String>,
+}
+
+impl DispatchJob {
+    /// The `(job id, payload)` rows of `jobs`, as the queue takes them (the job id is stable:
+    /// `dispatch:{message id}`).
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when a payload cannot be serialised.
+    pub(crate) fn rows(jobs: impl Iterator<Item = Self>) -> Result<Vec<(String, String)>> {
+        jobs.map(|j| {
+            let payload = serde_json::to_string(&j)?;
+            Ok((format!("dispatch:{}", j.message_id), payload))
+        })
+        .collect::<std::result::Result<Vec<_>, serde_json::Error>>()
+        .map_err(Error::corrupt)
+    }
 }
 
 /// Payload of a `deliver` job.
@@ -47,6 +69,9 @@ pub(crate) struct DispatchJob {
 pub(crate) struct DeliverJob {
     /// The stored response to deliver.
     pub(crate) response_id: String,
+    /// The response woke sibling agents whose answers follow ([`Delivery::continues`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) continues: bool,
 }
 
 /// Payload of a `turn_end` job.

@@ -22,6 +22,10 @@ pub struct Delivery {
     pub response: NormalizedResponse,
     /// What it answers.
     pub original: NormalizedMessage,
+    /// The response woke sibling agents (it mentioned them): their answers follow in the same
+    /// thread. A transport that gives its caller one answer (A2A) holds this one back until the
+    /// chain's last answer.
+    pub continues: bool,
 }
 
 /// What a transport does once the transaction it wrote a delivery in has committed.

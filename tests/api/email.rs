@@ -326,6 +326,16 @@ async fn spawn_email_with(
     helper: Arc<dyn switchboard::agents::AgentBackend>,
     tweak: impl FnOnce(&mut switchboard::Config),
 ) -> (TestApp, SocketAddr) {
+    spawn_email_agents(engine, relay_port, vec![("helper".into(), helper)], tweak).await
+}
+
+/// As [`spawn_email_on`], with the given agents (name, backend) besides `echo`.
+async fn spawn_email_agents(
+    engine: Engine,
+    relay_port: Option<u16>,
+    agents: Vec<(String, Arc<dyn switchboard::agents::AgentBackend>)>,
+    tweak: impl FnOnce(&mut switchboard::Config),
+) -> (TestApp, SocketAddr) {
     let app = spawn_app(engine, move |c, o| {
         c.email.domain = Some(DOMAIN.into());
         c.email.dns = DnsMode::Offline;
@@ -335,7 +345,7 @@ async fn spawn_email_with(
             c.email.relay_port = port;
             c.email.relay_tls = RelayTls::None;
         }
-        o.agents.push(("helper".into(), helper));
+        o.agents.extend(agents);
         tweak(c);
     })
     .await;
@@ -377,6 +387,21 @@ fn dkimpy_sign(
         .arg(algo));
     assert!(ok, "dkimpy signing failed: {out}");
     dst
+}
+
+/// Signs `eml` as example.com (selector `sel1`, RSA) and sends it from alice@example.com to
+/// `to` with swaks; asserts it was accepted.
+fn send_from_alice(p: &Peers, addr: SocketAddr, eml: &str, to: &[&str]) {
+    let signed = dkimpy_sign(
+        p,
+        "sender-dkim.key",
+        "sel1",
+        "example.com",
+        eml,
+        "rsa-sha256",
+    );
+    let (ok, out) = swaks(p, addr, "alice@example.com", to, &signed);
+    assert!(ok && out.contains("250 2.0.0"), "{out}");
 }
 
 /// Sends a file with swaks; returns (exit ok, transcript).
@@ -1961,6 +1986,7 @@ async fn a_sender_over_its_rate_gets_451() {
 }
 
 mod durable;
+mod multi_agent;
 mod policy;
 mod roles;
 

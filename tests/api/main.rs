@@ -25,6 +25,7 @@ mod llm_interop;
 mod logs;
 mod media;
 mod metrics;
+mod multi_agent;
 mod openai;
 mod pipeline;
 mod policy;

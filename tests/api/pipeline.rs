@@ -10,7 +10,7 @@ use crate::helpers::{
     Engine, RecordingAgent, job_states, message, on_both_engines, spawn_app, wait_for,
 };
 
-fn text_of(parts: &[Part]) -> String {
+pub(crate) fn text_of(parts: &[Part]) -> String {
     parts
         .iter()
         .filter_map(|p| match p {

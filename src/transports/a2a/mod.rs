@@ -207,6 +207,30 @@ fn end_stream(row: &TaskRow, original: &NormalizedMessage) -> Value {
     }})
 }
 
+/// Where a task document keeps the parts of a multi-agent chain's earlier answers until its
+/// last answer arrives (never rendered).
+const CHAIN_KEY: &str = "_chain";
+
+/// `parts` (A2A parts), each marked with the agent that wrote it, for a combined answer.
+fn attributed(parts: &[Value], agent: &str) -> Vec<Value> {
+    parts
+        .iter()
+        .map(|p| {
+            let mut p = p.clone();
+            p["metadata"]["mentionable"]["agent"] = json!(agent);
+            p
+        })
+        .collect()
+}
+
+/// The parts earlier agents of a chain answered with, held back in `task` (removed).
+fn take_chain(task: &mut Value) -> Vec<Value> {
+    match task.as_object_mut().and_then(|t| t.remove(CHAIN_KEY)) {
+        Some(Value::Array(parts)) => parts,
+        _ => Vec::new(),
+    }
+}
+
 /// The task a message belongs to.
 fn task_of(original: &NormalizedMessage) -> Result<&str, OutboundError> {
     original
@@ -236,9 +260,27 @@ fn apply_response(
         return Ok(Change::Keep);
     }
     let state = response_state(resp);
-    let parts: Vec<Value> = resp.parts.iter().map(to_a2a_part).collect();
+    let mut parts: Vec<Value> = resp.parts.iter().map(to_a2a_part).collect();
     row.last_response_id = Some(resp.id.clone());
     let mut streamed = take_stream(task, &d.original);
+    if d.continues && state == TaskState::Completed {
+        // Sibling agents answer next: this answer waits for theirs, so the caller gets one
+        // combined answer when the chain ends.
+        let mut held = take_chain(task);
+        held.extend(attributed(&parts, &resp.agent));
+        task[CHAIN_KEY] = Value::Array(held);
+        let mut events = Vec::new();
+        if streamed {
+            events.push(end_stream(row, &d.original));
+        }
+        return Ok(Change::Write(events));
+    }
+    let held = take_chain(task);
+    if !held.is_empty() {
+        let own = attributed(&parts, &resp.agent);
+        parts = held;
+        parts.extend(own);
+    }
     let mut metadata = resp.metadata.clone().unwrap_or_default();
     let hints = match metadata.remove("a2a") {
         Some(Value::Object(h)) => h,
@@ -439,7 +481,11 @@ impl Transport for A2aTransport {
         self.engine
             .update(task_id, |row, task, now| {
                 let state = TaskState::parse(&row.state);
-                if row.turn_message_id != original.id
+                // A sibling agent woken in a chain is not the task's turn, but the task waits
+                // for it: its silence ends the chain with what the others said.
+                let relayed = crate::pipeline::relayed_from(original).is_some()
+                    && task.get(CHAIN_KEY).is_some();
+                if (row.turn_message_id != original.id && !relayed)
                     || state.is_some_and(|s| s.is_terminal() || s.is_interrupted())
                 {
                     return Ok(Change::Keep);
@@ -447,6 +493,22 @@ impl Transport for A2aTransport {
                 let mut events = Vec::new();
                 if take_stream(task, original) {
                     events.push(end_stream(row, original));
+                }
+                let held = take_chain(task);
+                if !held.is_empty() {
+                    let artifact = json!({
+                        "artifactId": format!("{}-chain", original.id),
+                        "name": "response",
+                        "parts": held,
+                    });
+                    match task.get_mut("artifacts") {
+                        Some(Value::Array(a)) => a.push(artifact.clone()),
+                        _ => task["artifacts"] = json!([artifact.clone()]),
+                    }
+                    events.push(json!({ "artifactUpdate": {
+                        "taskId": row.id, "contextId": row.context_id,
+                        "artifact": artifact, "append": false, "lastChunk": true,
+                    }}));
                 }
                 let (state, message) = match failure {
                     None => (TaskState::Completed, None),

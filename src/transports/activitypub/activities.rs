@@ -177,6 +177,7 @@ async fn refusal_reply(
     response.id = format!("refusal-{}", &digest[..32]);
     response.visibility = visibility;
     let delivery = crate::pipeline::Delivery {
+        continues: false,
         job_id: format!("refusal:{}", response.id),
         attempt: 1,
         response,

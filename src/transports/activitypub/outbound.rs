@@ -170,8 +170,36 @@ impl Inner {
             other => OutboundError::permanent(format!("sender: {other}")),
         })?;
         let mut actors = vec![sender];
-        for m in d.response.mentions.iter().flatten() {
-            if self.agents.resolve(m).is_some() {
+        // Local agents are addressed and tagged like anyone else; the pipeline wakes them
+        // itself (no round trip through our own inbox). A reply relayed from another agent
+        // addresses that agent too.
+        let relay = crate::pipeline::relayed_from(&d.original);
+        let mut locals: Vec<Arc<crate::agents::Agent>> = Vec::new();
+        let inline: Vec<&str> = d
+            .response
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text(t) => Some(t.content.as_str()),
+                _ => None,
+            })
+            .flat_map(crate::pipeline::inline_handles)
+            .collect();
+        for m in relay
+            .map(|(_, by)| by)
+            .into_iter()
+            .chain(d.response.mentions.iter().flatten().map(String::as_str))
+            .chain(inline.iter().copied())
+        {
+            if let Some(local) = self.agents.resolve(m) {
+                if local.name != agent.name && !locals.iter().any(|l| l.name == local.name) {
+                    locals.push(local);
+                }
+                continue;
+            }
+            if inline.contains(&m) && !d.response.mentions.iter().flatten().any(|x| x == m) {
+                // Only local handles written in the text are taken up; remote ones are for
+                // the agent to put in `mentions`.
                 continue;
             }
             match self.resolve_mention(m).await {
@@ -192,6 +220,11 @@ impl Inner {
                     .unwrap_or(&a.id)
                     .to_owned(),
             })
+            .chain(locals.iter().map(|l| Recipient {
+                iri: self.actor_url(&l.name),
+                address: l.address.clone(),
+                url: self.actor_url(&l.name),
+            }))
             .collect();
         let visibility = d.response.visibility.unwrap_or_else(|| {
             original_note.map_or(Visibility::Direct, |n| {
@@ -242,11 +275,17 @@ impl Inner {
                 }));
             }
         }
+        // A relayed turn's reply answers the mentioning agent's note (its id is minted from
+        // the response id), so the thread reads as the conversation it was.
+        let relayed_parent = relay.and_then(|(response, by)| {
+            let by = self.agents.resolve(by)?;
+            Some(format!("{}/notes/{response}", self.actor_url(&by.name)))
+        });
         let plan = ReplyPlan {
             note_id: &note_id,
             actor: &actor,
             followers: &followers,
-            in_reply_to,
+            in_reply_to: relayed_parent.as_deref().or(in_reply_to),
             thread: mapping::ThreadFields {
                 context: context.as_deref(),
                 conversation: conversation.as_deref(),

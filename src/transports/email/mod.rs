@@ -140,6 +140,8 @@ pub struct EmailTransport {
     keys: Keys,
     clock: SharedClock,
     mail_domain: String,
+    /// The domain of agents' `@name@domain` handles.
+    domain: String,
     selector: String,
     display_names: HashMap<String, String>,
     /// Agents that reply to unauthenticated senders too (lowercase names).
@@ -309,6 +311,7 @@ impl EmailTransport {
             keys,
             clock,
             mail_domain,
+            domain: config.domain().unwrap_or_default(),
             selector: config.email.dkim_selector.clone(),
             display_names,
             reply_unauthenticated,
@@ -473,6 +476,33 @@ fn reply_target(
         .ok_or("the message has no reply address")
 }
 
+impl EmailTransport {
+    /// The mail addresses of the local agents a reply puts in `Cc`: the agent a relayed turn
+    /// came from (`relayed_by`), then those the response mentions (`@name@domain` handles on
+    /// our domain, the ones the pipeline wakes), each once, never the sender itself
+    /// (`from`). The pipeline wakes them itself; the `Cc` tells the person who else is in the
+    /// conversation, and their reply-all reaches them.
+    fn local_cc(&self, relayed_by: Option<&str>, d: &Delivery, from: &str) -> Vec<String> {
+        let mut cc: Vec<String> = Vec::new();
+        for m in relayed_by
+            .into_iter()
+            .chain(d.response.mentions.iter().flatten().map(String::as_str))
+        {
+            let Some((name, host)) = m.strip_prefix('@').and_then(|h| h.split_once('@')) else {
+                continue;
+            };
+            if name.is_empty() || !host.eq_ignore_ascii_case(&self.domain) {
+                continue;
+            }
+            let address = format!("{}@{}", name.to_lowercase(), self.mail_domain);
+            if !address.eq_ignore_ascii_case(from) && !cc.contains(&address) {
+                cc.push(address);
+            }
+        }
+        cc
+    }
+}
+
 #[async_trait::async_trait]
 impl Transport for EmailTransport {
     fn name(&self) -> &str {
@@ -518,9 +548,11 @@ impl Transport for EmailTransport {
             tracing::info!(to = %to.address, "not replying to one of our own addresses");
             return Ok(());
         }
+        // The address the sender wrote to, unless the turn was relayed from another agent.
         let from = raw
             .get("agent_address")
             .and_then(Value::as_str)
+            .filter(|_| crate::pipeline::relayed_from(&d.original).is_none())
             .map_or_else(|| format!("{agent}@{}", self.mail_domain), str::to_owned);
         let message_id = format!("{}@{}", d.response.id, self.mail_domain);
         let thread_key = raw
@@ -546,13 +578,26 @@ impl Transport for EmailTransport {
         remembered.map_err(|e| OutboundError::temporary(e.to_string()))?;
         let (text, html) = outbound::render_parts(&d.response.parts);
         let files = self.files(&d.response.parts).await;
-        let parent_id = raw.get("message_id").and_then(Value::as_str);
-        let refs = str_list(raw.get("references").unwrap_or(&Value::Null));
+        let relay = crate::pipeline::relayed_from(&d.original);
+        let cc = self.local_cc(relay.map(|(_, by)| by), d, &from);
+        let mut parent_id = raw
+            .get("message_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let mut refs = str_list(raw.get("references").unwrap_or(&Value::Null));
         let irt = str_list(raw.get("in_reply_to").unwrap_or(&Value::Null));
+        if let Some((response, _)) = relay {
+            // A relayed turn's reply answers the mentioning agent's mail (its Message-ID is
+            // minted from the response id), below the mail that started the thread.
+            refs.extend(parent_id.take());
+            parent_id = Some(format!("{response}@{}", self.mail_domain));
+        }
+        let parent_id = parent_id.as_deref();
         let millis = u64::try_from(now).unwrap_or(0);
         let input = outbound::ReplyInput {
             from: (&from, self.display_names.get(&agent).map(String::as_str)),
             to: (&to.address, to.name.as_deref()),
+            cc: &cc,
             subject: raw.get("subject").and_then(Value::as_str),
             message_id: &message_id,
             parent_id,

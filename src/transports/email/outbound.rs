@@ -67,6 +67,8 @@ pub struct ReplyInput<'a> {
     pub from: (&'a str, Option<&'a str>),
     /// Who gets it, with display name.
     pub to: (&'a str, Option<&'a str>),
+    /// Who else is shown as a recipient (`Cc`), addresses only.
+    pub cc: &'a [String],
     /// The subject being answered.
     pub subject: Option<&'a str>,
     /// Our Message-ID for the reply, without brackets.
@@ -187,6 +189,9 @@ pub fn build_reply(r: &ReplyInput<'_>) -> Result<Vec<u8>, BuildError> {
             HeaderName::new_from_ascii_str("Auto-Submitted"),
             "auto-replied".into(),
         ));
+    for c in r.cc {
+        b = b.cc(mailbox(c, None)?);
+    }
     if let Some(parent) = r.parent_id {
         let refs = reply_references(parent, r.parent_references, r.parent_in_reply_to);
         b = b.in_reply_to(format!("<{parent}>")).references(
@@ -326,6 +331,7 @@ mod tests {
         ReplyInput {
             from: ("echo@agents.test", Some("Echo")),
             to: ("alice@example.com", to_name),
+            cc: &[],
             subject,
             message_id: "r1@agents.test",
             parent_id: Some("m2@example.com"),

@@ -468,3 +468,58 @@ async fn fedify_finds_an_agent_under_the_handle_domain() {
     assert_eq!(reply["actor"], echo);
     drop(peer);
 }
+
+/// Fedify writes to one agent, whose reply mentions a sibling agent: Fedify receives both
+/// replies, the sibling's threaded under the first (its `inReplyTo`) in the same context, and
+/// each addressing Fedify's actor and the other agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fedify_sees_a_sibling_agents_reply_threaded_under_the_first() {
+    if !interop() {
+        return;
+    }
+    let peer = start_peer().await;
+    let helper = crate::multi_agent::MentionAgent::inline("helper");
+    let scout = crate::multi_agent::MentionAgent::new("scout");
+    let (h, s) = (helper.clone(), scout.clone());
+    let t = crate::helpers::spawn_app(Engine::Sqlite, move |_, o| {
+        o.agents.push(("helper".into(), h));
+        o.agents.push(("scout".into(), s));
+    })
+    .await;
+    helper.mention(&[&t.agent("scout")]);
+    let helper_iri = format!("{}/agents/helper", t.base);
+    let scout_iri = format!("{}/agents/scout", t.base);
+    let alice = format!("{}/users/alice", peer.base);
+    let sent: Value = t
+        .http
+        .post(format!("{}/admin/note", peer.base))
+        .json(&json!({"target": helper_iri, "text": "who can help?", "visibility": "direct"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let got = wait_for(30, "Fedify to receive both replies", || async {
+        let c: Vec<Value> = peer_received(&t.http, &peer)
+            .await
+            .into_iter()
+            .filter(|a| a["type"] == "Create")
+            .collect();
+        (c.len() >= 2).then_some(c)
+    })
+    .await;
+    let first = got.iter().find(|c| c["actor"] == helper_iri).unwrap();
+    let second = got.iter().find(|c| c["actor"] == scout_iri).unwrap();
+    let (n1, n2) = (&first["object"], &second["object"]);
+    assert_eq!(n1["inReplyTo"], sent["note"], "{n1}");
+    assert_eq!(n2["inReplyTo"], n1["id"], "{n2}");
+    assert!(n1["context"].is_string(), "{n1}");
+    assert_eq!(n2["context"], n1["context"], "the same conversation");
+    let to1 = mapping::iris(n1.get("to"));
+    assert!(to1.contains(&alice) && to1.contains(&scout_iri), "{n1}");
+    let to2 = mapping::iris(n2.get("to"));
+    assert!(to2.contains(&alice) && to2.contains(&helper_iri), "{n2}");
+    assert_eq!((helper.calls(), scout.calls()), (1, 1));
+    drop(peer);
+}

@@ -15,6 +15,7 @@ mod handle_domain;
 mod inbox;
 mod interop;
 mod interop_rs;
+mod multi_agent;
 pub(crate) mod remote;
 mod verification;
 

@@ -22,8 +22,33 @@ pub(super) fn addressed_agent(state: &A2aState, parts: &[Value]) -> Option<Strin
     let text = parts
         .iter()
         .find_map(|p| p.get("text").and_then(Value::as_str))?;
-    let first = text.split_whitespace().next()?;
-    let handle = first.strip_prefix('@')?;
+    local_agent(state, text.split_whitespace().next()?)
+}
+
+/// Every local agent the leading `@name` words of the first text part name, in order, each
+/// once (the run of handles ends at the first word that is not one).
+fn addressed_agents(state: &A2aState, parts: &[Value]) -> Vec<String> {
+    let Some(text) = parts
+        .iter()
+        .find_map(|p| p.get("text").and_then(Value::as_str))
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        let Some(name) = local_agent(state, word) else {
+            break;
+        };
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// The local agent `word` (`@name` or `@name@domain`, a trailing `,` or `:` allowed) names.
+fn local_agent(state: &A2aState, word: &str) -> Option<String> {
+    let handle = word.strip_prefix('@')?;
     let (name, domain) = match handle.split_once('@') {
         Some((n, d)) => (n, Some(d)),
         None => (handle, None),
@@ -203,6 +228,24 @@ pub(super) fn turn_message(
         }),
         policy_resolution,
         received_trace: None,
-        extra: Extra::new(),
+        extra: also_addressed(state, call, msg, &agent.name),
     })
+}
+
+/// At the hub, the further agents a message's leading handles name besides `agent` (A2A gives
+/// its caller one answer: the pipeline has them answer after `agent`, in one chain).
+fn also_addressed(state: &A2aState, call: &Call, msg: &WireMessage, agent: &str) -> Extra {
+    let mut extra = Extra::new();
+    if call.agent.is_some() {
+        return extra;
+    }
+    let others: Vec<Value> = addressed_agents(state, &msg.parts)
+        .into_iter()
+        .filter(|n| !n.eq_ignore_ascii_case(agent))
+        .filter_map(|n| state.pipeline.agents().get(&n).map(|a| json!(a.address)))
+        .collect();
+    if !others.is_empty() {
+        extra.insert(crate::message::ALSO_ADDRESSED.into(), Value::Array(others));
+    }
+    extra
 }
