@@ -99,6 +99,20 @@ struct Answer {
 /// The dispatch outcome of one job: a response to store, or nothing to say.
 type Dispatched = Option<Answer>;
 
+/// The class of a dispatch failure as the operator API reports it (its text stays in the
+/// job's `last_error` for the logs): `agent_unavailable` when the agent could not be reached or
+/// kept failing until the attempts ran out, `agent_refused` when it refused the request (HTTP
+/// 4xx), `agent_error` for any other failure that retrying would not fix.
+fn failure_class(e: &OutboundError) -> &'static str {
+    match e {
+        OutboundError::Temporary { .. } => "agent_unavailable",
+        OutboundError::Permanent { status, .. } if status.is_some_and(|s| s.is_refusal()) => {
+            "agent_refused"
+        }
+        OutboundError::Permanent { .. } => "agent_error",
+    }
+}
+
 /// Handles `dispatch` jobs.
 pub(super) struct DispatchHandler(pub(super) Arc<Core>);
 
@@ -363,6 +377,8 @@ impl JobHandler for DispatchHandler {
                 .and_then(|row| core.transports.get(&row.transport))
                 .is_some_and(|t| t.ends_turns())
         };
+        // Turns that end without a response, recorded on their message for the operator.
+        let mut outcomes: Vec<messages::DispatchOutcome<'_>> = Vec::new();
         for (i, (result, payload)) in results.into_iter().zip(&jobs).enumerate() {
             let message_id = payload.as_ref().ok().map(|p| p.message_id.as_str());
             // A job whose lease was lost has no end here: it applies nothing.
@@ -372,6 +388,13 @@ impl JobHandler for DispatchHandler {
             match (result, end) {
                 (Ok(Some(answer)), _) => answers.push(answer),
                 (Ok(None), _) => {
+                    if let Some(id) = message_id {
+                        outcomes.push(messages::DispatchOutcome {
+                            message_id: id,
+                            outcome: "no_reply",
+                            error_class: None,
+                        });
+                    }
                     if let Some(id) = message_id.filter(|id| ends_turns(id)) {
                         ended.push(TurnEndJob {
                             message_id: id.to_owned(),
@@ -379,7 +402,14 @@ impl JobHandler for DispatchHandler {
                         });
                     }
                 }
-                (Err(_), Finish::Dead { error }) => {
+                (Err(e), Finish::Dead { error }) => {
+                    if let Some(id) = message_id {
+                        outcomes.push(messages::DispatchOutcome {
+                            message_id: id,
+                            outcome: "failed",
+                            error_class: Some(failure_class(&e)),
+                        });
+                    }
                     if let Some(id) = message_id.filter(|id| ends_turns(id)) {
                         ended.push(TurnEndJob {
                             message_id: id.to_owned(),
@@ -446,6 +476,7 @@ impl JobHandler for DispatchHandler {
             })
             .collect();
         messages::record_deliveries(&mut tx, &records, now).await?;
+        messages::record_outcomes(&mut tx, &outcomes).await?;
         let turn_ends = ended
             .iter()
             .map(|e| {
