@@ -568,8 +568,7 @@ impl Queue {
                     }
                     // Policy states past their lifetime, kept as long as finished jobs so that
                     // a late presentation is told "expired" for a while, not "unknown".
-                    match crate::store::policy::purge_expired(&q.db, now.saturating_sub(keep))
-                        .await
+                    match crate::store::policy::purge_expired(&q.db, now.saturating_sub(keep)).await
                     {
                         Ok(0) => {}
                         Ok(n) => tracing::debug!(n, "deleted expired policy states"),

@@ -151,8 +151,7 @@ pub struct MessageEntry {
     pub error_class: Option<String>,
 }
 
-const ENTRY_COLUMNS: &str =
-    "seq, id, thread_id, direction, agent, transport, answers, body, created_at, outcome, error_class";
+const ENTRY_COLUMNS: &str = "seq, id, thread_id, direction, agent, transport, answers, body, created_at, outcome, error_class";
 
 /// The message or response with `id`.
 ///

@@ -23,6 +23,7 @@ mod media;
 mod metrics;
 mod pipeline;
 mod policy;
+mod read_api;
 mod scale_out;
 mod serving;
 mod trust;

@@ -82,9 +82,7 @@ pub(super) async fn list_threads(
     answer(&state, &req, |db| async move {
         let limit = q.limit.unwrap_or(PAGE);
         if !(1..=MAX_PAGE).contains(&limit) {
-            return Err(Error::Invalid(format!(
-                "limit: between 1 and {MAX_PAGE}"
-            )));
+            return Err(Error::Invalid(format!("limit: between 1 and {MAX_PAGE}")));
         }
         let before = q.cursor.as_deref().map(parse_cursor).transpose()?;
         let filter = ThreadFilter {
@@ -162,12 +160,11 @@ async fn progress(db: &Db, msgs: &[&MessageEntry]) -> Result<HashMap<String, Pro
         .into_iter()
         .map(|j| (j.id.clone(), j))
         .collect();
-    let deliveries: HashMap<String, threads::DeliveryRow> =
-        threads::deliveries(db, &response_ids)
-            .await?
-            .into_iter()
-            .map(|d| (d.response_id.clone(), d))
-            .collect();
+    let deliveries: HashMap<String, threads::DeliveryRow> = threads::deliveries(db, &response_ids)
+        .await?
+        .into_iter()
+        .map(|d| (d.response_id.clone(), d))
+        .collect();
     Ok(msgs
         .iter()
         .map(|m| {
@@ -272,7 +269,12 @@ pub(super) async fn get_message(
     path: web::Path<String>,
 ) -> HttpResponse {
     let id = path.into_inner();
-    answer(&state, &req, |db| async move { message_view(&db, &id).await }).await
+    answer(
+        &state,
+        &req,
+        |db| async move { message_view(&db, &id).await },
+    )
+    .await
 }
 
 /// What `GET …/response` found.
@@ -338,7 +340,12 @@ mod tests {
             parse_cursor(&c).unwrap(),
             (1_700_000_000_123, "0190-abc".into())
         );
-        for bad in ["", "!!", &URL_SAFE_NO_PAD.encode("x.y"), &URL_SAFE_NO_PAD.encode("12")] {
+        for bad in [
+            "",
+            "!!",
+            &URL_SAFE_NO_PAD.encode("x.y"),
+            &URL_SAFE_NO_PAD.encode("12"),
+        ] {
             assert!(
                 matches!(parse_cursor(bad), Err(Error::Invalid(_))),
                 "{bad:?} is refused"
