@@ -450,13 +450,12 @@ pub struct DispatchOutcome<'a> {
 /// # Errors
 /// Database errors.
 pub async fn record_outcomes(tx: &mut Tx, outcomes: &[DispatchOutcome<'_>]) -> Result<()> {
-    let mut groups: Vec<((&str, Option<&str>), Vec<&str>)> = Vec::new();
+    let mut groups: std::collections::BTreeMap<_, Vec<&str>> = std::collections::BTreeMap::new();
     for o in outcomes {
-        let key = (o.outcome, o.error_class);
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, ids)) => ids.push(o.message_id),
-            None => groups.push((key, vec![o.message_id])),
-        }
+        groups
+            .entry((o.outcome, o.error_class))
+            .or_default()
+            .push(o.message_id);
     }
     for ((outcome, class), ids) in groups {
         let sql = format!(

@@ -153,7 +153,7 @@ async fn every_status_by_hand(engine: Engine) {
     let (ok, _) = post(&t, &body(&echo, "s-1", "fine", None)).await;
     let (refused, _) = post(&t, &body(&echo, "s-2", "refuse this", None)).await;
     let (quiet, _) = post(&t, &body(&t.agent("quiet"), "s-3", "hello?", None)).await;
-    let (failing, _) = post(&t, &body(&t.agent("broken"), "s-4", "hi", None)).await;
+    let (failing, failing_thread) = post(&t, &body(&t.agent("broken"), "s-4", "hi", None)).await;
     for id in [&ok, &refused, &quiet, &failing] {
         let v = status_of(&t, id).await;
         assert_eq!(v["status"], "queued", "{v}");
@@ -205,6 +205,23 @@ async fn every_status_by_hand(engine: Engine) {
             json!({"status": "failed", "error_class": "agent_unavailable"})
         ),
         "the class only, never the agent's text"
+    );
+
+    let (_, v) = get(&t, &format!("/api/v1/threads/{failing_thread}")).await;
+    let entry = &v["entries"][0];
+    assert_eq!(
+        (&entry["id"], &entry["status"], &entry["error_class"]),
+        (
+            &json!(failing),
+            &json!("failed"),
+            &json!("agent_unavailable")
+        ),
+        "{v}"
+    );
+    assert_eq!(
+        v["entries"].as_array().unwrap().len(),
+        1,
+        "no response in it"
     );
 
     let claimed = jobs::claim(&db, "deliver", "by-hand", now, now + 60_000, 50)
@@ -310,7 +327,7 @@ async fn threads_pages_and_continuation(engine: Engine) {
             && entries
                 .iter()
                 .filter(|e| e["direction"] == "in")
-                .all(|e| e["status"]["status"] == "delivered"))
+                .all(|e| e["status"] == "delivered"))
         .then_some(v)
     })
     .await;
@@ -366,7 +383,7 @@ async fn threads_pages_and_continuation(engine: Engine) {
     assert_eq!(ids(&p1), [third.clone(), other.clone()]);
     let cursor = p1["next_cursor"].as_str().unwrap();
     let (_, p2) = get(&t, &format!("/api/v1/threads?limit=2&cursor={cursor}")).await;
-    assert_eq!(ids(&p2), [thread.clone()]);
+    assert_eq!(ids(&p2), std::slice::from_ref(&thread));
     assert!(p2["next_cursor"].is_null(), "{p2}");
     let summary = &p2["threads"][0];
     assert_eq!(

@@ -180,8 +180,8 @@ pub struct ThreadEntry {
     pub agent: String,
     /// When it was stored.
     pub created_at: Timestamp,
-    /// For a message: where it is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// For a message: where it is (`status`, and `error_class` when it failed).
+    #[serde(flatten)]
     pub status: Option<StatusView>,
     /// For a response: the message it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
