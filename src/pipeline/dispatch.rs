@@ -723,3 +723,21 @@ impl JobHandler for TurnEndHandler {
         core.queue.commit(tx, finished).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::failure_class;
+    use crate::error::{OutboundError, PeerStatus};
+
+    #[test]
+    fn failures_are_classed_without_their_text() {
+        let unreachable = OutboundError::temporary("connection refused");
+        let five_hundred = OutboundError::temporary("HTTP 500").with_status(PeerStatus::Http(500));
+        let refused = OutboundError::permanent("HTTP 403").with_status(PeerStatus::Http(403));
+        let malformed = OutboundError::permanent("answer is not a response");
+        assert_eq!(failure_class(&unreachable), "agent_unavailable");
+        assert_eq!(failure_class(&five_hundred), "agent_unavailable");
+        assert_eq!(failure_class(&refused), "agent_refused");
+        assert_eq!(failure_class(&malformed), "agent_error");
+    }
+}

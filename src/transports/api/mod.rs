@@ -248,8 +248,8 @@ async fn post_message(
         Err(e) => return error_response(&e),
     };
     // A thread id this API returned continues its thread: messages are threaded by the key the
-    // thread was opened with.
-    // (`api:…` is a thread key already, the one a message opens when it names none.)
+    // thread was opened with. (`api:…` is such a key already: the one a message opens when it
+    // names none.)
     let (db, given) = (state.pipeline.db().clone(), msg.thread_id.clone());
     let found = if given.starts_with("api:") {
         Ok(None)
@@ -265,11 +265,11 @@ async fn post_message(
         Err(e) => return error_response(&e),
     }
     match state.pipeline.ingest(NAME, &external_id, msg).await {
-        Ok(o) => HttpResponse::Accepted().json(json!({
-            "id": o.message_id,
-            "thread_id": o.thread_id,
-            "duplicate": o.duplicate,
-        })),
+        Ok(o) => HttpResponse::Accepted().json(wire::Accepted {
+            id: o.message_id,
+            thread_id: o.thread_id,
+            duplicate: o.duplicate,
+        }),
         Err(e) => error_response(&e),
     }
 }
