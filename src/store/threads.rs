@@ -224,3 +224,52 @@ pub async fn deliveries(db: &Db, response_ids: &[&str]) -> Result<Vec<DeliveryRo
     let args: Vec<Arg<'_>> = response_ids.iter().map(|id| Arg::Text(id)).collect();
     db.fetch_all(&sql, &args).await
 }
+
+/// What an agent did lately.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
+pub struct AgentActivity {
+    /// The agent's local name.
+    pub agent: String,
+    /// When it last answered (unix ms).
+    pub last_success: Option<i64>,
+    /// When a message to it last failed (unix ms).
+    pub last_failure: Option<i64>,
+}
+
+/// When each agent last answered and last failed (a scan of the messages).
+///
+/// # Errors
+/// Database errors.
+pub async fn agent_activity(db: &Db) -> Result<Vec<AgentActivity>> {
+    db.fetch_all(
+        "SELECT agent, MAX(CASE WHEN direction = 'out' THEN created_at END) AS last_success, \
+         MAX(CASE WHEN outcome = 'failed' THEN created_at END) AS last_failure \
+         FROM messages GROUP BY agent ORDER BY agent",
+        &[],
+    )
+    .await
+}
+
+/// An agent's mean time from message to stored response.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
+pub struct AgentLatency {
+    /// The agent's local name.
+    pub agent: String,
+    /// Mean milliseconds.
+    pub latency_ms: i64,
+}
+
+/// Each agent's mean time from message to stored response, over responses stored since
+/// `since` (unix ms).
+///
+/// # Errors
+/// Database errors.
+pub async fn agent_latency(db: &Db, since: i64) -> Result<Vec<AgentLatency>> {
+    db.fetch_all(
+        "SELECT i.agent, CAST(AVG(o.created_at - i.created_at) AS BIGINT) AS latency_ms \
+         FROM messages o JOIN messages i ON i.id = o.answers \
+         WHERE o.direction = 'out' AND o.created_at >= $1 GROUP BY i.agent",
+        &[Arg::Int(since)],
+    )
+    .await
+}

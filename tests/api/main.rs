@@ -12,6 +12,7 @@ mod api;
 mod architecture;
 mod cli;
 mod connections;
+mod console;
 mod crash;
 mod deploy;
 mod email;

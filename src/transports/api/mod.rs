@@ -8,6 +8,7 @@
 //! any of the federated protocols) and is off unless `api.token` is set. Messages ingested here
 //! are operator-asserted: the operator vouches for the sender fields.
 
+pub mod console;
 pub mod openapi;
 mod read;
 mod status;
