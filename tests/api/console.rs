@@ -98,6 +98,16 @@ impl Browser {
             .to_owned()
     }
 
+    /// The page's source once it contains `marker` (a click that navigates may return before
+    /// the next page is there).
+    async fn source_with(&self, marker: &str) -> String {
+        wait_for(20, marker, || async {
+            let s = self.source().await;
+            s.contains(marker).then_some(s)
+        })
+        .await
+    }
+
     async fn find(&self, css: &str) -> String {
         let v = self
             .call(
@@ -227,7 +237,7 @@ async fn console_in_chromium() {
     );
     b.type_into("#token", TOKEN).await;
     b.click("button[type=submit]").await;
-    let agents = b.source().await;
+    let agents = b.source_with("Last answer").await;
     assert!(agents.contains(&t.agent("echo")), "{agents}");
     assert!(agents.contains("webhook") && !agents.contains("hook-secret"));
 
@@ -249,7 +259,7 @@ async fn console_in_chromium() {
     b.screenshot("conversations").await;
     b.click(&format!("a[href='/console/threads/{thread}']"))
         .await;
-    let page = b.source().await;
+    let page = b.source_with("Conversation ").await;
     assert_eq!(
         page.matches("hello from the API").count(),
         2,
@@ -261,6 +271,7 @@ async fn console_in_chromium() {
     );
     b.screenshot("conversation").await;
     b.click(&format!("a[href='/console/messages/{id}']")).await;
+    b.source_with("Dispatch and delivery attempts").await;
     assert_eq!(b.text("#status").await, "delivered");
     assert!(
         b.text("#normalized")
@@ -308,7 +319,7 @@ async fn console_in_chromium() {
     b.screenshot("send").await;
     b.type_into("#text", "typed in the console").await;
     b.click("#send").await;
-    let page = b.source().await;
+    let page = b.source_with("Dispatch and delivery attempts").await;
     assert!(page.contains("typed in the console"), "{page}");
     let sent = switchboard::store::messages::counts(&db).await.unwrap();
     assert!(

@@ -103,7 +103,7 @@ pub(super) async fn list_threads(
 }
 
 /// The listing of each thread: its agents and activity.
-async fn summaries(db: &Db, rows: &[ThreadRow]) -> Result<Vec<ThreadSummary>> {
+pub(super) async fn summaries(db: &Db, rows: &[ThreadRow]) -> Result<Vec<ThreadSummary>> {
     let ids: Vec<&str> = rows.iter().map(|t| t.id.as_str()).collect();
     let activity: HashMap<String, threads::ThreadActivity> = threads::activity(db, &ids)
         .await?

@@ -354,29 +354,18 @@ async fn threads_page(
             before: None,
         };
         let rows = threads::list(&db, filter, 100).await?;
-        let ids: Vec<&str> = rows.iter().map(|t| t.id.as_str()).collect();
-        let activity: HashMap<String, threads::ThreadActivity> = threads::activity(&db, &ids)
-            .await?
-            .into_iter()
-            .map(|a| (a.thread_id.clone(), a))
-            .collect();
-        let mut agents: HashMap<String, Vec<String>> = HashMap::new();
-        for a in threads::agents(&db, &ids).await? {
-            agents.entry(a.thread_id).or_default().push(a.agent);
-        }
         let mut body = String::new();
-        for t in &rows {
-            let act = activity.get(&t.id);
+        for t in super::read::summaries(&db, &rows).await? {
             let _ = write!(
                 body,
                 "<tr><td><a href=\"/console/threads/{id}\">{id}</a></td><td><span class=\"badge\">{tr}</span></td>\
                  <td>{ag}</td><td>{created}</td><td>{last}</td><td>{n}</td></tr>",
                 id = esc(&t.id),
                 tr = esc(&t.transport),
-                ag = esc(&agents.get(&t.id).map(|a| a.join(", ")).unwrap_or_default()),
-                created = when(Some(t.created_at)),
-                last = when(act.map(|a| a.last_activity)),
-                n = act.map_or(0, |a| a.messages),
+                ag = esc(&t.agents.join(", ")),
+                created = t.created_at,
+                last = t.last_activity,
+                n = t.message_count,
             );
         }
         Ok(View::page(
