@@ -165,6 +165,33 @@ pub async fn entry(db: &Db, id: &str) -> Result<Option<MessageEntry>> {
     .await
 }
 
+/// How a message's dispatch ended without a response, as recorded on it.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
+pub struct Outcome {
+    /// The message.
+    pub id: String,
+    /// `no_reply` or `failed`, if it ended so.
+    pub outcome: Option<String>,
+    /// The class of a failure.
+    pub error_class: Option<String>,
+}
+
+/// The recorded outcomes of these messages.
+///
+/// # Errors
+/// Database errors.
+pub async fn outcomes(db: &Db, ids: &[&str]) -> Result<Vec<Outcome>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT id, outcome, error_class FROM messages WHERE id IN ({})",
+        in_list(ids.len(), 1)
+    );
+    let args: Vec<Arg<'_>> = ids.iter().map(|id| Arg::Text(id)).collect();
+    db.fetch_all(&sql, &args).await
+}
+
 /// The first `limit` messages and responses of a thread, in the order they were stored.
 ///
 /// # Errors

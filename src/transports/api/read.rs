@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::status::{Facts, derive};
 use super::wire::{
-    AgentList, Direction, MessageView, StatusView, ThreadDetail, ThreadEntry, ThreadPage,
+    AgentList, Direction, MessageView, Status, StatusView, ThreadDetail, ThreadEntry, ThreadPage,
     ThreadSummary,
 };
 use super::{ApiState, authorize};
@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::http::error_response;
 use crate::message::Timestamp;
 use crate::store::threads::{self, MessageEntry, ThreadFilter, ThreadRow};
-use crate::store::{Db, jobs};
+use crate::store::{Db, jobs, messages};
 
 /// Threads per page unless `limit` says otherwise, and the most `limit` may ask for.
 const PAGE: i64 = 50;
@@ -133,33 +133,49 @@ pub(super) async fn summaries(db: &Db, rows: &[ThreadRow]) -> Result<Vec<ThreadS
 }
 
 /// What is known of a message's way through the pipeline.
-struct Progress {
-    status: StatusView,
+pub(super) struct Progress {
+    /// Where it is.
+    pub(super) status: StatusView,
     dispatch_attempts: Option<i64>,
     response_id: Option<String>,
     delivery_attempts: Option<i64>,
 }
 
+/// Looks up jobs by id.
+async fn jobs_by_id(
+    db: &Db,
+    ids: impl Iterator<Item = String>,
+) -> Result<HashMap<String, jobs::JobInfo>> {
+    let ids: Vec<String> = ids.collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    Ok(jobs::get_many(db, &refs)
+        .await?
+        .into_iter()
+        .map(|j| (j.id.clone(), j))
+        .collect())
+}
+
 /// The progress of each of these inbound messages, by id.
-async fn progress(db: &Db, msgs: &[&MessageEntry]) -> Result<HashMap<String, Progress>> {
+///
+/// The reads are separate statements, so they run in the order the pipeline moves: a job before
+/// what its finishing transaction writes (the dispatch job before the response and the outcome
+/// on the message, the delivery job before the delivery record). A job read as finished then
+/// always comes with its effects, and a status never runs ahead of the facts.
+pub(super) async fn progress(db: &Db, msgs: &[&MessageEntry]) -> Result<HashMap<String, Progress>> {
     let ids: Vec<&str> = msgs.iter().map(|m| m.id.as_str()).collect();
+    let dispatch = jobs_by_id(db, ids.iter().map(|id| format!("dispatch:{id}"))).await?;
+    let outcomes: HashMap<String, threads::Outcome> = threads::outcomes(db, &ids)
+        .await?
+        .into_iter()
+        .map(|o| (o.id.clone(), o))
+        .collect();
     let responses: HashMap<String, String> = threads::responses_to(db, &ids)
         .await?
         .into_iter()
         .filter_map(|r| Some((r.answers?, r.id)))
         .collect();
     let response_ids: Vec<&str> = responses.values().map(String::as_str).collect();
-    let job_ids: Vec<String> = ids
-        .iter()
-        .map(|id| format!("dispatch:{id}"))
-        .chain(response_ids.iter().map(|id| format!("deliver:{id}")))
-        .collect();
-    let job_refs: Vec<&str> = job_ids.iter().map(String::as_str).collect();
-    let jobs: HashMap<String, jobs::JobInfo> = jobs::get_many(db, &job_refs)
-        .await?
-        .into_iter()
-        .map(|j| (j.id.clone(), j))
-        .collect();
+    let deliver = jobs_by_id(db, response_ids.iter().map(|id| format!("deliver:{id}"))).await?;
     let deliveries: HashMap<String, threads::DeliveryRow> = threads::deliveries(db, &response_ids)
         .await?
         .into_iter()
@@ -169,12 +185,13 @@ async fn progress(db: &Db, msgs: &[&MessageEntry]) -> Result<HashMap<String, Pro
         .iter()
         .map(|m| {
             let response = responses.get(&m.id);
-            let dispatch = jobs.get(&format!("dispatch:{}", m.id));
-            let deliver = response.and_then(|r| jobs.get(&format!("deliver:{r}")));
+            let dispatch = dispatch.get(&format!("dispatch:{}", m.id));
+            let deliver = response.and_then(|r| deliver.get(&format!("deliver:{r}")));
             let delivery = response.and_then(|r| deliveries.get(r));
+            let outcome = outcomes.get(&m.id);
             let status = derive(&Facts {
-                outcome: m.outcome.as_deref(),
-                error_class: m.error_class.as_deref(),
+                outcome: outcome.and_then(|o| o.outcome.as_deref()),
+                error_class: outcome.and_then(|o| o.error_class.as_deref()),
                 dispatch,
                 answered: response.is_some(),
                 deliver,
@@ -302,14 +319,19 @@ pub(super) async fn get_response(
     let found = state
         .pipeline
         .on_main(async move {
-            if let Some(row) = crate::store::messages::response_to(&db, &id).await? {
+            if let Some(row) = messages::response_to(&db, &id).await? {
                 return Ok(Found::Response(row.body));
             }
             let view = message_view(&db, &id).await?;
-            Ok(if view.status.status.is_final() {
-                Found::Never(view.status)
-            } else {
-                Found::NotYet
+            if matches!(view.status.status, Status::NoReply | Status::Failed) {
+                return Ok(Found::Never(view.status));
+            }
+            // The response may have been stored since the first look.
+            Ok(match view.response_id {
+                Some(_) => messages::response_to(&db, &id)
+                    .await?
+                    .map_or(Found::NotYet, |row| Found::Response(row.body)),
+                None => Found::NotYet,
             })
         })
         .await;

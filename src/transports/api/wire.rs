@@ -120,17 +120,6 @@ pub enum Status {
     DeliveryFailed,
 }
 
-impl Status {
-    /// Whether nothing more will happen to the message.
-    #[must_use]
-    pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            Self::NoReply | Self::Failed | Self::Delivered | Self::DeliveryFailed
-        )
-    }
-}
-
 /// A message's status.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct StatusView {

@@ -15,7 +15,6 @@ use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 
-use super::status::{Facts, derive};
 use super::{NAME, parse_request};
 use crate::config::{Config, Secret};
 use crate::error::{Error, Result};
@@ -474,14 +473,10 @@ async fn message_page(
         let refs: Vec<&str> = job_ids.iter().map(String::as_str).collect();
         let jobs = jobs::get_many(&db, &refs).await?;
         let deliveries = threads::deliveries(&db, &response_id.iter().map(String::as_str).collect::<Vec<_>>()).await?;
-        let status = derive(&Facts {
-            outcome: m.outcome.as_deref(),
-            error_class: m.error_class.as_deref(),
-            dispatch: jobs.iter().find(|j| j.kind == "dispatch"),
-            answered: response.is_some(),
-            deliver: jobs.iter().find(|j| j.kind == "deliver"),
-            delivery: deliveries.first(),
-        });
+        let status = super::read::progress(&db, &[&m])
+            .await?
+            .remove(&m.id)
+            .map(|p| p.status);
         let mut attempts = String::new();
         for j in &jobs {
             let _ = write!(
@@ -506,6 +501,7 @@ async fn message_page(
             );
         }
         let status_json = serde_json::to_value(&status).map_err(Error::corrupt)?;
+        let status_json = if m.direction == "in" { status_json } else { json!({"status": "response"}) };
         let main = format!(
             "<p>Status <span class=\"badge\" id=\"status\">{st}</span> · thread <a href=\"/console/threads/{th}\">{th}</a> · \
              {ev}</p><h2>Dispatch and delivery attempts</h2><table><tr><th>Job</th><th>State</th><th>Attempts</th>\
