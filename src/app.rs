@@ -283,9 +283,15 @@ impl Application {
         .map_err(|e| Error::Startup(e.to_string()))?
         .run();
         let metrics_state = state;
+        let console = crate::transports::api::console::Console::new(&config, pipeline.clone())?;
         let metrics_server = HttpServer::new(move || {
-            let s = metrics_state.clone();
-            App::new().configure(move |c| http::configure_metrics(c, s))
+            let (s, console) = (metrics_state.clone(), console.clone());
+            App::new().configure(move |c| {
+                http::configure_metrics(c, s);
+                if let Some(console) = console {
+                    crate::transports::api::console::configure(c, console);
+                }
+            })
         })
         .workers(1)
         .disable_signals()

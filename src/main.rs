@@ -67,6 +67,11 @@ enum Command {
         /// Output directory.
         dir: PathBuf,
     },
+    /// Write the operator API's OpenAPI 3.1 document to FILE.
+    Openapi {
+        /// Output file.
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -144,6 +149,10 @@ async fn main() -> anyhow::Result<()> {
                 std::fs::write(dir.join(name), content)
                     .with_context(|| format!("writing {name}"))?;
             }
+        }
+        Command::Openapi { file } => {
+            std::fs::write(&file, switchboard::transports::api::openapi::document())
+                .with_context(|| format!("writing {}", file.display()))?;
         }
         Command::Serve => {
             let config = Config::from_env(cli.config.as_deref())?;

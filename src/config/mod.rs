@@ -13,6 +13,7 @@ mod access;
 mod activitypub;
 mod agents;
 mod api;
+mod console;
 mod database;
 mod email;
 mod limits;
@@ -39,6 +40,7 @@ pub use access::{AccessConfig, AccessDefault, AccessRule, RefusalReply};
 pub use activitypub::ActivityPubConfig;
 pub use agents::{AgentConfig, BackendConfig};
 pub use api::ApiConfig;
+pub use console::ConsoleConfig;
 pub use database::{DatabaseConfig, Durability};
 pub use email::{
     AgentEmailConfig, DnsMode, EmailConfig, Postmaster, RelayTls, UnauthenticatedMail,
@@ -80,6 +82,8 @@ pub struct Config {
     pub net: NetConfig,
     /// The operator's HTTP message API.
     pub api: ApiConfig,
+    /// The operator's web console.
+    pub console: ConsoleConfig,
     /// Attachments and their signed URLs.
     pub media: MediaConfig,
     /// Email: the SMTP listener, inbound authentication and replies.
@@ -108,6 +112,7 @@ impl Default for Config {
             history: HistoryPolicy::default(),
             net: NetConfig::default(),
             api: ApiConfig::default(),
+            console: ConsoleConfig::default(),
             media: MediaConfig::default(),
             activitypub: ActivityPubConfig::default(),
             a2a: A2aConfig::default(),
@@ -191,6 +196,7 @@ impl Config {
         let names: Vec<&str> = self.agents.iter().map(|a| a.name.as_str()).collect();
         self.a2a.check(&names, &mut problems);
         self.api.check(&mut problems);
+        self.console.check(self.server.metrics_bind, &mut problems);
         self.queue.check(&mut problems);
         self.activitypub.check(&mut problems);
         self.email.check(&mut problems);

@@ -103,6 +103,20 @@ struct Answer {
 /// The dispatch outcome of one job: a response to store, or nothing to say.
 type Dispatched = Option<Answer>;
 
+/// The class of a dispatch failure as the operator API reports it (its text stays in the
+/// job's `last_error` for the logs): `agent_unavailable` when the agent could not be reached or
+/// kept failing until the attempts ran out, `agent_refused` when it refused the request (HTTP
+/// 4xx), `agent_error` for any other failure that retrying would not fix.
+fn failure_class(e: &OutboundError) -> &'static str {
+    match e {
+        OutboundError::Temporary { .. } => "agent_unavailable",
+        OutboundError::Permanent { status, .. } if status.is_some_and(|s| s.is_refusal()) => {
+            "agent_refused"
+        }
+        OutboundError::Permanent { .. } => "agent_error",
+    }
+}
+
 /// Handles `dispatch` jobs.
 pub(super) struct DispatchHandler(pub(super) Arc<Core>);
 
@@ -398,6 +412,8 @@ impl JobHandler for DispatchHandler {
                 .and_then(|row| core.transports.get(&row.transport))
                 .is_some_and(|t| t.ends_turns())
         };
+        // Turns that end without a response, recorded on their message for the operator.
+        let mut outcomes: Vec<messages::DispatchOutcome<'_>> = Vec::new();
         for (i, (result, payload)) in results.into_iter().zip(&jobs).enumerate() {
             let message_id = payload.as_ref().ok().map(|p| p.message_id.as_str());
             // A job whose lease was lost has no end here: it applies nothing.
@@ -407,6 +423,13 @@ impl JobHandler for DispatchHandler {
             match (result, end) {
                 (Ok(Some(answer)), _) => answers.push(answer),
                 (Ok(None), _) => {
+                    if let Some(id) = message_id {
+                        outcomes.push(messages::DispatchOutcome {
+                            message_id: id,
+                            outcome: "no_reply",
+                            error_class: None,
+                        });
+                    }
                     if let Some(id) = message_id.filter(|id| ends_turns(id)) {
                         ended.push(TurnEndJob {
                             message_id: id.to_owned(),
@@ -414,7 +437,14 @@ impl JobHandler for DispatchHandler {
                         });
                     }
                 }
-                (Err(_), Finish::Dead { error }) => {
+                (Err(e), Finish::Dead { error }) => {
+                    if let Some(id) = message_id {
+                        outcomes.push(messages::DispatchOutcome {
+                            message_id: id,
+                            outcome: "failed",
+                            error_class: Some(failure_class(&e)),
+                        });
+                    }
                     if let Some(id) = message_id.filter(|id| ends_turns(id)) {
                         ended.push(TurnEndJob {
                             message_id: id.to_owned(),
@@ -525,6 +555,7 @@ impl JobHandler for DispatchHandler {
             })
             .collect();
         messages::record_deliveries(&mut tx, &records, now).await?;
+        messages::record_outcomes(&mut tx, &outcomes).await?;
         let turn_ends = ended
             .iter()
             .map(|e| {
@@ -771,5 +802,23 @@ impl JobHandler for TurnEndHandler {
             .finish(&mut tx, owner, batch, &results, now)
             .await?;
         core.queue.commit(tx, finished).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failure_class;
+    use crate::error::{OutboundError, PeerStatus};
+
+    #[test]
+    fn failures_are_classed_without_their_text() {
+        let unreachable = OutboundError::temporary("connection refused");
+        let five_hundred = OutboundError::temporary("HTTP 500").with_status(PeerStatus::Http(500));
+        let refused = OutboundError::permanent("HTTP 403").with_status(PeerStatus::Http(403));
+        let malformed = OutboundError::permanent("answer is not a response");
+        assert_eq!(failure_class(&unreachable), "agent_unavailable");
+        assert_eq!(failure_class(&five_hundred), "agent_unavailable");
+        assert_eq!(failure_class(&refused), "agent_refused");
+        assert_eq!(failure_class(&malformed), "agent_error");
     }
 }

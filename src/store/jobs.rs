@@ -327,6 +327,23 @@ pub async fn list(
     .await
 }
 
+/// The jobs with these ids that still exist (finished ones are purged after a while).
+///
+/// # Errors
+/// Database errors.
+pub async fn get_many(db: &Db, ids: &[&str]) -> Result<Vec<JobInfo>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT id, kind, state, attempts, max_attempts, run_at, last_error, updated_at FROM jobs \
+         WHERE id IN ({})",
+        in_list(ids.len(), 1)
+    );
+    let args: Vec<Arg<'_>> = ids.iter().map(|id| Arg::Text(id)).collect();
+    db.fetch_all(&sql, &args).await
+}
+
 /// The job with `id`, if there is one.
 ///
 /// # Errors

@@ -432,3 +432,39 @@ pub async fn counts(db: &Db) -> Result<Vec<DirectionCount>> {
     )
     .await
 }
+
+/// How a message's dispatch ended without a response.
+#[derive(Debug, Clone, Copy)]
+pub struct DispatchOutcome<'a> {
+    /// The message.
+    pub message_id: &'a str,
+    /// `no_reply` or `failed`.
+    pub outcome: &'a str,
+    /// For `failed`: the failure's class (never its text).
+    pub error_class: Option<&'a str>,
+}
+
+/// Records on each message how its dispatch ended without a response (one statement per
+/// distinct outcome; a message dispatched again is simply overwritten).
+///
+/// # Errors
+/// Database errors.
+pub async fn record_outcomes(tx: &mut Tx, outcomes: &[DispatchOutcome<'_>]) -> Result<()> {
+    let mut groups: std::collections::BTreeMap<_, Vec<&str>> = std::collections::BTreeMap::new();
+    for o in outcomes {
+        groups
+            .entry((o.outcome, o.error_class))
+            .or_default()
+            .push(o.message_id);
+    }
+    for ((outcome, class), ids) in groups {
+        let sql = format!(
+            "UPDATE messages SET outcome = $1, error_class = $2 WHERE id IN ({})",
+            in_list(ids.len(), 3)
+        );
+        let mut args = vec![Arg::Text(outcome), Arg::OptText(class)];
+        args.extend(ids.iter().map(|id| Arg::Text(id)));
+        tx.execute(&sql, &args).await?;
+    }
+    Ok(())
+}

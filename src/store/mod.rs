@@ -18,6 +18,7 @@ pub mod messages;
 pub mod policy;
 pub mod recent;
 mod sqlite;
+pub mod threads;
 
 use std::str::FromStr;
 use std::sync::Arc;

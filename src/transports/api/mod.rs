@@ -1,10 +1,18 @@
 //! The operator's HTTP message API: a plain, token-protected way to hand switchboard a message
 //! (`POST /api/v1/messages`) and get the agent's response back, either by polling
-//! (`GET /api/v1/messages/{id}/response`) or as a signed callback POST to `api.callback_url`.
+//! (`GET /api/v1/messages/{id}/response`) or as a signed callback POST to `api.callback_url`;
+//! and to read what the instance holds: its agents, threads on every transport, each message's
+//! status (`docs/api.md`).
 //!
 //! It exists for integration and operations (smoke tests, load tests, systems that are not on
 //! any of the federated protocols) and is off unless `api.token` is set. Messages ingested here
 //! are operator-asserted: the operator vouches for the sender fields.
+
+pub mod console;
+pub mod openapi;
+mod read;
+mod status;
+pub mod wire;
 
 use std::sync::Arc;
 
@@ -22,7 +30,8 @@ use crate::http::error_response;
 use crate::message::NormalizedMessage;
 use crate::net::{HttpClient, HttpRequest as OutRequest, constant_time_eq, signed_headers};
 use crate::pipeline::{Delivery, Pipeline, Transport};
-use crate::store::messages;
+use crate::store::threads;
+use wire::AgentView;
 
 /// The transport name API messages are ingested under.
 pub const NAME: &str = "api";
@@ -96,15 +105,29 @@ impl Transport for ApiTransport {
 pub struct Api {
     outbound: Arc<ApiTransport>,
     token: Option<Secret>,
+    agents: Arc<Vec<AgentView>>,
 }
 
 /// Builds the API transport (always on).
 ///
 /// # Errors
-/// None today; the signature is every transport's.
+/// [`Error::Config`] when the public URL is unusable.
 pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
     let cfg = &parts.config.api;
+    let agents = crate::ops::agent_addresses(&parts.config)?
+        .into_iter()
+        .zip(&parts.config.agents)
+        .map(|(a, c)| AgentView {
+            name: a.name,
+            display_name: c.display_name.clone(),
+            handle: a.handle,
+            email: a.email,
+            card_url: a.card_url,
+            backend: a.backend.to_owned(),
+        })
+        .collect();
     Ok(Some(Box::new(Api {
+        agents: Arc::new(agents),
         outbound: Arc::new(ApiTransport::new(
             cfg,
             parts.http.clone(),
@@ -128,15 +151,20 @@ impl TransportModule for Api {
         let state = ApiState {
             pipeline: pipeline.clone(),
             token: self.token.clone(),
+            agents: Arc::clone(&self.agents),
         };
         Ok(Started {
             routes: Some(Arc::new(move |cfg: &mut web::ServiceConfig| {
                 cfg.app_data(web::Data::new(state.clone()))
                     .route("/api/v1/messages", web::post().to(post_message))
+                    .route("/api/v1/messages/{id}", web::get().to(read::get_message))
                     .route(
                         "/api/v1/messages/{id}/response",
-                        web::get().to(get_response),
-                    );
+                        web::get().to(read::get_response),
+                    )
+                    .route("/api/v1/agents", web::get().to(read::list_agents))
+                    .route("/api/v1/threads", web::get().to(read::list_threads))
+                    .route("/api/v1/threads/{id}", web::get().to(read::get_thread));
             })),
             ..Started::default()
         })
@@ -150,6 +178,8 @@ struct ApiState {
     pipeline: Pipeline,
     /// The bearer token; the API answers 404 without one.
     token: Option<Secret>,
+    /// The configured agents as `GET /api/v1/agents` lists them.
+    agents: Arc<Vec<AgentView>>,
 }
 
 fn authorize(state: &ApiState, req: &HttpRequest) -> Result<(), Error> {
@@ -214,38 +244,33 @@ async fn post_message(
         return error_response(&e);
     }
     let now = state.pipeline.clock().now();
-    let (external_id, msg) = match parse_request(&body, now) {
+    let (external_id, mut msg) = match parse_request(&body, now) {
         Ok(x) => x,
         Err(e) => return error_response(&e),
     };
-    match state.pipeline.ingest(NAME, &external_id, msg).await {
-        Ok(o) => HttpResponse::Accepted().json(json!({
-            "id": o.message_id,
-            "thread_id": o.thread_id,
-            "duplicate": o.duplicate,
-        })),
-        Err(e) => error_response(&e),
-    }
-}
-
-async fn get_response(
-    state: web::Data<ApiState>,
-    req: HttpRequest,
-    path: web::Path<String>,
-) -> HttpResponse {
-    if let Err(e) = authorize(&state, &req) {
-        return error_response(&e);
-    }
-    let (db, id) = (state.pipeline.db().clone(), path.into_inner());
-    let found = state
-        .pipeline
-        .on_main(async move { messages::response_to(&db, &id).await })
-        .await;
+    // A thread id this API returned continues its thread: messages are threaded by the key the
+    // thread was opened with. (`api:…` is such a key already: the one a message opens when it
+    // names none.)
+    let (db, given) = (state.pipeline.db().clone(), msg.thread_id.clone());
+    let found = if given.starts_with("api:") {
+        Ok(None)
+    } else {
+        state
+            .pipeline
+            .on_main(async move { threads::get(&db, &given).await })
+            .await
+    };
     match found {
-        Ok(Some(row)) => HttpResponse::Ok()
-            .content_type("application/json")
-            .body(row.body),
-        Ok(None) => error_response(&Error::NotFound("no response yet".into())),
+        Ok(Some(t)) if t.transport == NAME => msg.thread_id = t.thread_key,
+        Ok(_) => {}
+        Err(e) => return error_response(&e),
+    }
+    match state.pipeline.ingest(NAME, &external_id, msg).await {
+        Ok(o) => HttpResponse::Accepted().json(wire::Accepted {
+            id: o.message_id,
+            thread_id: o.thread_id,
+            duplicate: o.duplicate,
+        }),
         Err(e) => error_response(&e),
     }
 }

@@ -1,0 +1,652 @@
+//! The operator's web console at `/console` on the private metrics listener: server-rendered
+//! pages over the same reads as the operator API (agents, conversations across transports, one
+//! message with its attempts, the queue with its dead jobs), a form that sends a test message,
+//! and live counters polled by a small embedded script. No build step: the stylesheet and the
+//! script are embedded in the binary.
+//!
+//! When `console.token` is set, every page needs the session cookie the sign-in form sets (or
+//! the token as a bearer header); without one it is served only on a loopback listener (the
+//! configuration check refuses anything else).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde_json::{Value, json};
+
+use super::{NAME, parse_request};
+use crate::config::{Config, Secret};
+use crate::error::{Error, Result};
+use crate::markdown::escape_html as esc;
+use crate::message::Timestamp;
+use crate::net::constant_time_eq;
+use crate::pipeline::Pipeline;
+use crate::store::threads::{self, ThreadFilter};
+use crate::store::{Db, jobs, messages};
+
+const STYLE: &str = include_str!("style.css");
+const SCRIPT: &str = include_str!("console.js");
+const COOKIE: &str = "switchboard_console";
+
+/// The console as the metrics listener serves it.
+#[derive(Debug, Clone)]
+pub struct Console {
+    pipeline: Pipeline,
+    token: Option<Secret>,
+    /// Each agent: name, handle, email, card URL, backend kind.
+    agents: std::sync::Arc<Vec<crate::ops::AgentAddresses>>,
+}
+
+impl Console {
+    /// The console for `config`, or `None` when `console.enabled` is off.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the public URL is unusable.
+    pub fn new(config: &Config, pipeline: Pipeline) -> Result<Option<Self>> {
+        if !config.console.enabled {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            pipeline,
+            token: config.console.token.clone(),
+            agents: std::sync::Arc::new(crate::ops::agent_addresses(config)?),
+        }))
+    }
+
+    fn signed_in(&self, req: &HttpRequest) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        let bearer = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_owned);
+        if let Some(given) = bearer {
+            return constant_time_eq(given.as_bytes(), token.expose().as_bytes());
+        }
+        let cookie = req
+            .headers()
+            .get_all(header::COOKIE)
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .find_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+            .unwrap_or("");
+        constant_time_eq(cookie.as_bytes(), session_value(token.expose()).as_bytes())
+    }
+}
+
+/// The session cookie's value for `token`: its SHA-256, so the token itself is never stored in
+/// the browser.
+fn session_value(token: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(token.as_bytes()))
+}
+
+/// Mounts the console's routes.
+pub fn configure(cfg: &mut web::ServiceConfig, console: Console) {
+    cfg.app_data(web::Data::new(console))
+        .app_data(web::FormConfig::default().limit(64 * 1024))
+        .route("/console", web::get().to(agents_page))
+        .route("/console/login", web::get().to(login_page))
+        .route("/console/login", web::post().to(login))
+        .route("/console/style.css", web::get().to(style))
+        .route("/console/console.js", web::get().to(script))
+        .route("/console/counters.json", web::get().to(counters))
+        .route("/console/threads", web::get().to(threads_page))
+        .route("/console/threads/{id}", web::get().to(thread_page))
+        .route("/console/messages/{id}", web::get().to(message_page))
+        .route("/console/queue", web::get().to(queue_page))
+        .route("/console/queue/retry", web::post().to(queue_retry))
+        .route("/console/queue/purge", web::post().to(queue_purge))
+        .route("/console/send", web::get().to(send_page))
+        .route("/console/send", web::post().to(send));
+}
+
+fn see_other(to: &str) -> HttpResponse {
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, to))
+        .finish()
+}
+
+fn html(body: String) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header(("Cache-Control", "no-store"))
+        .insert_header(("X-Frame-Options", "DENY"))
+        .body(body)
+}
+
+fn page(active: &str, title: &str, main: &str) -> HttpResponse {
+    let mut nav = String::new();
+    for (href, name) in [
+        ("/console", "Agents"),
+        ("/console/threads", "Conversations"),
+        ("/console/queue", "Queue"),
+        ("/console/send", "Send a test message"),
+    ] {
+        let on = if name == active { " class=\"on\"" } else { "" };
+        let _ = write!(nav, "<a href=\"{href}\"{on}>{name}</a>");
+    }
+    // The sign-in page (under no navigation entry) has no counters to poll.
+    let (counters, script) = if active.is_empty() {
+        ("", "")
+    } else {
+        (
+            "<span class=\"counters\">messages <b data-counter=\"inbound\">…</b> · \
+             responses <b data-counter=\"responses\">…</b> · queued <b data-counter=\"ready\">…</b> · \
+             running <b data-counter=\"running\">…</b> · dead <b data-counter=\"dead\">…</b></span>",
+            "<script src=\"/console/console.js\"></script>",
+        )
+    };
+    html(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t} · switchboard</title>\
+         <link rel=\"stylesheet\" href=\"/console/style.css\"></head><body>\
+         <header><strong>switchboard</strong>{nav}{counters}</header>\
+         <main><h1>{t}</h1>{main}</main>{script}</body></html>",
+        t = esc(title)
+    ))
+}
+
+fn failure(e: &Error) -> HttpResponse {
+    let status = crate::http::error_response(e).status();
+    HttpResponse::build(status)
+        .content_type("text/html; charset=utf-8")
+        .body(format!(
+            "<!doctype html><title>{status}</title><p>{}</p><p><a href=\"/console\">Back</a></p>",
+            esc(&e.to_string())
+        ))
+}
+
+/// What a console handler renders (made on the main runtime, so plain data).
+enum View {
+    /// A page: the navigation entry it is under, its title and its content.
+    Page(&'static str, String, String),
+    /// A redirect after a form.
+    Redirect(String),
+}
+
+impl View {
+    fn page(active: &'static str, title: &str, main: &str) -> Self {
+        Self::Page(active, title.to_owned(), main.to_owned())
+    }
+
+    fn render(self) -> HttpResponse {
+        match self {
+            Self::Page(active, title, main) => page(active, &title, &main),
+            Self::Redirect(to) => see_other(&to),
+        }
+    }
+}
+
+/// Checks the session, then runs `f` on the main runtime and renders its view.
+async fn guarded<F, Fut>(c: &Console, req: &HttpRequest, f: F) -> HttpResponse
+where
+    F: FnOnce(Db) -> Fut,
+    Fut: std::future::Future<Output = Result<View>> + Send + 'static,
+{
+    if !c.signed_in(req) {
+        return if req.method() == actix_web::http::Method::GET {
+            see_other("/console/login")
+        } else {
+            HttpResponse::Unauthorized().finish()
+        };
+    }
+    match c.pipeline.on_main(f(c.pipeline.db().clone())).await {
+        Ok(v) => v.render(),
+        Err(e) => failure(&e),
+    }
+}
+
+fn when(ms: Option<i64>) -> String {
+    ms.map_or_else(
+        || "—".to_owned(),
+        |ms| Timestamp::from_unix_millis(ms).to_string(),
+    )
+}
+
+async fn style() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/css").body(STYLE)
+}
+
+async fn script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript")
+        .body(SCRIPT)
+}
+
+async fn login_page() -> HttpResponse {
+    page(
+        "",
+        "Sign in",
+        "<form method=\"post\" action=\"/console/login\"><label for=\"token\">Console token</label>\
+         <input type=\"password\" id=\"token\" name=\"token\" autocomplete=\"current-password\">\
+         <p><button type=\"submit\">Sign in</button></p></form>",
+    )
+}
+
+#[derive(serde::Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(c: web::Data<Console>, form: web::Form<LoginForm>) -> HttpResponse {
+    let ok = c
+        .token
+        .as_ref()
+        .is_none_or(|t| constant_time_eq(form.token.as_bytes(), t.expose().as_bytes()));
+    if !ok {
+        return HttpResponse::Unauthorized()
+            .content_type("text/html; charset=utf-8")
+            .body("<!doctype html><p>Wrong token. <a href=\"/console/login\">Try again</a></p>");
+    }
+    let cookie = format!(
+        "{COOKIE}={}; Path=/console; HttpOnly; SameSite=Strict",
+        session_value(&form.token)
+    );
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, "/console"))
+        .insert_header((header::SET_COOKIE, cookie))
+        .finish()
+}
+
+async fn counters(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
+    if !c.signed_in(&req) {
+        return HttpResponse::Unauthorized().finish();
+    }
+    let db = c.pipeline.db().clone();
+    let found = c
+        .pipeline
+        .on_main(async move {
+            let mut out: HashMap<String, i64> = HashMap::new();
+            for d in messages::counts(&db).await? {
+                let key = if d.direction == "in" {
+                    "inbound"
+                } else {
+                    "responses"
+                };
+                out.insert(key.into(), d.n);
+            }
+            for state in ["ready", "running", "dead"] {
+                out.insert(state.into(), 0);
+            }
+            for j in jobs::depth(&db).await? {
+                *out.entry(j.state).or_default() += j.n;
+            }
+            Ok(out)
+        })
+        .await;
+    match found {
+        Ok(v) => HttpResponse::Ok()
+            .insert_header(("Cache-Control", "no-store"))
+            .json(v),
+        Err(e) => crate::http::error_response(&e),
+    }
+}
+
+async fn agents_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
+    let agents = std::sync::Arc::clone(&c.agents);
+    let since = c.pipeline.clock().now_ms().saturating_sub(86_400_000);
+    guarded(&c, &req, |db| async move {
+        let activity: HashMap<String, threads::AgentActivity> = threads::agent_activity(&db)
+            .await?
+            .into_iter()
+            .map(|a| (a.agent.clone(), a))
+            .collect();
+        let latency: HashMap<String, i64> = threads::agent_latency(&db, since)
+            .await?
+            .into_iter()
+            .map(|a| (a.agent, a.latency_ms))
+            .collect();
+        let mut rows = String::new();
+        for a in agents.iter() {
+            let act = activity.get(&a.name);
+            let _ = write!(
+                rows,
+                "<tr data-agent=\"{n}\"><td><a href=\"/console/threads?agent={n}\">{n}</a></td><td>{h}</td><td>{e}</td><td>{card}</td>\
+                 <td><span class=\"badge\">{b}</span></td><td>{ok}</td><td>{ko}</td><td>{lat}</td></tr>",
+                n = esc(&a.name),
+                h = esc(&a.handle),
+                e = esc(a.email.as_deref().unwrap_or("—")),
+                card = a.card_url.as_deref().map_or_else(
+                    || "—".to_owned(),
+                    |u| format!("<a href=\"{0}\">{0}</a>", esc(u))
+                ),
+                b = esc(a.backend),
+                ok = when(act.and_then(|a| a.last_success)),
+                ko = when(act.and_then(|a| a.last_failure)),
+                lat = latency
+                    .get(&a.name)
+                    .map_or_else(|| "—".to_owned(), |ms| format!("{ms} ms")),
+            );
+        }
+        Ok(View::page(
+            "Agents",
+            "Agents",
+            &format!(
+                "<table><tr><th>Name</th><th>Fediverse</th><th>Email</th><th>A2A card</th><th>Backend</th>\
+                 <th>Last answer</th><th>Last failure</th><th>Latency (24 h)</th></tr>{rows}</table>"
+            ),
+        ))
+    })
+    .await
+}
+
+#[derive(serde::Deserialize)]
+struct ThreadsQuery {
+    agent: Option<String>,
+    transport: Option<String>,
+}
+
+async fn threads_page(
+    c: web::Data<Console>,
+    req: HttpRequest,
+    q: web::Query<ThreadsQuery>,
+) -> HttpResponse {
+    let q = q.into_inner();
+    guarded(&c, &req, |db| async move {
+        let filter = ThreadFilter {
+            agent: q.agent.as_deref(),
+            transport: q.transport.as_deref(),
+            before: None,
+        };
+        let rows = threads::list(&db, filter, 100).await?;
+        let mut body = String::new();
+        for t in super::read::summaries(&db, &rows).await? {
+            let _ = write!(
+                body,
+                "<tr><td><a href=\"/console/threads/{id}\">{id}</a></td><td><span class=\"badge\">{tr}</span></td>\
+                 <td>{ag}</td><td>{created}</td><td>{last}</td><td>{n}</td></tr>",
+                id = esc(&t.id),
+                tr = esc(&t.transport),
+                ag = esc(&t.agents.join(", ")),
+                created = t.created_at,
+                last = t.last_activity,
+                n = t.message_count,
+            );
+        }
+        Ok(View::page(
+            "Conversations",
+            "Conversations",
+            &format!(
+                "<p class=\"muted\">Newest first, every transport (the first 100).</p><table><tr><th>Thread</th>\
+                 <th>Transport</th><th>Agents</th><th>Opened</th><th>Last activity</th><th>Messages</th></tr>{body}</table>"
+            ),
+        ))
+    })
+    .await
+}
+
+/// The sender evidence badges of a stored message body: method and whether it was verified.
+fn evidence(body: &Value) -> String {
+    let sender = &body["sender"];
+    let verified = sender["verified"].as_bool().unwrap_or(false);
+    format!(
+        "<span class=\"badge\">{}</span> <span class=\"badge {}\">{}</span>",
+        esc(sender["auth_method"].as_str().unwrap_or("none")),
+        if verified { "ok" } else { "no" },
+        if verified { "verified" } else { "unverified" }
+    )
+}
+
+/// The text of a stored body's text parts.
+fn text_of(body: &Value) -> String {
+    body["parts"]
+        .as_array()
+        .map(|parts| {
+            parts
+                .iter()
+                .filter_map(|p| p["content"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+async fn thread_page(
+    c: web::Data<Console>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> HttpResponse {
+    let id = path.into_inner();
+    guarded(&c, &req, |db| async move {
+        let thread = threads::get(&db, &id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("no thread {id}")))?;
+        let rows = threads::entries(&db, &id, 1_000).await?;
+        let mut body = format!(
+            "<p><span class=\"badge\">{}</span> opened {}</p>",
+            esc(&thread.transport),
+            when(Some(thread.created_at))
+        );
+        for m in &rows {
+            let v: Value = serde_json::from_str(&m.body).map_err(Error::corrupt)?;
+            if m.direction == "in" {
+                let _ = write!(
+                    body,
+                    "<div class=\"entry in\"><a href=\"/console/messages/{id}\">{sender}</a> → {agent} {ev} \
+                     <span class=\"muted\">{at}</span><div>{text}</div></div>",
+                    id = esc(&m.id),
+                    sender = esc(v["sender"]["address"].as_str().unwrap_or("?")),
+                    agent = esc(&m.agent),
+                    ev = evidence(&v),
+                    at = when(Some(m.created_at)),
+                    text = esc(&text_of(&v)),
+                );
+            } else {
+                let _ = write!(
+                    body,
+                    "<div class=\"entry out\">{agent} <span class=\"badge ok\">agent</span> \
+                     <span class=\"muted\">{at}</span><div>{text}</div></div>",
+                    agent = esc(&m.agent),
+                    at = when(Some(m.created_at)),
+                    text = esc(&text_of(&v)),
+                );
+            }
+        }
+        Ok(View::page("Conversations", &format!("Conversation {id}"), &body))
+    })
+    .await
+}
+
+fn pretty(v: &Value) -> String {
+    esc(&serde_json::to_string_pretty(v).unwrap_or_default())
+}
+
+async fn message_page(
+    c: web::Data<Console>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> HttpResponse {
+    let id = path.into_inner();
+    guarded(&c, &req, |db| async move {
+        let m = threads::entry(&db, &id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("no message {id}")))?;
+        let body: Value = serde_json::from_str(&m.body).map_err(Error::corrupt)?;
+        let response = threads::responses_to(&db, &[m.id.as_str()]).await?.pop();
+        let response_id = response.as_ref().map(|r| r.id.clone());
+        let mut job_ids = vec![format!("dispatch:{}", m.id)];
+        job_ids.extend(response_id.iter().map(|r| format!("deliver:{r}")));
+        let refs: Vec<&str> = job_ids.iter().map(String::as_str).collect();
+        let jobs = jobs::get_many(&db, &refs).await?;
+        let deliveries = threads::deliveries(&db, &response_id.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+        let status = super::read::progress(&db, &[&m])
+            .await?
+            .remove(&m.id)
+            .map(|p| p.status);
+        let mut attempts = String::new();
+        for j in &jobs {
+            let _ = write!(
+                attempts,
+                "<tr><td>{id}</td><td>{state}</td><td>{a} / {max}</td><td>{err}</td><td>{at}</td></tr>",
+                id = esc(&j.id),
+                state = esc(&j.state),
+                a = j.attempts,
+                max = j.max_attempts,
+                err = esc(j.last_error.as_deref().unwrap_or("")),
+                at = when(Some(j.updated_at)),
+            );
+        }
+        for d in &deliveries {
+            let _ = write!(
+                attempts,
+                "<tr><td>{id}</td><td>{outcome} (recorded)</td><td>{a}</td><td></td><td>{at}</td></tr>",
+                id = esc(&d.job_id),
+                outcome = esc(&d.outcome),
+                a = d.attempts,
+                at = when(Some(d.finished_at)),
+            );
+        }
+        let status_json = serde_json::to_value(&status).map_err(Error::corrupt)?;
+        let status_json = if m.direction == "in" { status_json } else { json!({"status": "response"}) };
+        let main = format!(
+            "<p>Status <span class=\"badge\" id=\"status\">{st}</span> · thread <a href=\"/console/threads/{th}\">{th}</a> · \
+             {ev}</p><h2>Dispatch and delivery attempts</h2><table><tr><th>Job</th><th>State</th><th>Attempts</th>\
+             <th>Last error</th><th>Updated</th></tr>{attempts}</table>\
+             <h2>NormalizedMessage</h2><pre id=\"normalized\">{msg}</pre><h2>Raw wire form</h2><pre id=\"raw\">{raw}</pre>{resp}",
+            st = esc(status_json["status"].as_str().unwrap_or("")),
+            th = esc(&m.thread_id),
+            ev = evidence(&body),
+            msg = pretty(&body),
+            raw = pretty(&body["raw"]),
+            resp = match &response {
+                Some(r) => {
+                    let v: Value = serde_json::from_str(&r.body).map_err(Error::corrupt)?;
+                    format!("<h2>Response</h2><pre id=\"response\">{}</pre>", pretty(&v))
+                }
+                None => String::new(),
+            },
+        );
+        Ok(View::page("Conversations", &format!("Message {id}"), &main))
+    })
+    .await
+}
+
+async fn queue_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
+    guarded(&c, &req, |db| async move {
+        let mut counts = String::new();
+        for n in jobs::counts(&db).await? {
+            let _ = write!(
+                counts,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&n.kind),
+                esc(&n.state),
+                n.n
+            );
+        }
+        let mut dead = String::new();
+        for j in jobs::list(&db, Some("dead"), None, 200).await? {
+            let _ = write!(
+                dead,
+                "<tr data-job=\"{id}\"><td>{id}</td><td>{kind}</td><td>{a}</td><td>{err}</td><td>{at}</td>\
+                 <td><form class=\"inline\" method=\"post\" action=\"/console/queue/retry\">\
+                 <input type=\"hidden\" name=\"id\" value=\"{id}\"><button type=\"submit\">Retry</button></form></td></tr>",
+                id = esc(&j.id),
+                kind = esc(&j.kind),
+                a = j.attempts,
+                err = esc(j.last_error.as_deref().unwrap_or("")),
+                at = when(Some(j.updated_at)),
+            );
+        }
+        Ok(View::page(
+            "Queue",
+            "Queue",
+            &format!(
+                "<h2>Jobs per kind and state</h2><table><tr><th>Kind</th><th>State</th><th>Jobs</th></tr>{counts}</table>\
+                 <h2>Dead jobs</h2><table><tr><th>Job</th><th>Kind</th><th>Attempts</th><th>Last error</th><th>Died</th>\
+                 <th></th></tr>{dead}</table><form method=\"post\" action=\"/console/queue/purge\">\
+                 <p><button type=\"submit\" id=\"purge\">Purge every dead job</button></p></form>"
+            ),
+        ))
+    })
+    .await
+}
+
+#[derive(serde::Deserialize)]
+struct RetryForm {
+    id: String,
+}
+
+async fn queue_retry(
+    c: web::Data<Console>,
+    req: HttpRequest,
+    form: web::Form<RetryForm>,
+) -> HttpResponse {
+    let now = c.pipeline.clock().now_ms();
+    let id = form.into_inner().id;
+    guarded(&c, &req, |db| async move {
+        jobs::retry_dead(&db, Some(&id), now).await?;
+        Ok(View::Redirect("/console/queue".into()))
+    })
+    .await
+}
+
+async fn queue_purge(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
+    guarded(&c, &req, |db| async move {
+        jobs::purge(&db, "dead").await?;
+        Ok(View::Redirect("/console/queue".into()))
+    })
+    .await
+}
+
+async fn send_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
+    let mut options = String::new();
+    for a in c.agents.iter() {
+        let _ = write!(
+            options,
+            "<option value=\"{h}\">{h}</option>",
+            h = esc(&a.handle)
+        );
+    }
+    let main = format!(
+        "<form method=\"post\" action=\"/console/send\"><label for=\"recipient\">Agent</label>\
+         <select id=\"recipient\" name=\"recipient\">{options}</select>\
+         <label for=\"text\">Message</label><textarea id=\"text\" name=\"text\" rows=\"4\"></textarea>\
+         <p><button type=\"submit\" id=\"send\">Send</button></p></form>\
+         <p class=\"muted\">Sent through the operator API's transport as <code>console@localhost</code>, unverified.</p>"
+    );
+    guarded(&c, &req, |_| async move {
+        Ok(View::page(
+            "Send a test message",
+            "Send a test message",
+            &main,
+        ))
+    })
+    .await
+}
+
+#[derive(serde::Deserialize)]
+struct SendForm {
+    recipient: String,
+    text: String,
+}
+
+async fn send(c: web::Data<Console>, req: HttpRequest, form: web::Form<SendForm>) -> HttpResponse {
+    if !c.signed_in(&req) {
+        return HttpResponse::Unauthorized().finish();
+    }
+    let form = form.into_inner();
+    let external_id = format!("console:{}", uuid::Uuid::now_v7());
+    let request = json!({
+        "external_id": external_id,
+        "message": {
+            "sender": {"address": "console@localhost", "auth_method": "none", "verified": false},
+            "recipient": form.recipient,
+            "parts": [{"kind": "text", "mime": "text/plain", "content": form.text}]
+        }
+    });
+    let parsed = serde_json::to_vec(&request)
+        .map_err(Error::corrupt)
+        .and_then(|b| parse_request(&b, c.pipeline.clock().now()));
+    let (external_id, msg) = match parsed {
+        Ok(x) => x,
+        Err(e) => return failure(&e),
+    };
+    match c.pipeline.ingest(NAME, &external_id, msg).await {
+        Ok(o) => see_other(&format!("/console/messages/{}", o.message_id)),
+        Err(e) => failure(&e),
+    }
+}
