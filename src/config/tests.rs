@@ -477,6 +477,7 @@ fn an_openai_backend_is_checked() {
         api_key: None,
     };
     c.check().unwrap();
+}
 
 #[test]
 fn the_handle_domain_is_a_bare_host_name() {

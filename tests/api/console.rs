@@ -1,9 +1,10 @@
 //! The web console in real headless Chromium, driven over the WebDriver protocol
 //! (chromedriver, from `scripts/peers/console.sh`): sign-in, a message sent through the API
 //! shown in its conversation, a dead job retried from the queue page, a test message sent from
-//! the form, live counters that change without a reload, and a screenshot of each page in
-//! `docs/console/`. Plus, without a browser: the console's sign-in guard and the configuration
-//! check that requires a token off loopback.
+//! the form, live counters that change without a reload, and a screenshot of each page
+//! (`SWITCHBOARD_CONSOLE_SCREENSHOTS=docs/console` refreshes those of the documentation).
+//! Plus, without a browser: the console's sign-in guard and the configuration check that
+//! requires a token off loopback.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -148,8 +149,10 @@ impl Browser {
             .to_owned()
     }
 
-    /// Saves a PNG screenshot of the page to `docs/console/{name}.png`, once its live counters
-    /// show numbers.
+    /// Saves a PNG screenshot of the page as `{name}.png`, once its live counters show numbers:
+    /// in the folder `SWITCHBOARD_CONSOLE_SCREENSHOTS` names (`docs/console` refreshes the
+    /// documentation's), else in the build's scratch folder, so a test run changes no tracked
+    /// file.
     async fn screenshot(&self, name: &str) {
         wait_for(10, "the counters", || async {
             let n = self.text("[data-counter=inbound]").await;
@@ -161,7 +164,10 @@ impl Browser {
             .decode(b64.as_str().unwrap())
             .unwrap();
         assert!(png.starts_with(b"\x89PNG"), "a PNG");
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/console");
+        let dir = match std::env::var("SWITCHBOARD_CONSOLE_SCREENSHOTS") {
+            Ok(d) => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(d),
+            Err(_) => std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console"),
+        };
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
     }
@@ -219,6 +225,7 @@ async fn console_in_chromium() {
                 url: hook,
                 secret: Secret::new("hook-secret"),
                 timeout_ms: 2_000,
+                assembled: false,
             },
             a2a: None,
             email: None,

@@ -138,6 +138,7 @@ async fn every_status_by_hand(engine: Engine) {
                 url: hook_url,
                 secret: Secret::new("hook-secret-value"),
                 timeout_ms: 2_000,
+                assembled: false,
             },
             a2a: None,
             email: None,
