@@ -561,6 +561,14 @@ fn migrate(conn: &mut Connection, migrator: &sqlx::migrate::Migrator) -> Result<
     if let Some((v, _, _)) = applied.iter().find(|(_, ok, _)| !ok) {
         return Err(sqlx::migrate::MigrateError::Dirty(*v).into());
     }
+    // A migration this binary does not know: the database belongs to a newer version, which
+    // this one must not run on (as sqlx refuses on PostgreSQL).
+    if let Some((v, _, _)) = applied
+        .iter()
+        .find(|(v, _, _)| !migrator.iter().any(|m| m.version == *v))
+    {
+        return Err(sqlx::migrate::MigrateError::VersionMissing(*v).into());
+    }
     for m in migrator.iter() {
         if m.migration_type.is_down_migration() {
             continue;
@@ -853,6 +861,30 @@ mod tests {
             Location::Memory
         );
         assert!(location("postgres://x").is_err());
+    }
+
+    #[test]
+    fn a_database_of_a_newer_version_is_refused() {
+        let migrator = &super::super::SQLITE_MIGRATOR;
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn, migrator).unwrap();
+        migrate(&mut conn, migrator).unwrap();
+        conn.execute(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
+             execution_time) VALUES (99991231000000, 'from a newer release', TRUE, x'00', 0)",
+            [],
+        )
+        .unwrap();
+        let e = migrate(&mut conn, migrator).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                crate::error::Error::Migrate(sqlx::migrate::MigrateError::VersionMissing(
+                    99_991_231_000_000
+                ))
+            ),
+            "{e:?}"
+        );
     }
 
     #[derive(Debug, serde::Deserialize, PartialEq)]
