@@ -1,7 +1,7 @@
 //! The runnable examples in `examples/` do what docs/webhook.md says: the Python and the
 //! TypeScript webhook agents verify switchboard's signature, refuse a forged one, answer a
 //! message (the TypeScript one as a stream a streaming A2A caller sees in pieces) and say
-//! nothing to an empty one.
+//! nothing to an empty one; the example configurations pass the configuration check.
 
 use std::process::{Child, Command, Stdio};
 
@@ -119,4 +119,24 @@ async fn the_typescript_webhook_example_streams_its_answer() {
         text.contains("you said: stream this please"),
         "{text} in {body}"
     );
+}
+
+/// Every configuration in `examples/` loads and passes the configuration check, with the
+/// environment variables its header names.
+#[test]
+fn the_example_configurations_pass_check_config() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let env = vec![("OPENAI_API_KEY".to_owned(), "sk-example".to_owned())];
+        let config = switchboard::Config::load(Some(&path), env)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(!config.agents.is_empty(), "{}", path.display());
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "ollama, a2a_bridge, two_agents");
 }

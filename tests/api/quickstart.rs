@@ -180,7 +180,7 @@ async fn the_quickstart_configuration_and_proxy_work_as_written() {
         std::fs::create_dir_all(&d).unwrap();
         let d = d.display();
         let conf = format!(
-            "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log;\n\
+            "master_process off;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log;\n\
              events {{}}\nhttp {{\naccess_log off;\nclient_body_temp_path {d};\n\
              proxy_temp_path {d};\n{site}\n}}\n"
         );
@@ -201,6 +201,9 @@ async fn the_quickstart_configuration_and_proxy_work_as_written() {
             .arg("-c")
             .arg(&conf_file)
             .args(["-g", "daemon off;"])
+            // One process (master_process off), killed on drop, with no inherited output: a
+            // leftover would hold the test run's output pipe open.
+            .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
