@@ -116,7 +116,13 @@ struct ThreadKeyRow {
     thread_key: String,
 }
 
-/// Thread ids for `(transport, thread key)` pairs, creating missing threads with the ids given.
+/// Maps each `(transport, thread key)` to switchboard's thread id, creating the threads that do
+/// not exist yet with the given new id; returns every key's id.
+///
+/// Existing threads are read, not upserted: an upsert writes a new version of every existing
+/// row (and locks it) on each message, which on PostgreSQL made a batch of messages to a few
+/// hundred busy threads as costly as a batch of updates. Only missing threads are inserted
+/// (`ON CONFLICT DO NOTHING`); one another instance created meanwhile is read again.
 ///
 /// # Errors
 /// Database errors.
@@ -125,16 +131,20 @@ pub async fn upsert_threads(
     threads: &[(&str, &str, &str)],
     now: i64,
 ) -> Result<HashMap<(String, String), String>> {
-    // One row per key: PostgreSQL refuses to upsert the same row twice in one statement.
     let mut seen = HashSet::new();
     let unique: Vec<_> = threads
         .iter()
         .filter(|(t, k, _)| seen.insert((*t, *k)))
         .collect();
-    if unique.is_empty() {
-        return Ok(HashMap::new());
+    let mut found = existing_threads(tx, unique.iter().map(|(t, k, _)| (*t, *k))).await?;
+    let missing: Vec<_> = unique
+        .into_iter()
+        .filter(|(t, k, _)| !found.contains_key(&((*t).to_owned(), (*k).to_owned())))
+        .collect();
+    if missing.is_empty() {
+        return Ok(found);
     }
-    let (values, args) = rows(&unique, |(transport, key, id)| {
+    let (values, args) = rows(&missing, |(transport, key, id)| {
         [
             Arg::Text(id),
             Arg::Text(transport),
@@ -144,8 +154,40 @@ pub async fn upsert_threads(
     });
     let sql = format!(
         "INSERT INTO threads (id, transport, thread_key, created_at) VALUES {values} \
-         ON CONFLICT (transport, thread_key) DO UPDATE SET thread_key = excluded.thread_key \
-         RETURNING id, transport, thread_key"
+         ON CONFLICT (transport, thread_key) DO NOTHING RETURNING id, transport, thread_key"
+    );
+    let inserted: Vec<ThreadKeyRow> = tx.fetch_all(&sql, &args).await?;
+    found.extend(
+        inserted
+            .into_iter()
+            .map(|r| ((r.transport, r.thread_key), r.id)),
+    );
+    let raced: Vec<(&str, &str)> = missing
+        .iter()
+        .filter(|(t, k, _)| !found.contains_key(&((*t).to_owned(), (*k).to_owned())))
+        .map(|(t, k, _)| (*t, *k))
+        .collect();
+    if !raced.is_empty() {
+        found.extend(existing_threads(tx, raced.into_iter()).await?);
+    }
+    Ok(found)
+}
+
+/// The ids of those of `keys` that are threads already.
+async fn existing_threads<'a>(
+    tx: &mut Tx,
+    keys: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Result<HashMap<(String, String), String>> {
+    let keys: Vec<(&str, &str)> = keys.collect();
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let (values, args) = rows(&keys, |(transport, key)| {
+        [Arg::Text(transport), Arg::Text(key)]
+    });
+    let sql = format!(
+        "SELECT id, transport, thread_key FROM threads \
+         WHERE (transport, thread_key) IN (VALUES {values})"
     );
     let rows: Vec<ThreadKeyRow> = tx.fetch_all(&sql, &args).await?;
     Ok(rows
