@@ -781,7 +781,18 @@ pub struct NormalizedResponse {
     pub extra: Extra,
 }
 
+/// The answer that means "say nothing": a response whose only part is this text (surrounding
+/// white space aside) is no response — what a chat model, which cannot answer HTTP 204, writes
+/// when a turn needs no reply.
+pub const NO_REPLY: &str = "NO_REPLY";
+
 impl NormalizedResponse {
+    /// Whether this response is the "say nothing" answer ([`NO_REPLY`]).
+    #[must_use]
+    pub fn says_nothing(&self) -> bool {
+        matches!(self.parts.as_slice(), [Part::Text(t)] if t.content.trim() == NO_REPLY)
+    }
+
     /// A fresh response to `msg` carrying `parts`: a new id, `msg`'s thread, its recipient as
     /// the answering agent, and nothing else set.
     #[must_use]

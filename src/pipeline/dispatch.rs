@@ -261,6 +261,9 @@ impl DispatchHandler {
         self.0
             .metrics
             .agent_call(&agent.name, started.elapsed(), answer.is_ok());
+        // NO_REPLY, a model's way of answering nothing, is no response: nothing goes out (an
+        // A2A task still completes).
+        let answer = answer.map(|a| a.filter(|r| !r.says_nothing()));
         match &answer {
             Ok(Some(r)) => tracing::debug!(response_id = %r.id, "agent answered"),
             Ok(None) => tracing::debug!("agent had nothing to say"),

@@ -341,3 +341,69 @@ async fn leases_are_released_or_reaped(engine: Engine) {
     t.stop().await;
 }
 on_both_engines!(leases_are_released_or_reaped);
+
+on_both_engines!(no_reply_from_an_agent_sends_nothing);
+
+/// An agent that answers `NO_REPLY` (the echo agent, echoing it) has nothing to say: nothing is
+/// delivered, the message's status is `no_reply`, and an A2A task still completes, without an
+/// artifact. Text around the token, or anything beside it, is an answer like any other.
+async fn no_reply_from_an_agent_sends_nothing(engine: Engine) {
+    let t = spawn_app(engine, |_, _| {}).await;
+    let echo = t.agent("echo");
+    let silent = message(&echo, "quiet", "  NO_REPLY \n");
+    let silent_id = silent.id.clone();
+    t.ingest("q1", silent).await;
+    t.ingest("q2", message(&echo, "loud", "NO_REPLY, but more"))
+        .await;
+    let d = wait_for(20, "the one answer", || async {
+        let d = t.transport.delivered();
+        (!d.is_empty()).then_some(d)
+    })
+    .await;
+    assert_eq!(text_of(&d[0].response.parts), "NO_REPLY, but more");
+    let status: serde_json::Value = wait_for(20, "the silent message's status", || async {
+        let v: serde_json::Value = t
+            .http
+            .get(format!("{}/api/v1/messages/{silent_id}", t.base))
+            .bearer_auth("test-token")
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (v["status"] == "no_reply").then_some(v)
+    })
+    .await;
+    assert_eq!(status["status"], "no_reply");
+    assert_eq!(
+        t.transport.delivered().len(),
+        1,
+        "nothing went out for NO_REPLY"
+    );
+
+    let (_, _, sent) = crate::helpers::a2a_send(&t, "echo", None, "NO_REPLY").await;
+    let id = sent["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let task = wait_for(20, "the task to complete", || async {
+        let r: serde_json::Value = t
+            .http
+            .post(format!("{}/agents/echo/a2a", t.base))
+            .header("A2A-Version", "1.0")
+            .json(
+                &serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask",
+                                      "params": {"id": id}}),
+            )
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (r["result"]["status"]["state"] == "TASK_STATE_COMPLETED").then_some(r["result"].clone())
+    })
+    .await;
+    assert!(
+        task["artifacts"].as_array().is_none_or(Vec::is_empty),
+        "{task}"
+    );
+}
