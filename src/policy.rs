@@ -253,7 +253,11 @@ pub async fn verify_in(
     let Some(row) = sql::get_in(tx, &claim.in_reply_to_state).await? else {
         return Ok(Err(Refusal::Unknown));
     };
-    let thread = sql::thread_id(tx, turn.transport, turn.thread_key).await?;
+    let thread =
+        crate::store::messages::thread_ids(tx, std::iter::once((turn.transport, turn.thread_key)))
+            .await?
+            .into_values()
+            .next();
     if let Err(r) = check(
         &row,
         turn.agent,

@@ -101,7 +101,7 @@ impl Pipeline {
             .ok_or_else(|| Error::NotFound("the message this policy answered".into()))?;
         let original: NormalizedMessage =
             serde_json::from_str(&original.body).map_err(Error::corrupt)?;
-        let thread = sql::thread_key(&self.core.db, &row.thread_id)
+        let thread = crate::store::threads::get(&self.core.db, &row.thread_id)
             .await?
             .ok_or_else(|| Error::NotFound("the thread this policy belongs to".into()))?;
         // A transport that carries policy parts itself (A2A) takes the state on its own wire,

@@ -136,7 +136,7 @@ pub async fn upsert_threads(
         .iter()
         .filter(|(t, k, _)| seen.insert((*t, *k)))
         .collect();
-    let mut found = existing_threads(tx, unique.iter().map(|(t, k, _)| (*t, *k))).await?;
+    let mut found = thread_ids(tx, unique.iter().map(|(t, k, _)| (*t, *k))).await?;
     let missing: Vec<_> = unique
         .into_iter()
         .filter(|(t, k, _)| !found.contains_key(&((*t).to_owned(), (*k).to_owned())))
@@ -168,13 +168,16 @@ pub async fn upsert_threads(
         .map(|(t, k, _)| (*t, *k))
         .collect();
     if !raced.is_empty() {
-        found.extend(existing_threads(tx, raced.into_iter()).await?);
+        found.extend(thread_ids(tx, raced.into_iter()).await?);
     }
     Ok(found)
 }
 
-/// The ids of those of `keys` that are threads already.
-async fn existing_threads<'a>(
+/// Switchboard's ids of those of `keys` (`(transport, thread key)`) that are threads already.
+///
+/// # Errors
+/// Database errors.
+pub async fn thread_ids<'a>(
     tx: &mut Tx,
     keys: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Result<HashMap<(String, String), String>> {

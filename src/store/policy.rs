@@ -146,46 +146,6 @@ pub async fn release(tx: &mut Tx, state: &str, by: &str) -> Result<()> {
     Ok(())
 }
 
-#[derive(sqlx::FromRow, serde::Deserialize)]
-struct ThreadIdRow {
-    id: String,
-}
-
-/// Switchboard's id of the thread `(transport, thread_key)`, if it exists.
-///
-/// # Errors
-/// Database errors.
-pub async fn thread_id(tx: &mut Tx, transport: &str, thread_key: &str) -> Result<Option<String>> {
-    let row: Option<ThreadIdRow> = tx
-        .fetch_optional(
-            "SELECT id FROM threads WHERE transport = $1 AND thread_key = $2",
-            &[Arg::Text(transport), Arg::Text(thread_key)],
-        )
-        .await?;
-    Ok(row.map(|r| r.id))
-}
-
-/// A thread's wire identity.
-#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
-pub struct ThreadKey {
-    /// The transport it lives on.
-    pub transport: String,
-    /// The transport's key for it.
-    pub thread_key: String,
-}
-
-/// The transport and wire key of switchboard's thread `id`.
-///
-/// # Errors
-/// Database errors.
-pub async fn thread_key(db: &Db, id: &str) -> Result<Option<ThreadKey>> {
-    db.fetch_optional(
-        "SELECT transport, thread_key FROM threads WHERE id = $1",
-        &[Arg::Text(id)],
-    )
-    .await
-}
-
 /// Deletes the states that expired before `before` (unix ms); returns how many.
 ///
 /// # Errors
