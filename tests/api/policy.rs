@@ -41,6 +41,15 @@ async fn landing_link(t: &TestApp, n: usize) -> (Vec<Part>, String) {
     (d.response.parts, link)
 }
 
+/// `method` on the landing page of `state`.
+async fn landing(t: &TestApp, method: reqwest::Method, state: &str) -> reqwest::Response {
+    t.http
+        .request(method, format!("{}/policy/{state}", t.base))
+        .send()
+        .await
+        .unwrap()
+}
+
 fn metric(text: &str, line_start: &str) -> f64 {
     text.lines()
         .find(|l| l.starts_with(line_start))
@@ -86,16 +95,11 @@ async fn a_link_resolves_once_and_only_when_its_button_is_pressed(engine: Engine
         Some("input_required"),
         "a policy part is never success"
     );
-    let local = |path: &str| format!("{}{path}", t.base);
+    use reqwest::Method;
 
     // Fetching the page (as a mail scanner would) shows the request and resolves nothing.
     for _ in 0..2 {
-        let r = t
-            .http
-            .get(local(&format!("/policy/{state}")))
-            .send()
-            .await
-            .unwrap();
+        let r = landing(&t, Method::GET, &state).await;
         assert_eq!(r.status(), 200);
         assert_eq!(r.headers()["referrer-policy"], "no-referrer");
         assert_eq!(r.headers()["cache-control"], "no-store");
@@ -108,12 +112,7 @@ async fn a_link_resolves_once_and_only_when_its_button_is_pressed(engine: Engine
     assert_eq!(agent.seen().len(), 1, "GET resolved nothing");
 
     // Pressing the button stores a turn of the same thread, which the agent gets verified.
-    let r = t
-        .http
-        .post(local(&format!("/policy/{state}")))
-        .send()
-        .await
-        .unwrap();
+    let r = landing(&t, Method::POST, &state).await;
     assert_eq!(r.status(), 200);
     let resolved = agent.nth(2).await;
     let first = &agent.seen()[0];
@@ -142,19 +141,9 @@ async fn a_link_resolves_once_and_only_when_its_button_is_pressed(engine: Engine
     );
 
     // Pressing it again stores nothing more; the page says it is done.
-    let r = t
-        .http
-        .post(local(&format!("/policy/{state}")))
-        .send()
-        .await
-        .unwrap();
+    let r = landing(&t, Method::POST, &state).await;
     assert_eq!(r.status(), 200);
-    let r = t
-        .http
-        .get(local(&format!("/policy/{state}")))
-        .send()
-        .await
-        .unwrap();
+    let r = landing(&t, Method::GET, &state).await;
     assert!(r.text().await.unwrap().contains("has been recorded"));
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(agent.seen().len(), 2, "one resolution per state");
@@ -166,12 +155,7 @@ async fn a_link_resolves_once_and_only_when_its_button_is_pressed(engine: Engine
         "short".into(),
         "../../etc".into(),
     ] {
-        let r = t
-            .http
-            .post(local(&format!("/policy/{bad}")))
-            .send()
-            .await
-            .unwrap();
+        let r = landing(&t, Method::POST, &bad).await;
         assert_eq!(r.status(), 404, "{bad}");
     }
 
@@ -181,25 +165,15 @@ async fn a_link_resolves_once_and_only_when_its_button_is_pressed(engine: Engine
     let (_, link) = landing_link(&t, 3).await;
     let expired = link.rsplit('/').next().unwrap().to_owned();
     clock.advance_ms(DAY_MS + 1);
-    for method in [reqwest::Method::GET, reqwest::Method::POST] {
-        let r = t
-            .http
-            .request(method, local(&format!("/policy/{expired}")))
-            .send()
-            .await
-            .unwrap();
+    for method in [Method::GET, Method::POST] {
+        let r = landing(&t, method, &expired).await;
         assert_eq!(r.status(), 410);
         assert!(r.text().await.unwrap().contains("expired"));
     }
     // Once finished jobs would be deleted too, the expired state is purged: unknown now.
     clock.advance_ms(DAY_MS + 60_000);
     wait_for(30, "the expired state to be purged", || async {
-        let r = t
-            .http
-            .get(local(&format!("/policy/{expired}")))
-            .send()
-            .await
-            .unwrap();
+        let r = landing(&t, Method::GET, &expired).await;
         (r.status() == 404).then_some(())
     })
     .await;
