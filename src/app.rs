@@ -179,6 +179,7 @@ impl Application {
             blobs: parts.blobs.clone(),
             keys: parts.keys.clone(),
             recent: crate::store::messages::recent(),
+            turns: crate::pipeline::turns(),
             rates: crate::limits::Windows::new(db.clone()),
             public_url: site.base_url().to_owned(),
             policy_state_ttl_ms: i64::try_from(config.policy.state_ttl_seconds)

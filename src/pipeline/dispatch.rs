@@ -19,10 +19,7 @@ use tracing::Instrument as _;
 use super::{AfterCommit, Delivery};
 use super::{Core, DeliverJob, DispatchJob, TurnEndJob};
 use crate::error::{Error, OutboundError, Result};
-use crate::message::{
-    HistoricalMessage, NormalizedMessage, NormalizedResponse, ResponseEvent, Role, Sender,
-    Timestamp,
-};
+use crate::message::{NormalizedMessage, NormalizedResponse, ResponseEvent, Timestamp};
 use crate::queue::{JobHandler, kinds};
 use crate::store::jobs::{Finish, JobRow};
 use crate::store::messages::{self, DeliveryRecord, NewMessage, StoredMessage};
@@ -65,25 +62,6 @@ fn parse<T: serde::de::DeserializeOwned>(
         .map_err(|e| OutboundError::permanent(format!("stored message {} is corrupt: {e}", row.id)))
 }
 
-/// What history needs of a stored inbound message (the rest, `raw` above all, is skipped).
-#[derive(serde::Deserialize)]
-struct InboundTurn {
-    id: String,
-    #[serde(default)]
-    in_reply_to: Option<String>,
-    sender: Sender,
-    parts: Vec<crate::message::Part>,
-    received_at: Timestamp,
-}
-
-/// What history needs of a stored response.
-#[derive(serde::Deserialize)]
-struct OutboundTurn {
-    id: String,
-    agent: String,
-    parts: Vec<crate::message::Part>,
-}
-
 /// A response to store.
 struct Answer {
     response: NormalizedResponse,
@@ -121,67 +99,6 @@ fn failure_class(e: &OutboundError) -> &'static str {
 pub(super) struct DispatchHandler(pub(super) Arc<Core>);
 
 impl DispatchHandler {
-    /// The thread's turns before `row`. A turn relayed from one agent to another is the same
-    /// words as the response it relays: only the response is kept (and not even that when it
-    /// is `relayed`, the response the current turn itself relays).
-    async fn history(
-        &self,
-        row: &StoredMessage,
-        agent_address: &str,
-        relayed: Option<&str>,
-    ) -> std::result::Result<Vec<HistoricalMessage>, OutboundError> {
-        let policy = self.0.history;
-        let rows = messages::thread_turns(
-            &self.0.db,
-            &row.thread_id,
-            row.seq,
-            policy.keep_head,
-            // One more than the window, so the policy can tell that turns were elided.
-            policy.window + 1,
-        )
-        .await
-        .map_err(internal)?;
-        let mut turns = Vec::with_capacity(rows.len());
-        let responses: std::collections::HashSet<&str> = rows
-            .iter()
-            .filter(|r| r.direction != "in")
-            .map(|r| r.id.as_str())
-            .collect();
-        for r in &rows {
-            if relayed == Some(r.id.as_str()) {
-                continue;
-            }
-            if r.direction == "in" {
-                let m: InboundTurn = parse(r)?;
-                if m.in_reply_to
-                    .as_deref()
-                    .is_some_and(|id| responses.contains(id))
-                    && super::chain::relays(&m.sender)
-                {
-                    continue;
-                }
-                turns.push(HistoricalMessage {
-                    id: Some(m.id),
-                    role: Role::User,
-                    sender: m.sender,
-                    parts: m.parts,
-                    timestamp: m.received_at,
-                });
-            } else {
-                let resp: OutboundTurn = parse(r)?;
-                let own = resp.agent.eq_ignore_ascii_case(agent_address);
-                turns.push(HistoricalMessage {
-                    id: Some(resp.id),
-                    role: if own { Role::Assistant } else { Role::User },
-                    sender: Sender::local_agent(&resp.agent),
-                    parts: resp.parts,
-                    timestamp: Timestamp::from_unix_millis(r.created_at),
-                });
-            }
-        }
-        Ok(turns)
-    }
-
     async fn run(
         &self,
         row: &StoredMessage,
@@ -201,7 +118,9 @@ impl DispatchHandler {
             Vec::new()
         } else {
             let relayed = super::chain::relayed_from(&msg).map(|(response, _)| response);
-            self.history(row, &agent.address, relayed).await?
+            super::history::before(&self.0, row, &agent.address, relayed)
+                .await
+                .map_err(internal)?
         };
         let mut trimmed = self.0.history.apply(turns);
         // Stored references keep the digest only: mint URLs valid from now.

@@ -10,6 +10,7 @@
 
 mod chain;
 mod dispatch;
+mod history;
 mod ingest;
 mod policy;
 mod transport;
@@ -20,6 +21,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
 pub use chain::{inline_handles, relayed_from};
+pub use history::{Turn, Turns, turns};
 pub use ingest::{IngestOutcome, IngestWrite};
 pub use policy::LinkOutcome;
 pub use transport::{AfterCommit, Delivery, Transport, TransportRegistry};
@@ -107,6 +109,8 @@ pub struct Core {
     pub keys: Keys,
     /// Messages and responses stored last, for the stages that follow.
     pub recent: crate::store::messages::Recent,
+    /// Parsed turns that history shows again and again ([`history::turns`]).
+    pub turns: history::Turns,
     /// Rate-limit counters.
     pub rates: crate::limits::Windows,
     /// The public base URL (policy parts' landing pages).

@@ -300,7 +300,7 @@ pub async fn get_many_cached(
     let mut found = HashMap::with_capacity(ids.len());
     let mut missing = Vec::new();
     for id in ids {
-        match recent.get(id) {
+        match recent.get(*id) {
             Some(row) => {
                 found.insert((*id).to_owned(), row);
             }
@@ -370,42 +370,58 @@ pub async fn last_response(db: &Db, thread_id: &str, agent: &str) -> Result<Opti
     .await
 }
 
-/// The turns of a thread before `before_seq`: the first `head` and the last `tail`, oldest first,
-/// without repeats.
+/// The `seq`s of the turns of `thread_id` before `before_seq` that history can show: the first
+/// `head` and the last `tail`, in order. Read from the `(thread_id, seq)` index alone: no
+/// message row is touched.
 ///
 /// # Errors
 /// Database errors.
-pub async fn thread_turns(
+pub async fn thread_turn_seqs(
     db: &Db,
     thread_id: &str,
     before_seq: i64,
     head: usize,
     tail: usize,
-) -> Result<Vec<StoredMessage>> {
-    let lim = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-    let mut first: Vec<StoredMessage> = if head > 0 {
-        db.fetch_all(
-            &format!("SELECT {COLUMNS} FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq LIMIT $3"),
-            &[Arg::Text(thread_id), Arg::Int(before_seq), Arg::Int(lim(head))],
-        )
-        .await?
-    } else {
-        Vec::new()
-    };
-    if first.len() < head {
-        // The whole thread fits in the head query.
-        return Ok(first);
+) -> Result<Vec<i64>> {
+    #[derive(serde::Deserialize, sqlx::FromRow)]
+    struct Seq {
+        seq: i64,
     }
-    let mut last: Vec<StoredMessage> = db
+    let lim = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let rows: Vec<Seq> = db
         .fetch_all(
-            &format!("SELECT {COLUMNS} FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3"),
-            &[Arg::Text(thread_id), Arg::Int(before_seq), Arg::Int(lim(tail))],
+            "SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq LIMIT $3) h \
+             UNION SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $4) t",
+            &[
+                Arg::Text(thread_id),
+                Arg::Int(before_seq),
+                Arg::Int(lim(head)),
+                Arg::Int(lim(tail)),
+            ],
         )
         .await?;
-    last.reverse();
-    let head_end = first.last().map_or(i64::MIN, |m| m.seq);
-    first.extend(last.into_iter().filter(|m| m.seq > head_end));
-    Ok(first)
+    let mut seqs: Vec<i64> = rows.into_iter().map(|r| r.seq).collect();
+    seqs.sort_unstable();
+    Ok(seqs)
+}
+
+/// Stored messages and responses by `seq`, in no particular order (those missing are left out).
+///
+/// # Errors
+/// Database errors.
+pub async fn get_by_seqs(db: &Db, seqs: &[i64]) -> Result<Vec<StoredMessage>> {
+    if seqs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let args: Vec<Arg<'_>> = seqs.iter().map(|s| Arg::Int(*s)).collect();
+    db.fetch_all(
+        &format!(
+            "SELECT {COLUMNS} FROM messages WHERE seq IN ({})",
+            in_list(seqs.len(), 1)
+        ),
+        &args,
+    )
+    .await
 }
 
 /// The final outcome of a delivery job.

@@ -4,7 +4,9 @@
 //! Bounded in rows and in bytes; when full it starts over (a miss only costs a read). Only what
 //! a commit wrote goes in, after the commit.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// What a remembered row weighs, in bytes (its large fields).
@@ -13,22 +15,22 @@ pub trait Weight {
     fn weight(&self) -> usize;
 }
 
-/// The rows last written, by id.
+/// The rows last written, by id (a string unless said otherwise).
 #[derive(Debug)]
-pub struct Recent<V> {
-    rows: Mutex<Rows<V>>,
+pub struct Recent<V, K = String> {
+    rows: Mutex<Rows<V, K>>,
     max_rows: usize,
     max_bytes: usize,
     max_row_bytes: usize,
 }
 
 #[derive(Debug)]
-struct Rows<V> {
-    by_id: HashMap<String, V>,
+struct Rows<V, K> {
+    by_id: HashMap<K, V>,
     bytes: usize,
 }
 
-impl<V: Clone + Weight> Recent<V> {
+impl<V: Clone + Weight, K: Hash + Eq> Recent<V, K> {
     /// At most `max_rows` rows and `max_bytes` bytes; rows over `max_row_bytes` are not kept.
     #[must_use]
     pub fn new(max_rows: usize, max_bytes: usize, max_row_bytes: usize) -> Self {
@@ -43,25 +45,38 @@ impl<V: Clone + Weight> Recent<V> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Rows<V>> {
+    fn lock(&self) -> MutexGuard<'_, Rows<V, K>> {
         self.rows.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The row written last under `id`, if still held.
     #[must_use]
-    pub fn get(&self, id: &str) -> Option<V> {
+    pub fn get<Q: Hash + Eq + ?Sized>(&self, id: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+    {
         self.lock().by_id.get(id).cloned()
     }
 
     /// Remembers `row` under `id`, replacing what was there (a row too large to keep is
     /// forgotten instead, so an older version is never served).
-    pub fn put(&self, id: &str, row: V) {
+    pub fn put<Q: Hash + Eq + ToOwned<Owned = K> + ?Sized>(&self, id: &Q, row: V)
+    where
+        K: Borrow<Q>,
+    {
         self.put_unless(id, row, |_, _| false);
     }
 
     /// As [`Recent::put`], but keeps what is there when `stale(held, row)`: a writer that
     /// remembers a row after its commit may come after one that committed a newer version.
-    pub fn put_unless(&self, id: &str, row: V, stale: impl Fn(&V, &V) -> bool) {
+    pub fn put_unless<Q: Hash + Eq + ToOwned<Owned = K> + ?Sized>(
+        &self,
+        id: &Q,
+        row: V,
+        stale: impl Fn(&V, &V) -> bool,
+    ) where
+        K: Borrow<Q>,
+    {
         let weight = row.weight();
         let mut r = self.lock();
         if r.by_id.get(id).is_some_and(|held| stale(held, &row)) {
@@ -82,7 +97,10 @@ impl<V: Clone + Weight> Recent<V> {
     }
 
     /// Forgets `id` (another instance changed it).
-    pub fn forget(&self, id: &str) {
+    pub fn forget<Q: Hash + Eq + ?Sized>(&self, id: &Q)
+    where
+        K: Borrow<Q>,
+    {
         let mut r = self.lock();
         if let Some(old) = r.by_id.remove(id) {
             r.bytes -= old.weight();

@@ -1,0 +1,174 @@
+//! The earlier turns of a thread, as a dispatch shows them to its agent.
+//!
+//! History is what chat agents live on, and in a long thread every dispatch reads the same
+//! turns again: each stays in the window for the next twenty or so. So the turns are kept in
+//! memory, parsed, by `seq` ([`Turns`]): a dispatch reads only which turns the window holds (the
+//! `seq`s, from the `(thread_id, seq)` index alone, without touching a message row) and reads and
+//! parses the bodies of those it does not hold, usually the last one or two. Stored messages
+//! never change, so a held turn is never stale, and a turn another instance wrote is simply not
+//! held yet.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::Core;
+use crate::error::{Error, Result};
+use crate::message::{HistoricalMessage, Part, Role, Sender, Timestamp};
+use crate::store::messages::{self, StoredMessage};
+use crate::store::recent::Weight;
+
+/// One stored turn, as much of it as history needs (`raw`, capabilities and the rest are not
+/// kept).
+#[derive(Debug)]
+pub struct Turn {
+    id: String,
+    /// An inbound message (a response otherwise).
+    inbound: bool,
+    /// The turn an inbound message answers, when it names one.
+    in_reply_to: Option<String>,
+    /// Who wrote it (for a response, the agent's address).
+    sender: Sender,
+    parts: Vec<Part>,
+    timestamp: Timestamp,
+    /// What it weighs in memory (its stored body's length, an upper bound).
+    weight: usize,
+}
+
+impl Weight for Turn {
+    fn weight(&self) -> usize {
+        self.weight
+    }
+}
+
+/// Parsed turns by `seq`.
+pub type Turns = crate::store::recent::Recent<Arc<Turn>, i64>;
+
+/// A [`Turns`] that holds the windows of a few thousand busy threads: 65,536 turns, 64 MiB,
+/// turns up to 256 KiB.
+#[must_use]
+pub fn turns() -> Turns {
+    Turns::new(65_536, 64 << 20, 256 << 10)
+}
+
+/// What history needs of a stored inbound message.
+#[derive(serde::Deserialize)]
+struct InboundTurn {
+    id: String,
+    #[serde(default)]
+    in_reply_to: Option<String>,
+    sender: Sender,
+    parts: Vec<Part>,
+    received_at: Timestamp,
+}
+
+/// What history needs of a stored response.
+#[derive(serde::Deserialize)]
+struct OutboundTurn {
+    id: String,
+    agent: String,
+    parts: Vec<Part>,
+}
+
+fn parse(row: &StoredMessage) -> Result<Turn> {
+    let corrupt =
+        |e: serde_json::Error| Error::Corrupt(format!("stored message {} is corrupt: {e}", row.id));
+    let weight = row.body.len();
+    Ok(if row.direction == "in" {
+        let m: InboundTurn = serde_json::from_str(&row.body).map_err(corrupt)?;
+        Turn {
+            id: m.id,
+            inbound: true,
+            in_reply_to: m.in_reply_to,
+            sender: m.sender,
+            parts: m.parts,
+            timestamp: m.received_at,
+            weight,
+        }
+    } else {
+        let r: OutboundTurn = serde_json::from_str(&row.body).map_err(corrupt)?;
+        Turn {
+            id: r.id,
+            inbound: false,
+            in_reply_to: None,
+            sender: Sender::local_agent(&r.agent),
+            parts: r.parts,
+            timestamp: Timestamp::from_unix_millis(row.created_at),
+            weight,
+        }
+    })
+}
+
+/// The turns of `row`'s thread before it that the history policy can show (its head and one
+/// more than its window, so it can tell that turns were left out), oldest first.
+async fn load(core: &Core, row: &StoredMessage) -> Result<Vec<Arc<Turn>>> {
+    let policy = core.history;
+    let seqs = messages::thread_turn_seqs(
+        &core.db,
+        &row.thread_id,
+        row.seq,
+        policy.keep_head,
+        policy.window + 1,
+    )
+    .await?;
+    let mut held: Vec<Option<Arc<Turn>>> = seqs.iter().map(|s| core.turns.get(s)).collect();
+    let missing: Vec<i64> = seqs
+        .iter()
+        .zip(&held)
+        .filter(|(_, t)| t.is_none())
+        .map(|(s, _)| *s)
+        .collect();
+    if !missing.is_empty() {
+        for stored in messages::get_by_seqs(&core.db, &missing).await? {
+            let turn = Arc::new(parse(&stored)?);
+            core.turns.put(&stored.seq, Arc::clone(&turn));
+            if let Some(i) = seqs.iter().position(|s| *s == stored.seq) {
+                held[i] = Some(turn);
+            }
+        }
+    }
+    // A turn whose row went away between the two reads (purged) is left out.
+    Ok(held.into_iter().flatten().collect())
+}
+
+/// The thread's turns before `row`, as the agent `agent_address` sees them: its own are
+/// assistant turns, everyone else's user turns. A turn relayed from one agent to another is the
+/// same words as the response it relays: only the response is kept (and not even that when it
+/// is `relayed`, the response the current turn itself relays).
+///
+/// # Errors
+/// Database errors; [`Error::Corrupt`] for a stored turn that does not parse.
+pub(super) async fn before(
+    core: &Core,
+    row: &StoredMessage,
+    agent_address: &str,
+    relayed: Option<&str>,
+) -> Result<Vec<HistoricalMessage>> {
+    let turns = load(core, row).await?;
+    let responses: HashSet<&str> = turns
+        .iter()
+        .filter(|t| !t.inbound)
+        .map(|t| t.id.as_str())
+        .collect();
+    Ok(turns
+        .iter()
+        .filter(|t| relayed != Some(t.id.as_str()))
+        .filter(|t| {
+            !(t.inbound
+                && t.in_reply_to
+                    .as_deref()
+                    .is_some_and(|id| responses.contains(id))
+                && super::chain::relays(&t.sender))
+        })
+        .map(|t| HistoricalMessage {
+            id: Some(t.id.clone()),
+            role: if !t.inbound && t.sender.address.eq_ignore_ascii_case(agent_address) {
+                Role::Assistant
+            } else {
+                Role::User
+            },
+            sender: t.sender.clone(),
+            parts: t.parts.clone(),
+            timestamp: t.timestamp,
+        })
+        .collect())
+}
