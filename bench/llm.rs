@@ -233,7 +233,10 @@ fn quantile(v: &mut [Duration], q: f64) -> f64 {
 }
 
 fn report(what: &str, mut switchboard: Vec<Duration>, mut direct: Vec<Duration>) {
-    let (s50, s90) = (quantile(&mut switchboard, 0.5), quantile(&mut switchboard, 0.9));
+    let (s50, s90) = (
+        quantile(&mut switchboard, 0.5),
+        quantile(&mut switchboard, 0.9),
+    );
     let (d50, d90) = (quantile(&mut direct, 0.5), quantile(&mut direct, 0.9));
     println!(
         "| {what} | {s50:.3} / {s90:.3} | {d50:.3} / {d90:.3} | **{:+.3}** | {:.2} |",
@@ -317,7 +320,10 @@ async fn bench(calls: usize) {
         let started = Instant::now();
         let answer = agent.backend.respond(&msg).await;
         backend.push(started.elapsed());
-        assert!(answer.is_ok_and(|a| a.is_some()), "the backend answered nothing");
+        assert!(
+            answer.is_ok_and(|a| a.is_some()),
+            "the backend answered nothing"
+        );
         plain.push(direct(&client, &direct_url, false).await);
         a2a.push(a2a_send(&client, &whole_url).await);
         plain2.push(direct(&client, &direct_url, false).await);
@@ -329,7 +335,9 @@ async fn bench(calls: usize) {
         GAP.as_millis()
     );
     println!();
-    println!("| path | switchboard p50 / p90 (ms) | direct p50 / p90 (ms) | added p50 (ms) | ratio |");
+    println!(
+        "| path | switchboard p50 / p90 (ms) | direct p50 / p90 (ms) | added p50 (ms) | ratio |"
+    );
     println!("|---|---|---|---|---|");
     report("backend call (`openai`, whole answer)", backend, plain);
     report("A2A SendMessage, end to end", a2a, plain2);

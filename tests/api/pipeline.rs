@@ -7,7 +7,7 @@ use switchboard::message::{Part, Role};
 use switchboard::store::jobs;
 
 use crate::helpers::{
-    Engine, RecordingAgent, job_states, message, on_both_engines, spawn_app, wait_for,
+    Engine, RecordingAgent, job_states, message, on_both_engines, spawn_app, spawn_on, wait_for,
 };
 
 pub(crate) fn text_of(parts: &[Part]) -> String {
@@ -121,6 +121,89 @@ async fn history_follows_the_thread(engine: Engine) {
     t.stop().await;
 }
 on_both_engines!(history_follows_the_thread);
+
+/// Sends `text` to the agent `rec` in one thread and waits for the `n`th delivery of `t`.
+async fn say(t: &crate::helpers::TestApp, n: u64, text: &str) {
+    t.ingest(
+        &format!("e-{text}"),
+        message(&t.agent("rec"), "thread-elsewhere", text),
+    )
+    .await;
+    wait_for(20, "reply", || async {
+        (t.transport.count() == n).then_some(())
+    })
+    .await;
+}
+
+/// History holds parsed turns in memory, but which turns it shows is read from the database:
+/// turns another instance wrote (PostgreSQL) and turns written before a restart are there, in
+/// order, none twice.
+async fn history_sees_turns_written_elsewhere(engine: Engine) {
+    let a = Arc::new(RecordingAgent::default());
+    let a2 = a.clone();
+    let mut t = spawn_app(engine, move |_, o| o.agents.push(("rec".into(), a2))).await;
+    say(&t, 1, "one").await;
+    say(&t, 2, "two").await;
+    // Another writer of the same thread: a second instance on PostgreSQL; on SQLite (one
+    // instance per file) the same one after a restart, its memory gone.
+    let url = t.db.url.clone();
+    let b = Arc::new(RecordingAgent::default());
+    let b2 = b.clone();
+    let mut other = if engine == Engine::Postgres {
+        Some(
+            spawn_on(
+                crate::helpers::TestDb::url_only(url.clone()),
+                move |_, o| {
+                    o.agents.push(("rec".into(), b2));
+                },
+            )
+            .await,
+        )
+    } else {
+        None
+    };
+    if let Some(o) = &other {
+        say(o, 1, "three").await;
+    }
+    say(&t, 3, "four").await;
+    t.stop().await;
+    let c = Arc::new(RecordingAgent::default());
+    let c2 = c.clone();
+    let again = spawn_on(crate::helpers::TestDb::url_only(url), move |_, o| {
+        o.agents.push(("rec".into(), c2));
+    })
+    .await;
+    say(&again, 1, "five").await;
+
+    let texts = |m: &switchboard::message::NormalizedMessage| {
+        m.history
+            .iter()
+            .flatten()
+            .map(|h| text_of(&h.parts))
+            .collect::<Vec<_>>()
+    };
+    let last_of = |agent: &RecordingAgent| agent.seen.lock().unwrap().last().cloned().unwrap();
+    let expected_four: &[&str] = if engine == Engine::Postgres {
+        &["one", "one", "two", "two", "three", "three"]
+    } else {
+        &["one", "one", "two", "two"]
+    };
+    assert_eq!(texts(&last_of(&a)), expected_four);
+    let mut expected_five = expected_four.to_vec();
+    expected_five.extend(["four", "four"]);
+    assert_eq!(texts(&last_of(&c)), expected_five);
+    if let Some(o) = &mut other {
+        assert_eq!(
+            texts(&last_of(&b)),
+            ["one", "one", "two", "two"],
+            "the second instance read what the first wrote"
+        );
+        o.stop().await;
+    }
+    let mut again = again;
+    again.stop().await;
+}
+on_both_engines!(history_sees_turns_written_elsewhere);
 
 async fn messages_arriving_together_on_a_new_thread_see_each_other(engine: Engine) {
     let agent = Arc::new(RecordingAgent::default());
