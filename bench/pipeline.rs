@@ -156,7 +156,8 @@ async fn run(
     wait_delivered((warm + n) as u64).await;
     let total = t0.elapsed();
     let cpu = cpu_micros() - cpu0;
-    let pg = postgres_cpu_micros() - pg0;
+    // A server process that exits during the run takes its time with it: never below zero.
+    let pg = postgres_cpu_micros().saturating_sub(pg0);
     #[allow(clippy::cast_precision_loss)]
     let (rate, ingest_rate, cpu_per, pg_per) = (
         n as f64 / total.as_secs_f64(),

@@ -134,6 +134,19 @@ impl BlobStore {
     pub fn refresh_urls(&self, parts: &mut [Part]) {
         for_each_content_ref(parts, |c| c.url = Some(self.url(&c.digest)));
     }
+
+    /// As [`BlobStore::refresh_urls`], for parts shared with others (a history turn): copied
+    /// only when they refer to stored bytes.
+    pub fn refresh_shared_urls(&self, parts: &mut std::sync::Arc<Vec<Part>>) {
+        let refers = parts.iter().any(|p| match p {
+            Part::File(_) => true,
+            Part::Artifact(a) => a.bytes_ref.is_some(),
+            _ => false,
+        });
+        if refers {
+            self.refresh_urls(std::sync::Arc::make_mut(parts).as_mut_slice());
+        }
+    }
 }
 
 /// Bytes checked and named, waiting to be stored with what refers to them.

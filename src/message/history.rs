@@ -66,7 +66,7 @@ fn push_merged(out: &mut Vec<HistoricalMessage>, turn: HistoricalMessage) {
                     .address
                     .eq_ignore_ascii_case(&turn.sender.address) =>
         {
-            prev.parts.extend(turn.parts);
+            std::sync::Arc::make_mut(&mut prev.parts).extend(turn.parts.iter().cloned());
             prev.timestamp = turn.timestamp;
         }
         _ => out.push(turn),
@@ -158,8 +158,8 @@ mod tests {
         HistoricalMessage {
             id: Some(format!("m{i}")),
             role,
-            sender: Sender::local_agent("@a@example.org"),
-            parts: vec![Part::text(text)],
+            sender: Sender::local_agent("@a@example.org").into(),
+            parts: vec![Part::text(text)].into(),
             timestamp: Timestamp::from_unix_millis(i64::try_from(i).unwrap()),
         }
     }
@@ -254,7 +254,7 @@ mod tests {
     fn turns_of_one_role_from_different_senders_stay_apart() {
         let from = |i, who: &str, text| {
             let mut t = turn(i, Role::User, text);
-            t.sender = Sender::local_agent(who);
+            t.sender = Sender::local_agent(who).into();
             t
         };
         let turns = vec![

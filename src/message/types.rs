@@ -76,10 +76,12 @@ pub struct HistoricalMessage {
     pub id: Option<String>,
     /// `assistant` for the recipient agent's own turns, `user` for everyone else.
     pub role: Role,
+    // `sender` and `parts` are shared (`Arc`): a turn is shown again on every dispatch of its
+    // thread, and history shares what it holds in memory instead of copying it each time.
     /// Who wrote the turn.
-    pub sender: Sender,
+    pub sender: std::sync::Arc<Sender>,
     /// Its content.
-    pub parts: Vec<Part>,
+    pub parts: std::sync::Arc<Vec<Part>>,
     /// When it was received or produced.
     pub timestamp: Timestamp,
 }

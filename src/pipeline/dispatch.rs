@@ -132,7 +132,7 @@ impl DispatchHandler {
             .filter(|t| t.delivers_in_transaction())
             .map(|_| msg.clone());
         for turn in &mut trimmed.turns {
-            self.0.blobs.refresh_urls(&mut turn.parts);
+            self.0.blobs.refresh_shared_urls(&mut turn.parts);
         }
         if !trimmed.turns.is_empty() {
             msg.history = Some(trimmed.turns);
@@ -503,9 +503,11 @@ impl JobHandler for DispatchHandler {
         for _ in &states {
             core.metrics.policy_state("minted");
         }
-        for m in stored.into_iter().chain(relayed) {
-            core.recent.put(&m.id.clone(), Arc::new(m));
+        let rows: Vec<_> = stored.into_iter().chain(relayed).map(Arc::new).collect();
+        for m in &rows {
+            core.recent.put(&m.id, Arc::clone(m));
         }
+        super::history::remember(core, &rows);
         for d in delivered {
             if let Ok(after) = d.result {
                 core.metrics.end_to_end(now - d.received_at.unix_millis());

@@ -27,8 +27,8 @@ pub struct Turn {
     /// The turn an inbound message answers, when it names one.
     in_reply_to: Option<String>,
     /// Who wrote it (for a response, the agent's address).
-    sender: Sender,
-    parts: Vec<Part>,
+    sender: Arc<Sender>,
+    parts: Arc<Vec<Part>>,
     timestamp: Timestamp,
     /// What it weighs in memory (its stored body's length, an upper bound).
     weight: usize,
@@ -40,8 +40,35 @@ impl Weight for Turn {
     }
 }
 
-/// Parsed turns by `seq`.
-pub type Turns = crate::store::recent::Recent<Arc<Turn>, i64>;
+/// A turn held in memory: as stored (this instance wrote it and nobody has shown it yet), or
+/// parsed.
+#[derive(Debug, Clone)]
+pub enum Held {
+    /// The row as written; parsed the first time a dispatch shows it.
+    Stored(Arc<StoredMessage>),
+    /// Parsed.
+    Parsed(Arc<Turn>),
+}
+
+impl Weight for Held {
+    fn weight(&self) -> usize {
+        match self {
+            Self::Stored(row) => row.body.len(),
+            Self::Parsed(turn) => turn.weight,
+        }
+    }
+}
+
+/// Turns by `seq`.
+pub type Turns = crate::store::recent::Recent<Held, i64>;
+
+/// Holds `rows`, just committed by this instance, for the dispatches that will show them (the
+/// next turn of a thread shows the turns before it), so those read nothing but the index.
+pub(super) fn remember(core: &Core, rows: &[Arc<StoredMessage>]) {
+    for row in rows {
+        core.turns.put(&row.seq, Held::Stored(Arc::clone(row)));
+    }
+}
 
 /// A [`Turns`] that holds the windows of a few thousand busy threads: 65,536 turns, 64 MiB,
 /// turns up to 256 KiB.
@@ -79,8 +106,8 @@ fn parse(row: &StoredMessage) -> Result<Turn> {
             id: m.id,
             inbound: true,
             in_reply_to: m.in_reply_to,
-            sender: m.sender,
-            parts: m.parts,
+            sender: Arc::new(m.sender),
+            parts: Arc::new(m.parts),
             timestamp: m.received_at,
             weight,
         }
@@ -90,8 +117,8 @@ fn parse(row: &StoredMessage) -> Result<Turn> {
             id: r.id,
             inbound: false,
             in_reply_to: None,
-            sender: Sender::local_agent(&r.agent),
-            parts: r.parts,
+            sender: Arc::new(Sender::local_agent(&r.agent)),
+            parts: Arc::new(r.parts),
             timestamp: Timestamp::from_unix_millis(row.created_at),
             weight,
         }
@@ -110,17 +137,26 @@ async fn load(core: &Core, row: &StoredMessage) -> Result<Vec<Arc<Turn>>> {
         policy.window + 1,
     )
     .await?;
-    let mut held: Vec<Option<Arc<Turn>>> = seqs.iter().map(|s| core.turns.get(s)).collect();
-    let missing: Vec<i64> = seqs
-        .iter()
-        .zip(&held)
-        .filter(|(_, t)| t.is_none())
-        .map(|(s, _)| *s)
-        .collect();
+    let mut held: Vec<Option<Arc<Turn>>> = Vec::with_capacity(seqs.len());
+    let mut missing = Vec::new();
+    for (seq, h) in seqs.iter().zip(core.turns.get_each(&seqs)) {
+        held.push(match h {
+            Some(Held::Parsed(turn)) => Some(turn),
+            Some(Held::Stored(row)) => {
+                let turn = Arc::new(parse(&row)?);
+                core.turns.put(seq, Held::Parsed(Arc::clone(&turn)));
+                Some(turn)
+            }
+            None => {
+                missing.push(*seq);
+                None
+            }
+        });
+    }
     if !missing.is_empty() {
         for stored in messages::get_by_seqs(&core.db, &missing).await? {
             let turn = Arc::new(parse(&stored)?);
-            core.turns.put(&stored.seq, Arc::clone(&turn));
+            core.turns.put(&stored.seq, Held::Parsed(Arc::clone(&turn)));
             if let Some(i) = seqs.iter().position(|s| *s == stored.seq) {
                 held[i] = Some(turn);
             }
@@ -166,8 +202,8 @@ pub(super) async fn before(
             } else {
                 Role::User
             },
-            sender: t.sender.clone(),
-            parts: t.parts.clone(),
+            sender: Arc::clone(&t.sender),
+            parts: Arc::clone(&t.parts),
             timestamp: t.timestamp,
         })
         .collect())

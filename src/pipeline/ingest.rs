@@ -93,9 +93,15 @@ impl crate::store::GroupCommit for Ingest {
     async fn commit(&self, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>> {
         let core = &self.0;
         let committed = commit(core, batch).await?;
-        for m in committed.messages {
-            core.recent.put(&m.id.clone(), std::sync::Arc::new(m));
+        let rows: Vec<_> = committed
+            .messages
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect();
+        for m in &rows {
+            core.recent.put(&m.id, std::sync::Arc::clone(m));
         }
+        super::history::remember(core, &rows);
         // The transports' own rows are settled before their messages' dispatch can begin.
         for w in batch.iter_mut().filter_map(|p| p.write.as_mut()) {
             w.committed();

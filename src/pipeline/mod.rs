@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
 pub use chain::{inline_handles, relayed_from};
-pub use history::{Turn, Turns, turns};
+pub use history::{Held, Turn, Turns, turns};
 pub use ingest::{IngestOutcome, IngestWrite};
 pub use policy::LinkOutcome;
 pub use transport::{AfterCommit, Delivery, Transport, TransportRegistry};

@@ -391,7 +391,7 @@ pub async fn thread_turn_seqs(
     let rows: Vec<Seq> = db
         .fetch_all(
             "SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq LIMIT $3) h \
-             UNION SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $4) t",
+             UNION ALL SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $4) t",
             &[
                 Arg::Text(thread_id),
                 Arg::Int(before_seq),
@@ -400,8 +400,11 @@ pub async fn thread_turn_seqs(
             ],
         )
         .await?;
+    // A short thread is in both halves: repeats are dropped here (`UNION` would sort them
+    // away through a temporary table on every call).
     let mut seqs: Vec<i64> = rows.into_iter().map(|r| r.seq).collect();
     seqs.sort_unstable();
+    seqs.dedup();
     Ok(seqs)
 }
 

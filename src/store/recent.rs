@@ -58,6 +58,18 @@ impl<V: Clone + Weight, K: Hash + Eq> Recent<V, K> {
         self.lock().by_id.get(id).cloned()
     }
 
+    /// The rows held under each of `ids`, in order (one lock for all).
+    pub fn get_each<'q, Q: Hash + Eq + ?Sized + 'q>(
+        &self,
+        ids: impl IntoIterator<Item = &'q Q>,
+    ) -> Vec<Option<V>>
+    where
+        K: Borrow<Q>,
+    {
+        let r = self.lock();
+        ids.into_iter().map(|id| r.by_id.get(id).cloned()).collect()
+    }
+
     /// Remembers `row` under `id`, replacing what was there (a row too large to keep is
     /// forgotten instead, so an older version is never served).
     pub fn put<Q: Hash + Eq + ToOwned<Owned = K> + ?Sized>(&self, id: &Q, row: V)
