@@ -157,7 +157,12 @@ impl<'de> Deserialize<'de> for MaxReplyChars {
         match Raw::deserialize(d)? {
             Raw::Default(n) => out.default = n,
             Raw::Table(t) => {
-                for (k, v) in t {
+                // Names in lower case first: the built-in entries merged into the file's table
+                // are, so a `Mastodon = …` of the operator's is applied after them.
+                let (lower, other): (Vec<_>, Vec<_>) = t
+                    .into_iter()
+                    .partition(|(k, _)| *k == k.to_ascii_lowercase());
+                for (k, v) in lower.into_iter().chain(other) {
                     if k == "default" {
                         out.default = v;
                     } else {

@@ -510,6 +510,81 @@ mod tests {
         assert!(fit(10, 10, |_| vec![1]).is_none());
     }
 
+    /// Texts assembled from prose, breaks, fences, CJK, emoji and long words by a fixed
+    /// pseudo-random sequence: at every limit, pieces fit (or are one whole fence), fences are
+    /// never opened in one piece and closed in another, and nothing but whitespace is lost.
+    #[test]
+    fn generated_texts_keep_every_rule() {
+        let atoms = [
+            "word",
+            "another",
+            "x",
+            "sentence ends here.",
+            "really?",
+            "wow!",
+            "\n",
+            "\n\n",
+            "\n```\nlet a = 1;\nlet b = 2;\n```\n",
+            "\n~~~~py\nprint('hi')\n~~~~\n",
+            "今日は。",
+            "漢字かなカナ",
+            "👨\u{200D}👩\u{200D}👧",
+            "👍🏽",
+            "🇫🇷",
+            "e\u{301}",
+            "supercalifragilisticexpialidocious",
+            "—",
+            "  ",
+        ];
+        let mut seed: u64 = 0x5eed;
+        let mut next = move |n: usize| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            usize::try_from(seed >> 33).unwrap() % n
+        };
+        for _ in 0..300 {
+            let mut text = String::new();
+            for _ in 0..next(60) {
+                text.push_str(atoms[next(atoms.len())]);
+                if next(3) > 0 {
+                    text.push(' ');
+                }
+            }
+            let whole: Vec<String> = fences(&text)
+                .into_iter()
+                .map(|f| text[f].to_owned())
+                .collect();
+            let limit = 8 + next(60);
+            let pieces = split(&text, limit);
+            assert_nothing_lost(&text, &pieces);
+            for p in &pieces {
+                assert!(
+                    len(p) <= limit || whole.iter().any(|w| w == p),
+                    "{limit}: {p:?} of {text:?}"
+                );
+                assert_eq!(p.trim(), p, "pieces are trimmed");
+            }
+            // Every fence of the text is inside one piece.
+            for w in &whole {
+                assert!(
+                    pieces.iter().any(|p| p.contains(w.as_str())),
+                    "{limit}: {w:?} split in {pieces:#?}"
+                );
+            }
+            if limit > 30 {
+                let chunks = chunk(&text, limit, 5);
+                let n = chunks.len();
+                if n > 1 {
+                    for (i, c) in chunks.iter().enumerate() {
+                        let un = unmark(c, i + 1, n);
+                        assert!(len(c) + 5 <= limit || whole.contains(&un), "{limit}: {c:?}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_fence_at_the_start_of_a_piece_that_fits_stays_with_what_follows() {
         let text = "```\nab\n```\nend of it all and more words here";

@@ -978,6 +978,136 @@ mod tests {
         assert_eq!(r.conversation, Some("https://f.example/c/1"));
     }
 
+    fn text_of(p: &Part) -> &str {
+        match p {
+            Part::Text(t) => &t.content,
+            other => panic!("not text: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parts_that_fit_stay_one_note() {
+        let parts = vec![Part::text("a".repeat(90))];
+        assert_eq!(chunk_parts(&parts, 100, 10), vec![parts.clone()]);
+        assert_eq!(chunk_parts(&parts, 0, 10), vec![parts.clone()]);
+        assert_eq!(chunk_parts(&parts, 99, 10).len(), 2);
+        assert_eq!(note_chars(&parts), 90);
+        let two = vec![Part::text("ab"), Part::text("cd")];
+        assert_eq!(note_chars(&two), 5, "a paragraph between parts");
+    }
+
+    #[test]
+    fn parts_are_chunked_with_markers_files_first_and_html_whole() {
+        let long = "One sentence of some length here. ".repeat(10);
+        let html = Part::Text(crate::message::TextPart {
+            mime: TextMime::Html,
+            content: format!("<p>{}</p>", "x".repeat(150)),
+            extra: crate::message::Extra::new(),
+        });
+        let file = Part::File(crate::message::FilePart {
+            name: Some("a.png".into()),
+            mime: "image/png".into(),
+            bytes_ref: crate::message::BytesRef::Url(crate::message::UrlBytes {
+                url: "https://x.example/a.png".into(),
+                expires_at: None,
+            }),
+            size: None,
+            extra: crate::message::Extra::new(),
+        });
+        let link = Part::Link(crate::message::LinkPart {
+            url: "https://x.example/more".into(),
+            title: Some("More".into()),
+            description: None,
+            extra: crate::message::Extra::new(),
+        });
+        let md = Part::Text(crate::message::TextPart {
+            mime: TextMime::Markdown,
+            content: long.clone(),
+            extra: crate::message::Extra::new(),
+        });
+        let parts = vec![md, file.clone(), html.clone(), link.clone()];
+        let groups = chunk_parts(&parts, 160, 20);
+        let n = groups.len();
+        assert!(n >= 4, "{groups:#?}");
+        for (i, g) in groups.iter().enumerate() {
+            let marker = format!("({}/{n})", i + 1);
+            let shown = note_chars(g);
+            // Within the limit but for the HTML part, which is never cut.
+            assert!(shown + 20 <= 160 || g.contains(&html), "{g:?}");
+            let last_text = g.iter().rev().find_map(|p| match p {
+                Part::Text(t) => Some(t.content.as_str()),
+                _ => None,
+            });
+            let ends_marked = last_text.is_some_and(|t| t.ends_with(&marker));
+            assert!(ends_marked, "{i}: {g:?}");
+        }
+        // The file goes with the first note, once; the markdown keeps its type.
+        assert!(groups[0].contains(&file));
+        assert_eq!(groups.iter().flatten().filter(|p| **p == file).count(), 1);
+        assert!(matches!(&groups[0][0], Part::Text(t) if t.mime == TextMime::Markdown));
+        // The HTML is whole, its marker a part of its own; the link follows it.
+        let at = groups.iter().position(|g| g.contains(&html)).unwrap();
+        assert!(groups[at..].iter().flatten().any(|p| *p == link));
+        let texts: String = groups
+            .iter()
+            .flatten()
+            .filter_map(|p| match p {
+                Part::Text(t) if t.mime == TextMime::Markdown => Some(text_of(p)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts.matches("One sentence").count(), 10);
+    }
+
+    #[test]
+    fn nodeinfo_names_the_software() {
+        let links = json!({"links": [
+            {"rel": "http://nodeinfo.diaspora.software/ns/schema/2.0", "href": "https://m.example/nodeinfo/2.0"},
+            {"rel": "http://nodeinfo.diaspora.software/ns/schema/2.1", "href": "https://m.example/nodeinfo/2.1"},
+            {"rel": "https://www.w3.org/ns/activitystreams#Application", "href": "https://m.example/actor"},
+        ]});
+        assert_eq!(
+            nodeinfo_href(&links),
+            Some("https://m.example/nodeinfo/2.1")
+        );
+        assert_eq!(nodeinfo_href(&json!({"links": []})), None);
+        assert_eq!(
+            nodeinfo_href(
+                &json!({"links": {"rel": "http://nodeinfo.diaspora.software/ns/schema/1.0", "href": "x"}})
+            ),
+            None
+        );
+        assert_eq!(
+            nodeinfo_software(&json!({"software": {"name": " Mastodon ", "version": "4.3"}}))
+                .as_deref(),
+            Some("mastodon")
+        );
+        assert_eq!(nodeinfo_software(&json!({"software": {"name": ""}})), None);
+        assert_eq!(nodeinfo_software(&json!({"software": "mastodon"})), None);
+    }
+
+    #[test]
+    fn the_mention_prefix_counts_recipients_the_text_does_not_name() {
+        let r = vec![
+            Recipient {
+                iri: "https://m.example/users/alice".into(),
+                address: "@alice@m.example".into(),
+                url: "https://m.example/@alice".into(),
+            },
+            Recipient {
+                iri: "https://g.example/users/bob".into(),
+                address: "@bob@g.example".into(),
+                url: "https://g.example/@bob".into(),
+            },
+        ];
+        let parts = vec![Part::text("hi @bob@g.example")];
+        assert_eq!(mention_prefix_chars(&r, &parts), "@alice@m.example ".len());
+        assert_eq!(
+            mention_prefix_chars(&r, &[]),
+            "@alice@m.example @bob@g.example ".len()
+        );
+    }
+
     #[test]
     fn markdown_is_rendered_then_sanitised() {
         let parts = vec![Part::Text(crate::message::TextPart {
