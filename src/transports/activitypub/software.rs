@@ -14,7 +14,7 @@ use crate::net::HttpRequest;
 /// How long a failed lookup stands for "unknown" before the host is asked again.
 const FAILURE_TTL_MS: i64 = 10 * 60 * 1000;
 
-/// The longest a lookup may take: it can hold up an inbox request.
+/// The longest a lookup may take, both fetches together: it can hold up an inbox request.
 const LOOKUP_TIMEOUT_MS: u64 = 3_000;
 
 impl Inner {
@@ -34,7 +34,11 @@ impl Inner {
         {
             return name;
         }
-        let name = self.fetch_software(iri).await;
+        let limit = std::time::Duration::from_millis(LOOKUP_TIMEOUT_MS);
+        let name = tokio::time::timeout(limit, self.fetch_software(iri))
+            .await
+            .ok()
+            .flatten();
         if name.is_none() {
             tracing::debug!(%host, "the server's software is unknown (no usable NodeInfo)");
         }

@@ -230,7 +230,11 @@ async fn long_replies_are_threads_of_notes_within_the_server_limit(engine: Engin
     let shown = mapping::note_text(&notes[0]);
     assert!(shown.chars().count() > 1250, "{shown}");
     assert!(!shown.contains("(1/"), "{shown}");
-    assert!(other.gets_of("/.well-known/nodeinfo") >= 1);
+    // NodeInfo is asked once per host: the answer (and the failure) is cached, for the inbox,
+    // the delivery and its retry alike.
+    assert_eq!(remote.gets_of("/.well-known/nodeinfo"), 1);
+    assert_eq!(remote.gets_of("/nodeinfo/2.1"), 1);
+    assert_eq!(other.gets_of("/.well-known/nodeinfo"), 1);
     let seen = s.echo.seen.lock().unwrap().clone();
     assert_eq!(seen[1].recipient_capabilities.max_text_chars, None);
 }
