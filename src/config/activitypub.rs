@@ -1,4 +1,7 @@
-//! `[activitypub]`: the fediverse transport's limits, time budgets and delivery breaker.
+//! `[activitypub]`: the fediverse transport's limits, time budgets, delivery breaker and the
+//! reply length each kind of remote server takes.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -26,8 +29,9 @@ pub struct ActivityPubConfig {
     pub host_concurrency: usize,
     /// Days of failures after which a host's deliveries stop (a success resets it).
     pub breaker_days: u64,
-    /// Where remote servers truncate replies (`recipient_capabilities.max_text_chars`).
-    pub max_reply_chars: u64,
+    /// Characters of one reply note by the remote server's software: longer replies go out as a
+    /// thread of notes (also told to agents as `recipient_capabilities.max_text_chars`).
+    pub max_reply_chars: MaxReplyChars,
 }
 
 impl Default for ActivityPubConfig {
@@ -43,7 +47,7 @@ impl Default for ActivityPubConfig {
             max_attachments: 4,
             host_concurrency: 4,
             breaker_days: 7,
-            max_reply_chars: 500,
+            max_reply_chars: MaxReplyChars::default(),
         }
     }
 }
@@ -57,5 +61,116 @@ impl ActivityPubConfig {
                     .into(),
             );
         }
+        self.max_reply_chars.check(problems);
+    }
+}
+
+/// The smallest per-note limit accepted: room for a mention, a few words and a ` (k/n)` marker.
+pub const MIN_REPLY_CHARS: u64 = 50;
+
+/// `activitypub.max_reply_chars`: characters of one reply note by the software a remote server
+/// runs (NodeInfo `software.name`, compared in lower case), and `default` for a server whose
+/// software is unknown or not listed. 0 is no limit: such replies go out as one note.
+///
+/// In the file it is a table (`default = 0`, `mastodon = 500`, …) whose entries override the
+/// built-in ones; a bare number is the `default` with the built-in entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaxReplyChars {
+    /// The limit for software unknown or not listed (0: none).
+    pub default: u64,
+    /// Limits by software name, lower case.
+    pub software: BTreeMap<String, u64>,
+}
+
+/// What servers accept by default in one post, by NodeInfo software name.
+const BUILT_IN: &[(&str, u64)] = &[
+    ("akkoma", 5000),
+    ("firefish", 3000),
+    ("gotosocial", 5000),
+    ("hometown", 500),
+    ("iceshrimp", 3000),
+    ("mastodon", 500),
+    ("misskey", 3000),
+    ("pixelfed", 500),
+    ("pleroma", 5000),
+    ("sharkey", 3000),
+];
+
+impl Default for MaxReplyChars {
+    fn default() -> Self {
+        Self {
+            default: 0,
+            software: BUILT_IN
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), *v))
+                .collect(),
+        }
+    }
+}
+
+impl MaxReplyChars {
+    /// The limit for servers running `software` (`None`: unknown), 0 when there is none.
+    #[must_use]
+    pub fn for_software(&self, software: Option<&str>) -> u64 {
+        software
+            .and_then(|s| self.software.get(&s.to_ascii_lowercase()))
+            .copied()
+            .unwrap_or(self.default)
+    }
+
+    fn check(&self, problems: &mut Vec<String>) {
+        let bad: Vec<&str> = std::iter::once(("default", &self.default))
+            .chain(self.software.iter().map(|(k, v)| (k.as_str(), v)))
+            .filter(|(_, v)| **v != 0 && **v < MIN_REPLY_CHARS)
+            .map(|(k, _)| k)
+            .collect();
+        if !bad.is_empty() {
+            problems.push(format!(
+                "activitypub.max_reply_chars: {} must be 0 (no limit) or at least {MIN_REPLY_CHARS}",
+                bad.join(", ")
+            ));
+        }
+    }
+}
+
+impl Serialize for MaxReplyChars {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut all: BTreeMap<&str, u64> = self
+            .software
+            .iter()
+            .map(|(k, v)| (k.as_str(), *v))
+            .collect();
+        all.insert("default", self.default);
+        all.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for MaxReplyChars {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Default(u64),
+            Table(BTreeMap<String, u64>),
+        }
+        let mut out = Self::default();
+        match Raw::deserialize(d)? {
+            Raw::Default(n) => out.default = n,
+            Raw::Table(t) => {
+                // Names in lower case first: the built-in entries merged into the file's table
+                // are, so a `Mastodon = …` of the operator's is applied after them.
+                let (lower, other): (Vec<_>, Vec<_>) = t
+                    .into_iter()
+                    .partition(|(k, _)| *k == k.to_ascii_lowercase());
+                for (k, v) in lower.into_iter().chain(other) {
+                    if k == "default" {
+                        out.default = v;
+                    } else {
+                        out.software.insert(k.to_ascii_lowercase(), v);
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 }

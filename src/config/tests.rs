@@ -502,3 +502,54 @@ fn the_handle_domain_is_a_bare_host_name() {
         );
     }
 }
+
+/// `activitypub.max_reply_chars`: a table over the built-in entries (names in any case), or a
+/// bare number for `default`; each entry 0 or at least the minimum, checked by `check-config`.
+#[test]
+fn max_reply_chars_overrides_the_built_in_table_and_is_checked() {
+    let c = Config::load(None, vec![]).unwrap();
+    let m = &c.activitypub.max_reply_chars;
+    assert_eq!(m.default, 0);
+    assert_eq!(m.for_software(Some("Mastodon")), 500);
+    assert_eq!(m.for_software(Some("gotosocial")), 5000);
+    assert_eq!(m.for_software(Some("misskey")), 3000);
+    assert_eq!(m.for_software(Some("unheard-of")), 0);
+    assert_eq!(m.for_software(None), 0);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        "[activitypub.max_reply_chars]\ndefault = 800\nMastodon = 1000\nmy-fork = 200\n",
+    )
+    .unwrap();
+    let c = Config::load(Some(&path), vec![]).unwrap();
+    let m = &c.activitypub.max_reply_chars;
+    assert_eq!(m.for_software(Some("mastodon")), 1000);
+    assert_eq!(m.for_software(Some("my-fork")), 200);
+    assert_eq!(m.for_software(Some("pleroma")), 5000, "built-ins stay");
+    assert_eq!(m.for_software(None), 800);
+    // The shown configuration reads back the same.
+    let shown: Config = toml::from_str(&c.to_masked_toml().unwrap()).unwrap();
+    assert_eq!(shown.activitypub.max_reply_chars, *m);
+
+    std::fs::write(&path, "[activitypub]\nmax_reply_chars = 700\n").unwrap();
+    let c = Config::load(Some(&path), vec![]).unwrap();
+    assert_eq!(c.activitypub.max_reply_chars.default, 700);
+    assert_eq!(
+        c.activitypub.max_reply_chars.for_software(Some("mastodon")),
+        500
+    );
+
+    std::fs::write(
+        &path,
+        "[activitypub.max_reply_chars]\nmastodon = 10\ndefault = 49\nfine = 0\n",
+    )
+    .unwrap();
+    let problems = Config::load(Some(&path), vec![]).unwrap_err().to_string();
+    assert!(
+        problems.contains("activitypub.max_reply_chars: default, mastodon must be 0"),
+        "{problems}"
+    );
+    assert!(!problems.contains("fine"), "{problems}");
+}

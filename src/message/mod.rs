@@ -3,6 +3,7 @@
 //! Nothing here imports the rest of the application.
 
 mod address;
+pub mod chunk;
 mod history;
 mod macros;
 pub mod schema;

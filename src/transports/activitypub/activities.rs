@@ -112,6 +112,7 @@ pub(super) async fn on_create(
         body: note.to_string(),
         activity_id: activity_id.to_owned(),
     });
+    let max_reply_chars = inner.reply_limit(&auth.actor.id).await;
     for agent in &woken {
         let msg = mapping::note_message(mapping::WokenNote {
             id: uuid::Uuid::now_v7().to_string(),
@@ -126,7 +127,7 @@ pub(super) async fn on_create(
             thread_key: &thread_key,
             in_reply_to: in_reply_to.as_deref(),
             parts: parts.clone(),
-            max_reply_chars: inner.cfg.max_reply_chars,
+            max_reply_chars,
             now: inner.clock.now(),
         });
         // An agent whose access rules refuse the actor is skipped: the inbox still answers

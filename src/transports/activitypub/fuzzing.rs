@@ -121,7 +121,7 @@ pub fn ap_inbox(body: &[u8]) {
         thread_key: &thread,
         in_reply_to: None,
         parts,
-        max_reply_chars: cfg.max_reply_chars,
+        max_reply_chars: cfg.max_reply_chars.for_software(Some("mastodon")),
         now: Timestamp::from_unix_millis(1_700_000_000_000),
     });
     round_trip(&msg);

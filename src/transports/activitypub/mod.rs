@@ -10,7 +10,9 @@
 //! - `inbox`: the inbox endpoints (per agent and shared): limits, replay check, refusals.
 //! - `verify`: authentication of requests and activities (HTTP signatures, object proofs).
 //! - `activities`: what verified activities do (notes wake agents, follows, deletes, edits).
-//! - `outbound`: replies as `Create(Note)` and the per-inbox delivery jobs.
+//! - `software`: what software remote servers run (NodeInfo), for the reply length they take.
+//! - `outbound`: replies as `Create(Note)` (a thread of them when too long) and the per-inbox
+//!   delivery jobs.
 //!
 //! See `docs/protocols/activitypub.md` for the field-by-field mapping and what is verified.
 
@@ -26,6 +28,7 @@ mod outbound;
 pub mod proof;
 mod reject;
 pub mod sig;
+mod software;
 pub mod store;
 mod verify;
 
@@ -86,6 +89,9 @@ struct Inner {
     actors: Mutex<HashMap<String, (Arc<RemoteActor>, i64)>>,
     /// Concurrent deliveries per host.
     hosts: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// Remote servers' software (NodeInfo) by host, `None` when unknown, with when it was
+    /// looked up.
+    software: Mutex<HashMap<String, (Option<String>, i64)>>,
     /// When activity ids seen long ago were last forgotten (unix ms).
     seen_cleanup: std::sync::atomic::AtomicI64,
 }
@@ -113,6 +119,7 @@ impl ActivityPub {
                 queue: parts.queue.clone(),
                 actors: Mutex::new(HashMap::new()),
                 hosts: Mutex::new(HashMap::new()),
+                software: Mutex::new(HashMap::new()),
             }),
         }
     }

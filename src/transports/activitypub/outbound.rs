@@ -1,6 +1,7 @@
-//! Outbound: a NormalizedResponse becomes a `Create(Note)` from the agent's actor, stored (so it
-//! is served at its id and in the outbox) together with one durable `ap_deliver` job per inbox
-//! (shared inboxes preferred) in one transaction. The job handler signs and POSTs with a per-host
+//! Outbound: a NormalizedResponse becomes a `Create(Note)` from the agent's actor (a thread of
+//! them, each answering the one before, when the text is longer than the addressed servers
+//! take), stored (so each is served at its id and in the outbox) together with one durable
+//! `ap_deliver` job per note and inbox (shared inboxes preferred) in one transaction. The job handler signs and POSTs with a per-host
 //! concurrency limit, Mastodon's retry classes (5xx/408/429 retried with `Retry-After`, other
 //! 4xx final) and a circuit breaker for hosts failing for days.
 
@@ -64,14 +65,32 @@ pub(super) async fn enqueue(
 struct Reply {
     /// The answering agent.
     agent: String,
-    /// The `Create(Note)`, with its proof.
-    create: Value,
+    /// The `Create(Note)` of each note, in thread order, with their proofs.
+    creates: Vec<Value>,
     /// Every inbox it is delivered to.
     inboxes: Vec<String>,
     /// Whether anyone may fetch it (public or unlisted).
     public: bool,
     /// The thread it belongs to (`ap_objects.thread_key`).
     thread_key: String,
+}
+
+/// The id of note `index` (0-based) of a reply whose first note is `first`: the first keeps
+/// the response's own id, the next are `-2`, `-3`, …, the same on every retry.
+fn chunk_note_id(first: &str, index: usize) -> String {
+    if index == 0 {
+        first.to_owned()
+    } else {
+        format!("{first}-{}", index + 1)
+    }
+}
+
+/// A unix-ms time as the ISO 8601 text notes carry.
+fn stamp(ms: i64) -> String {
+    serde_json::to_value(crate::message::Timestamp::from_unix_millis(ms))
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 fn temp(e: impl std::fmt::Display) -> OutboundError {
@@ -257,11 +276,7 @@ impl Inner {
             .await
             .map_err(temp)?;
         let note_id = format!("{actor}/notes/{}", d.response.id);
-        let published = crate::message::Timestamp::from_unix_millis(self.clock.now_ms());
-        let published = serde_json::to_value(published)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
+        let now = self.clock.now_ms();
         let mut attachments = Vec::new();
         for p in &d.response.parts {
             if let Part::File(f) = p
@@ -281,22 +296,26 @@ impl Inner {
             let by = self.agents.resolve(by)?;
             Some(format!("{}/notes/{response}", self.actor_url(&by.name)))
         });
-        let plan = ReplyPlan {
-            note_id: &note_id,
-            actor: &actor,
-            followers: &followers,
-            in_reply_to: relayed_parent.as_deref().or(in_reply_to),
-            thread: mapping::ThreadFields {
-                context: context.as_deref(),
-                conversation: conversation.as_deref(),
-            },
-            visibility,
-            recipients: &recipients,
-            parts: &d.response.parts,
-            published: &published,
+        // The notes: one, or a thread of them when the text exceeds what the addressed
+        // servers take, each answering the one before it.
+        let groups = {
+            let ids: Vec<&str> = actors.iter().map(|a| a.id.as_str()).collect();
+            let limit = usize::try_from(self.reply_limit_of(&ids).await).unwrap_or(usize::MAX);
+            let parts = &d.response.parts;
+            if limit == 0
+                || mapping::note_chars(parts) + mapping::mention_prefix_chars(&recipients, parts)
+                    <= limit
+            {
+                vec![parts.clone()]
+            } else {
+                // A chunk without the text's inline mentions is prefixed with them all.
+                mapping::chunk_parts(
+                    parts,
+                    limit,
+                    mapping::mention_prefix_chars(&recipients, &[]),
+                )
+            }
         };
-        let note = mapping::reply_note(&plan, attachments);
-        let mut create = mapping::create_of(&note);
         // An FEP-8b32 proof under the agent's Ed25519 key (its assertionMethod), so a server
         // that forwards the reply to its followers passes on something they can verify.
         let key = self
@@ -304,12 +323,42 @@ impl Inner {
             .ed25519(&Inner::ed_key_name(&agent.name))
             .await
             .map_err(temp)?;
-        proof::attach(
-            &mut create,
-            &format!("{actor}#ed25519-key"),
-            &published,
-            |m| key.sign(m),
-        );
+        let mut creates = Vec::with_capacity(groups.len());
+        let mut attachments = Some(attachments);
+        let mut previous: Option<String> = None;
+        for (i, parts) in groups.iter().enumerate() {
+            let id = chunk_note_id(&note_id, i);
+            // A millisecond apart, so servers ordering by publication keep the thread's order.
+            let published = stamp(now + i64::try_from(i).unwrap_or(0));
+            let plan = ReplyPlan {
+                note_id: &id,
+                actor: &actor,
+                followers: &followers,
+                in_reply_to: match &previous {
+                    Some(p) => Some(p.as_str()),
+                    None => relayed_parent.as_deref().or(in_reply_to),
+                },
+                thread: mapping::ThreadFields {
+                    context: context.as_deref(),
+                    conversation: conversation.as_deref(),
+                },
+                visibility,
+                recipients: &recipients,
+                parts,
+                published: &published,
+            };
+            // Attachments go with the first note, the one answering the original.
+            let note = mapping::reply_note(&plan, attachments.take().unwrap_or_default());
+            let mut create = mapping::create_of(&note);
+            proof::attach(
+                &mut create,
+                &format!("{actor}#ed25519-key"),
+                &published,
+                |m| key.sign(m),
+            );
+            creates.push(create);
+            previous = Some(id);
+        }
         let mut inboxes: BTreeSet<String> = actors
             .iter()
             .filter_map(|a| a.delivery_inbox().map(str::to_owned))
@@ -324,7 +373,7 @@ impl Inner {
         let public = matches!(visibility, Visibility::Public | Visibility::Unlisted);
         Ok(Reply {
             agent: agent.name.clone(),
-            create,
+            creates,
             inboxes,
             public,
             thread_key,
@@ -422,49 +471,56 @@ impl Transport for ActivityPub {
 }
 
 impl Inner {
-    /// Builds the reply `d` describes, stores its note and schedules one signed POST per inbox,
-    /// in one transaction; a note already stored (the same response again) is sent once.
+    /// Builds the reply `d` describes, stores its notes and schedules one signed POST per note
+    /// and inbox, in one transaction; a reply already stored (the same response again, a
+    /// retried delivery) is sent once.
     pub(super) async fn send_reply(&self, d: &Delivery) -> std::result::Result<(), OutboundError> {
         let inner = self;
         let Reply {
             agent,
-            create,
+            creates,
             inboxes,
             public,
             thread_key,
         } = inner.build_reply(d).await?;
-        let note = create.get("object").cloned().unwrap_or_default();
-        let note_id = str_of(&note, "id").unwrap_or_default().to_owned();
         let actor = inner.actor_url(&agent);
-        let body = note.to_string();
         let mut tx = inner.db.begin().await.map_err(temp)?;
-        let fresh = store::insert_object(
-            &mut tx,
-            &store::NewObject {
-                id: &note_id,
-                kind: "out",
-                agent: &agent,
-                author: &actor,
-                message_id: Some(&d.response.id),
-                thread_key: &thread_key,
-                public,
-                body: &body,
-            },
-            inner.clock.now_ms(),
-        )
-        .await
-        .map_err(temp)?;
-        let enqueued = if fresh {
-            Some(
-                enqueue(inner, &mut tx, &agent, &inboxes, &create)
-                    .await
-                    .map_err(temp)?,
+        let now = inner.clock.now_ms();
+        let mut fresh = None;
+        for create in &creates {
+            let note = create.get("object").cloned().unwrap_or_default();
+            let note_id = str_of(&note, "id").unwrap_or_default().to_owned();
+            let stored = store::insert_object(
+                &mut tx,
+                &store::NewObject {
+                    id: &note_id,
+                    kind: "out",
+                    agent: &agent,
+                    author: &actor,
+                    message_id: Some(&d.response.id),
+                    thread_key: &thread_key,
+                    public,
+                    body: &note.to_string(),
+                },
+                now,
             )
-        } else {
-            None
-        };
+            .await
+            .map_err(temp)?;
+            // The first note decides: stored before, the reply was sent before (a retry).
+            fresh.get_or_insert(stored);
+        }
+        let mut enqueued = Vec::new();
+        if fresh == Some(true) {
+            for create in &creates {
+                enqueued.push(
+                    enqueue(inner, &mut tx, &agent, &inboxes, create)
+                        .await
+                        .map_err(temp)?,
+                );
+            }
+        }
         tx.commit().await.map_err(temp)?;
-        if let Some(e) = enqueued {
+        for e in enqueued {
             inner.queue.hand_over(e);
         }
         Ok(())

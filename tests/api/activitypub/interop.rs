@@ -217,6 +217,86 @@ async fn fedify_follows_mentions_and_gets_replies() {
     drop(peer);
 }
 
+/// A server whose NodeInfo names software with a small limit gets a long reply as a thread:
+/// Fedify receives and verifies every note, each answering the one before, the code block whole
+/// in one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fedify_gets_a_long_reply_as_a_thread_of_notes() {
+    if !interop() {
+        return;
+    }
+    let peer = start_peer_with(&[("PEER_SOFTWARE", "fedify-small")]).await;
+    let s = setup(Engine::Sqlite, |c| {
+        c.activitypub
+            .max_reply_chars
+            .software
+            .insert("fedify-small".into(), 140);
+    })
+    .await;
+    let t = &s.t;
+    let echo = format!("{}/agents/echo", t.base);
+    let text = "This answer is longer than the peer takes in one note, so it comes as a thread. \
+        Each note answers the one before it.<br>```<br>let total = 1 + 2;<br>```<br>\
+        After the code there are a few more words, and then the end of it all.";
+    let sent: Value = t
+        .http
+        .post(format!("{}/admin/note", peer.base))
+        .json(&json!({"target": echo, "text": text, "visibility": "public"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let msg = wait_for(30, "the agent call", || async {
+        s.echo.seen.lock().unwrap().first().cloned()
+    })
+    .await;
+    assert_eq!(msg.recipient_capabilities.max_text_chars, Some(140));
+    // Follow the chain from the peer's note as Fedify received it.
+    let chain = wait_for(30, "Fedify to receive the whole thread", || async {
+        let got: Vec<Value> = peer_received(&t.http, &peer)
+            .await
+            .into_iter()
+            .filter(|a| a["type"] == "Create")
+            .map(|a| a["object"].clone())
+            .collect();
+        let mut chain: Vec<Value> = Vec::new();
+        let mut parent = sent["note"].clone();
+        while let Some(n) = got.iter().find(|n| n["inReplyTo"] == parent) {
+            parent = n["id"].clone();
+            chain.push(n.clone());
+        }
+        let n = chain.len();
+        let done = n > 1
+            && chain[n - 1]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains(&format!("({n}/{n})")));
+        done.then_some(chain)
+    })
+    .await;
+    assert!(chain.len() >= 3, "{chain:#?}");
+    let texts: Vec<String> = chain.iter().map(mapping::note_text).collect();
+    for (i, shown) in texts.iter().enumerate() {
+        assert!(shown.chars().count() <= 140, "{shown}");
+        assert!(
+            shown.ends_with(&format!("({}/{})", i + 1, chain.len())),
+            "{shown}"
+        );
+    }
+    let code: Vec<&String> = texts.iter().filter(|x| x.contains("```")).collect();
+    assert_eq!(code.len(), 1, "{texts:#?}");
+    assert!(
+        code[0].contains("```\nlet total = 1 + 2;\n```"),
+        "{}",
+        code[0]
+    );
+    for n in &chain {
+        assert_eq!(n["context"], chain[0]["context"]);
+    }
+    drop(peer);
+}
+
 /// Fedify mentions an agent that asks for consent: the reply carries the text and a link to
 /// the state's landing page; pressing its button brings the agent back into the same thread
 /// (a second reply to the same note, in the same context), with the resolution verified.

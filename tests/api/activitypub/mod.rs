@@ -1,12 +1,14 @@
 //! The ActivityPub transport over real HTTP: discovery documents, the verified inbox with its
 //! bad-input cases, the addressing rule, follows, deletes and updates, replies delivered signed
 //! to a loopback "remote server", fixtures shaped like Mastodon, GoToSocial, Misskey,
-//! Pleroma/Akkoma and Lemmy payloads, minted thread contexts, and the interop suites against a
-//! real Fedify peer and a peer on the Rust `activitypub_federation` crate.
+//! Pleroma/Akkoma and Lemmy payloads, minted thread contexts, long replies as threads of notes,
+//! and the interop suites against a real Fedify peer and a peer on the Rust
+//! `activitypub_federation` crate.
 //!
 //! `remote` is the fake remote server and the signing helpers; every other module is one group
 //! of scenarios, and this one holds the setup they share.
 
+mod chunking;
 mod contexts;
 mod delivery;
 mod documents;

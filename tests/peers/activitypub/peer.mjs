@@ -7,6 +7,8 @@
 //   POST /admin/note     {"target": actorUrl, "text", "visibility", "mention"} -> sends Create(Note)
 //   POST /admin/lookup   {"target": actorUrl or "@user@host"}           -> {id, preferredUsername}
 //   GET  /admin/received                                              -> activities received (JSON-LD)
+// NodeInfo 2.1 names the software $PEER_SOFTWARE (default "fedify-peer"), so a test can give
+// servers running it a reply length limit.
 // A target may be a handle, which Fedify resolves by WebFinger (over https, as it always does
 // for handles; NODE_EXTRA_CA_CERTS names a test CA).
 // Prints "READY <port>" once listening.
@@ -64,6 +66,12 @@ federation
   .setKeyPairsDispatcher(async (_ctx, identifier) =>
     identifier === "alice" ? pairs : []
   );
+
+federation.setNodeInfoDispatcher("/nodeinfo/2.1", () => ({
+  software: { name: process.env.PEER_SOFTWARE ?? "fedify-peer", version: "2.3.6" },
+  protocols: ["activitypub"],
+  usage: { users: { total: 1 }, localPosts: 0, localComments: 0 },
+}));
 
 federation.setFollowersDispatcher("/users/{identifier}/followers", async () => ({
   items: [],
