@@ -10,7 +10,8 @@ use crate::store::threads::DeliveryRow;
 /// What a message's status is derived from.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Facts<'a> {
-    /// `no_reply` or `failed`, when its dispatch ended without a response.
+    /// `no_reply`, `failed`, `merged` or `interrupted`, when its dispatch ended without a
+    /// response.
     pub outcome: Option<&'a str>,
     /// The class of a failure.
     pub error_class: Option<&'a str>,
@@ -64,6 +65,8 @@ pub fn derive(f: &Facts<'_>) -> StatusView {
             status: Status::Failed,
             error_class: Some(f.error_class.unwrap_or("agent_error").to_owned()),
         },
+        (Some("merged"), _) => view(Status::Merged),
+        (Some("interrupted"), _) => view(Status::Interrupted),
         _ => view(Status::NoReply),
     }
 }
