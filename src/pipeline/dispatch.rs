@@ -83,6 +83,8 @@ struct InboundTurn {
 #[derive(serde::Deserialize)]
 struct OutboundTurn {
     id: String,
+    #[serde(default)]
+    in_reply_to: String,
     agent: String,
     parts: Vec<crate::message::Part>,
 }
@@ -176,12 +178,15 @@ impl DispatchHandler {
         )
         .await
         .map_err(internal)?;
-        let mut turns = Vec::with_capacity(rows.len());
+        // Each turn with its place: its seq, but a response stored after the current message
+        // (to a turn that ran while this one waited) right after the message it answers.
+        let mut turns: Vec<((i64, i64), HistoricalMessage)> = Vec::with_capacity(rows.len());
         let responses: std::collections::HashSet<&str> = rows
             .iter()
             .filter(|r| r.direction != "in")
             .map(|r| r.id.as_str())
             .collect();
+        let seqs: HashMap<&str, i64> = rows.iter().map(|r| (r.id.as_str(), r.seq)).collect();
         for r in &rows {
             if relayed == Some(r.id.as_str()) || absorbed.iter().any(|a| a.id == r.id) {
                 continue;
@@ -195,26 +200,37 @@ impl DispatchHandler {
                 {
                     continue;
                 }
-                turns.push(HistoricalMessage {
-                    id: Some(m.id),
-                    role: Role::User,
-                    sender: m.sender,
-                    parts: m.parts,
-                    timestamp: m.received_at,
-                });
+                turns.push((
+                    (r.seq, 0),
+                    HistoricalMessage {
+                        id: Some(m.id),
+                        role: Role::User,
+                        sender: m.sender,
+                        parts: m.parts,
+                        timestamp: m.received_at,
+                    },
+                ));
             } else {
                 let resp: OutboundTurn = parse(r)?;
                 let own = resp.agent.eq_ignore_ascii_case(agent_address);
-                turns.push(HistoricalMessage {
-                    id: Some(resp.id),
-                    role: if own { Role::Assistant } else { Role::User },
-                    sender: Sender::local_agent(&resp.agent),
-                    parts: resp.parts,
-                    timestamp: Timestamp::from_unix_millis(r.created_at),
-                });
+                let place = match seqs.get(resp.in_reply_to.as_str()) {
+                    Some(&answered) if r.seq > row.seq => (answered, r.seq),
+                    _ => (r.seq, 0),
+                };
+                turns.push((
+                    place,
+                    HistoricalMessage {
+                        id: Some(resp.id),
+                        role: if own { Role::Assistant } else { Role::User },
+                        sender: Sender::local_agent(&resp.agent),
+                        parts: resp.parts,
+                        timestamp: Timestamp::from_unix_millis(r.created_at),
+                    },
+                ));
             }
         }
-        Ok(turns)
+        turns.sort_by_key(|(place, _)| *place);
+        Ok(turns.into_iter().map(|(_, t)| t).collect())
     }
 
     /// Whether the message is left to a later turn (`Some`), and else the earlier messages its
@@ -457,9 +473,13 @@ impl DispatchHandler {
     /// When a deferred job runs at the latest, should the run it waits for never be heard to
     /// end (the process stopped): a lease from now.
     fn defer_until(&self) -> i64 {
-        let lease = i64::try_from(self.0.queue.config().lease_seconds.saturating_mul(1000))
-            .unwrap_or(i64::MAX);
+        let lease = i64::try_from(self.defer_for().as_millis()).unwrap_or(i64::MAX);
         self.0.clock.now_ms().saturating_add(lease)
+    }
+
+    /// How long a deferred job waits at the longest: a lease.
+    fn defer_for(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.0.queue.config().lease_seconds)
     }
 
     /// Delivers `a` in `tx` when its transport delivers by writing to this database; `None`
@@ -519,9 +539,14 @@ impl JobHandler for DispatchHandler {
         let mut order: Vec<usize> = (0..batch.len()).collect();
         order.sort_by_key(|&i| row_of(i).map_or(i64::MAX, |r| r.seq));
         let mut taken: Vec<Option<super::runs::Run>> = batch.iter().map(|_| None).collect();
+        let longest = self.defer_for();
         for i in order {
             if let Some(row) = row_of(i) {
-                taken[i] = core.runs.take((row.thread_id.clone(), row.agent.clone()));
+                let key = (row.thread_id.clone(), row.agent.clone());
+                taken[i] = core.runs.take(key.clone(), row.seq);
+                if taken[i].is_none() {
+                    core.runs.wait(key, row.seq, longest);
+                }
             }
         }
         let fallback = self.defer_until();
@@ -784,7 +809,12 @@ impl JobHandler for DispatchHandler {
         for (key, ids) in waiting {
             let (core, ended) = (Arc::clone(core), core.runs.ended(&key));
             tokio::spawn(async move {
-                ended.await;
+                match ended {
+                    Some(ended) => ended.await,
+                    // No run in flight: they wait behind an older message about to take the
+                    // thread. A moment for it to do so.
+                    None => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                }
                 let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
                 if let Err(e) =
                     crate::store::jobs::advance(&core.db, &refs, core.clock.now_ms()).await

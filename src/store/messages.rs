@@ -316,11 +316,12 @@ pub async fn get_many_cached(
 const COLUMNS: &str = "seq, id, thread_id, direction, agent, transport, body, created_at";
 
 /// The rows of thread `$1` before the turn of seq `$2` — those stored before it, and the later
-/// responses to those — in `order` of seq, at most `$3`. (Two index range scans merged, so the
-/// common case, no later response, costs what the first alone does.)
+/// responses to those — in `order` of seq, at most `$3`. (The first part is the bounded index
+/// scan it always was; the second reads only rows stored after the turn, usually none.)
 fn rows_before(order: &str) -> String {
     format!(
-        "SELECT {COLUMNS} FROM messages WHERE thread_id = $1 AND seq < $2 \
+        "SELECT {COLUMNS} FROM (SELECT {COLUMNS} FROM messages WHERE thread_id = $1 AND seq < $2 \
+         ORDER BY seq {order} LIMIT $3) AS stored_before \
          UNION ALL SELECT {COLUMNS} FROM messages m WHERE m.thread_id = $1 AND m.seq > $2 \
          AND m.direction = 'out' AND EXISTS (SELECT 1 FROM messages e WHERE e.id = m.answers AND e.seq < $2) \
          ORDER BY seq {order} LIMIT $3"
@@ -399,7 +400,11 @@ pub async fn thread_turns(
     let mut first: Vec<StoredMessage> = if head > 0 {
         db.fetch_all(
             &rows_before("ASC"),
-            &[Arg::Text(thread_id), Arg::Int(before_seq), Arg::Int(lim(head))],
+            &[
+                Arg::Text(thread_id),
+                Arg::Int(before_seq),
+                Arg::Int(lim(head)),
+            ],
         )
         .await?
     } else {
@@ -412,7 +417,11 @@ pub async fn thread_turns(
     let mut last: Vec<StoredMessage> = db
         .fetch_all(
             &rows_before("DESC"),
-            &[Arg::Text(thread_id), Arg::Int(before_seq), Arg::Int(lim(tail))],
+            &[
+                Arg::Text(thread_id),
+                Arg::Int(before_seq),
+                Arg::Int(lim(tail)),
+            ],
         )
         .await?;
     last.reverse();

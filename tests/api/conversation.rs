@@ -202,19 +202,30 @@ on_both_engines!(debounce_merges_a_senders_quick_texts);
 async fn without_a_debounce_every_message_is_a_turn(engine: Engine) {
     let (mut t, agent) = app(engine, 0, QueueMode::Followup).await;
     let to = t.agent("paced");
-    for (i, text) in ["one", "two", "three"].iter().enumerate() {
+    // The first is slow: the others arrive while it runs, and its answer is stored after them.
+    for (i, text) in ["slow one", "two", "three"].iter().enumerate() {
         t.ingest(&format!("n-{i}"), from(ALICE, &to, "plain", text))
             .await;
     }
     let calls = agent.wait_calls(3).await;
     let texts: Vec<String> = calls.iter().map(|c| text_of(&c.msg.parts)).collect();
-    assert_eq!(texts, ["one", "two", "three"], "in order, one call each");
-    // Followup: each saw the answers before it.
+    assert_eq!(
+        texts,
+        ["slow one", "two", "three"],
+        "in order, one call each"
+    );
+    // Followup: each saw the answers before it, each right after its question.
     let last = calls[2].msg.history.as_ref().unwrap();
     assert_eq!(
         last.iter().map(|h| h.role).collect::<Vec<_>>(),
         [Role::User, Role::Assistant, Role::User, Role::Assistant]
     );
+    assert_eq!(
+        last.iter().map(|h| text_of(&h.parts)).collect::<Vec<_>>(),
+        ["slow one", "slow one", "two", "two"]
+    );
+    assert!(calls[1].started >= calls[0].finished.unwrap());
+    assert!(calls[2].started >= calls[1].finished.unwrap());
     t.stop().await;
 }
 on_both_engines!(without_a_debounce_every_message_is_a_turn);
