@@ -325,3 +325,91 @@ async fn interrupt_cancels_the_call_in_flight(engine: Engine) {
     t.stop().await;
 }
 on_both_engines!(interrupt_cancels_the_call_in_flight);
+
+/// An A2A send of `text` in context `context` to `agent`, returning at once: its task id.
+async fn a2a_in_context(t: &TestApp, agent: &str, context: &str, text: &str) -> String {
+    let sent: serde_json::Value = t
+        .http
+        .post(format!("{}/agents/{agent}/a2a", t.base))
+        .header("A2A-Version", "1.0")
+        .json(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+                        "contextId": context, "parts": [{"text": text}]},
+            "configuration": {"returnImmediately": true}}}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    sent["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task: {sent}"))
+        .to_owned()
+}
+
+/// Waits until the A2A task `id` is completed, and returns it.
+async fn completed_task(t: &TestApp, agent: &str, id: &str) -> serde_json::Value {
+    wait_for(30, "the task to complete", || async {
+        let r: serde_json::Value = t
+            .http
+            .post(format!("{}/agents/{agent}/a2a", t.base))
+            .header("A2A-Version", "1.0")
+            .json(
+                &serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask",
+                                      "params": {"id": id}}),
+            )
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (r["result"]["status"]["state"] == "TASK_STATE_COMPLETED").then(|| r["result"].clone())
+    })
+    .await
+}
+
+/// Over A2A, an interrupted turn and a merged one still end their tasks, without an artifact;
+/// the turn that answers has one.
+async fn a2a_tasks_of_merged_and_interrupted_turns_still_end(engine: Engine) {
+    let (mut t, agent) = app(engine, 0, QueueMode::Interrupt).await;
+    let first = a2a_in_context(&t, "paced", "ctx-int", "slow first").await;
+    agent.wait_calls(1).await;
+    let second = a2a_in_context(&t, "paced", "ctx-int", "never mind").await;
+    let interrupted = completed_task(&t, "paced", &first).await;
+    assert!(
+        interrupted["artifacts"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "{interrupted}"
+    );
+    let answered = completed_task(&t, "paced", &second).await;
+    assert_eq!(
+        answered["artifacts"][0]["parts"][0]["text"], "never mind",
+        "{answered}"
+    );
+    assert!(
+        agent.calls()[0].finished.is_none(),
+        "the first was cancelled"
+    );
+    t.stop().await;
+
+    let (mut t, agent) = app(engine, 0, QueueMode::Collect).await;
+    let first = a2a_in_context(&t, "paced", "ctx-col", "slow first").await;
+    agent.wait_calls(1).await;
+    let merged = a2a_in_context(&t, "paced", "ctx-col", "a").await;
+    let latest = a2a_in_context(&t, "paced", "ctx-col", "b").await;
+    for (id, answered) in [(first, true), (merged, false), (latest, true)] {
+        let task = completed_task(&t, "paced", &id).await;
+        let artifacts = task["artifacts"].as_array().map_or(0, Vec::len);
+        assert_eq!(artifacts > 0, answered, "{task}");
+    }
+    let calls = agent.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(text_of(&calls[1].msg.parts), "a|b");
+    t.stop().await;
+}
+on_both_engines!(a2a_tasks_of_merged_and_interrupted_turns_still_end);
