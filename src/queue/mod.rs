@@ -828,6 +828,49 @@ mod tests {
         }
     }
 
+    /// A job put back waits without having used an attempt, until its time or until it is
+    /// advanced.
+    #[tokio::test]
+    async fn a_deferred_job_keeps_its_attempts_and_can_be_made_due_early() {
+        struct Later(i64);
+        impl Attempted for Later {
+            fn error(&self) -> Option<&OutboundError> {
+                None
+            }
+            fn deferred_until(&self) -> Option<i64> {
+                Some(self.0)
+            }
+        }
+        let (q, db, metrics) = queue().await;
+        let batch = claimed(&q, &db, kinds::DISPATCH, 1).await;
+        let now = SystemClock.now_ms();
+        let mut tx = db.begin().await.unwrap();
+        let finished = q
+            .finish(&mut tx, q.owner(), &batch, &[Later(now + 60_000)], now)
+            .await
+            .unwrap();
+        assert_eq!(
+            finished.end(0),
+            Some(&Finish::Deferred {
+                run_at: now + 60_000
+            })
+        );
+        q.commit(tx, finished).await.unwrap();
+        let job = jobs::get(&db, &batch[0].id).await.unwrap().unwrap();
+        assert_eq!((job.state.as_str(), job.attempts), ("ready", 0));
+        let lease = now + 120_000;
+        let none = jobs::claim(&db, kinds::DISPATCH, q.owner(), now, lease, 10).await;
+        assert!(none.unwrap().is_empty(), "not due yet");
+        assert_eq!(jobs::advance(&db, &[&batch[0].id], now).await.unwrap(), 1);
+        let again = jobs::claim(&db, kinds::DISPATCH, q.owner(), now, lease, 10).await;
+        assert_eq!(again.unwrap()[0].attempts, 1, "its first attempt, again");
+        assert!(
+            metrics
+                .render()
+                .contains("switchboard_jobs_total{kind=\"dispatch\",outcome=\"deferred\"} 1")
+        );
+    }
+
     #[test]
     fn backoff_grows_with_jitter_and_is_capped() {
         let cfg = QueueConfig {
