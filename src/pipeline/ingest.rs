@@ -306,9 +306,11 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
         } else {
             0
         };
+        // A message that waits may find others of its thread answered before it runs.
+        let opens = created.remove(p.msg.thread_id.as_str());
         by_delay.entry(delay).or_default().push(DispatchJob {
             message_id: p.msg.id.clone(),
-            new_thread: created.remove(p.msg.thread_id.as_str()),
+            new_thread: opens && delay == 0,
             chain: Vec::new(),
         });
     }
