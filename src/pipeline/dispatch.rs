@@ -233,8 +233,9 @@ impl DispatchHandler {
         Ok(turns.into_iter().map(|(_, t)| t).collect())
     }
 
-    /// Whether the message is left to a later turn (`Some`), and else the earlier messages its
-    /// turn takes in. Only for transports whose conversation settings merge at all.
+    /// The earlier messages the turn of `row` takes in, or how its job ends without a call
+    /// when the message is left to a later turn (`Err`). Only transports whose conversation
+    /// settings merge at all pay for the look-ups.
     async fn conversation(
         &self,
         row: &StoredMessage,
