@@ -185,6 +185,8 @@ impl Application {
             policy_state_ttl_ms: i64::try_from(config.policy.state_ttl_seconds)
                 .unwrap_or(i64::MAX)
                 .saturating_mul(1000),
+            conversation: config.conversation.clone(),
+            runs: crate::pipeline::Runs::default(),
         });
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);

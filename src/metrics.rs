@@ -37,6 +37,7 @@ pub struct Metrics {
     refused: Family<Labels, Counter>,
     attestations: Family<Labels, Counter>,
     policy_states: Family<Labels, Counter>,
+    turns: Family<Labels, Counter>,
     open_fds: Gauge,
     max_fds: Gauge,
     resident_bytes: Gauge,
@@ -101,6 +102,7 @@ impl Metrics {
         let refused = Family::<Labels, Counter>::default();
         let attestations = Family::<Labels, Counter>::default();
         let policy_states = Family::<Labels, Counter>::default();
+        let turns = Family::<Labels, Counter>::default();
         registry.register(
             "http_requests",
             "HTTP requests by method, route and status",
@@ -118,7 +120,7 @@ impl Metrics {
         );
         registry.register(
             "jobs",
-            "Finished job attempts by kind and outcome (done, retry, dead)",
+            "Finished job attempts by kind and outcome (done, retry, dead, deferred: put back without using an attempt)",
             jobs.clone(),
         );
         registry.register(
@@ -171,8 +173,14 @@ impl Metrics {
             "Policy-part states by outcome (minted, resolved, or why one presented was refused: unknown, replayed, expired, foreign)",
             policy_states.clone(),
         );
+        registry.register(
+            "turns",
+            "Inbound messages by how their dispatch ended (answered, no_reply, failed, merged into a later turn, interrupted by a newer message)",
+            turns.clone(),
+        );
         Self {
             registry: root,
+            turns,
             http_requests,
             http_duration,
             inbound,
@@ -257,6 +265,14 @@ impl Metrics {
                 ("route", route.to_owned()),
             ])
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts how an inbound message's dispatch ended: `answered`, `no_reply`, `failed`,
+    /// `merged` or `interrupted`.
+    pub fn turn(&self, outcome: &str) {
+        self.turns
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .inc();
     }
 
     /// Counts an inbound message.

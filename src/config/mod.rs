@@ -14,6 +14,7 @@ mod activitypub;
 mod agents;
 mod api;
 mod console;
+mod conversation;
 mod database;
 mod email;
 mod limits;
@@ -41,6 +42,9 @@ pub use activitypub::ActivityPubConfig;
 pub use agents::{AgentConfig, BackendConfig};
 pub use api::ApiConfig;
 pub use console::ConsoleConfig;
+pub use conversation::{
+    Conversation, ConversationConfig, ConversationOverride, MAX_DEBOUNCE_MS, QueueMode,
+};
 pub use database::{DatabaseConfig, Durability};
 pub use email::{
     AgentEmailConfig, DnsMode, EmailConfig, Postmaster, RelayTls, UnauthenticatedMail,
@@ -100,6 +104,8 @@ pub struct Config {
     pub trust: TrustConfig,
     /// Policy parts' single-use states.
     pub policy: PolicyConfig,
+    /// Inbound debounce and what a message does while its thread has a run in flight.
+    pub conversation: ConversationConfig,
 }
 
 impl Default for Config {
@@ -129,6 +135,7 @@ impl Default for Config {
             }],
             trust: TrustConfig::default(),
             policy: PolicyConfig::default(),
+            conversation: ConversationConfig::default(),
         }
     }
 }
@@ -203,6 +210,7 @@ impl Config {
         self.limits.check("limits", &mut problems);
         self.trust.check(&mut problems);
         self.policy.check(&mut problems);
+        self.conversation.check(&mut problems);
         // A blocking A2A call or an inbox delivery must be able to finish inside the request
         // deadline, after a body that took as long as it may.
         let (server, longest) = (

@@ -13,6 +13,9 @@ use std::time::Instant;
 /// a later attempt (well inside any job lease).
 const CALL_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The most earlier messages one turn takes in.
+const MAX_ABSORBED: usize = 256;
+
 use futures_util::future::join_all;
 use tracing::Instrument as _;
 
@@ -76,10 +79,41 @@ struct Answer {
     states: Vec<crate::store::policy::NewState>,
     /// The sibling agents it wakes ([`super::chain`]), stored and dispatched with it.
     siblings: Vec<super::chain::Sibling>,
+    /// The earlier messages its turn took in, which end `merged`.
+    absorbed: Vec<String>,
 }
 
-/// The dispatch outcome of one job: a response to store, or nothing to say.
-type Dispatched = Option<Answer>;
+/// How one dispatch job went.
+enum Dispatched {
+    /// A response to store.
+    Answer(Box<Answer>),
+    /// The agent had nothing to say (to its message and the earlier ones it took in).
+    Silent {
+        /// The earlier messages the turn took in.
+        absorbed: Vec<String>,
+    },
+    /// The message joins a later turn: it ends `merged`, without a call.
+    Merged,
+    /// A newer message interrupted the call: it ends `interrupted`, without a response.
+    Interrupted,
+    /// A later turn already took the message in: nothing left to do.
+    Taken,
+    /// Its thread has a run in flight: the job is put back until that run ends.
+    Deferred,
+}
+
+/// A dispatch job's result, and when a deferred job runs at the latest.
+struct Ran(std::result::Result<Dispatched, OutboundError>, i64);
+
+impl crate::queue::Attempted for Ran {
+    fn error(&self) -> Option<&OutboundError> {
+        self.0.as_ref().err()
+    }
+
+    fn deferred_until(&self) -> Option<i64> {
+        matches!(self.0, Ok(Dispatched::Deferred)).then_some(self.1)
+    }
+}
 
 /// The class of a dispatch failure as the operator API reports it (its text stays in the
 /// job's `last_error` for the logs): `agent_unavailable` when the agent could not be reached or
@@ -99,10 +133,59 @@ fn failure_class(e: &OutboundError) -> &'static str {
 pub(super) struct DispatchHandler(pub(super) Arc<Core>);
 
 impl DispatchHandler {
+    /// The earlier messages the turn of `row` takes in, or how its job ends without a call
+    /// when the message is left to a later turn (`Err`). Only transports whose conversation
+    /// settings merge at all pay for the look-ups.
+    async fn conversation(
+        &self,
+        row: &StoredMessage,
+        msg: &NormalizedMessage,
+        new_thread: bool,
+    ) -> std::result::Result<
+        std::result::Result<Vec<super::conversation::Absorbed>, Dispatched>,
+        OutboundError,
+    > {
+        use super::conversation::{MERGED, absorbed, any_from, debounces};
+        let conv = self.0.conversation.of(&row.transport);
+        if !conv.merges() {
+            return Ok(Ok(Vec::new()));
+        }
+        let db = &self.0.db;
+        if messages::outcome_of(db, &row.id)
+            .await
+            .map_err(internal)?
+            .as_deref()
+            == Some(MERGED)
+        {
+            return Ok(Err(Dispatched::Taken));
+        }
+        let debounced = conv.debounce_ms > 0 && debounces(msg);
+        let collapses = conv.queue != crate::config::QueueMode::Followup;
+        if debounced || collapses {
+            let later = messages::unanswered_after(db, &row.thread_id, &row.agent, row.seq)
+                .await
+                .map_err(internal)?;
+            if (collapses && !later.is_empty())
+                || (debounced && any_from(&later, &msg.sender.address))
+            {
+                tracing::debug!("merged into a later turn");
+                return Ok(Err(Dispatched::Merged));
+            }
+        }
+        if new_thread {
+            return Ok(Ok(Vec::new()));
+        }
+        let before = messages::since_last_response(db, &row.thread_id, row.seq, MAX_ABSORBED)
+            .await
+            .map_err(internal)?;
+        Ok(Ok(absorbed(&before, &row.agent, &msg.sender.address)))
+    }
+
     async fn run(
         &self,
         row: &StoredMessage,
         job: &DispatchJob,
+        run: &super::runs::Run,
     ) -> std::result::Result<Dispatched, OutboundError> {
         let new_thread = job.new_thread;
         let id = &row.id;
@@ -112,13 +195,19 @@ impl DispatchHandler {
         })?;
         if msg.sender.address.eq_ignore_ascii_case(&agent.address) {
             tracing::debug!(message = %id, "an agent never answers itself");
-            return Ok(None);
+            return Ok(Dispatched::Silent {
+                absorbed: Vec::new(),
+            });
         }
+        let absorbed = match self.conversation(row, &msg, new_thread).await? {
+            Ok(absorbed) => absorbed,
+            Err(done) => return Ok(done),
+        };
         let turns = if new_thread {
             Vec::new()
         } else {
             let relayed = super::chain::relayed_from(&msg).map(|(response, _)| response);
-            super::history::before(&self.0, row, &agent.address, relayed)
+            super::history::before(&self.0, row, &agent.address, relayed, &absorbed)
                 .await
                 .map_err(internal)?
         };
@@ -131,6 +220,19 @@ impl DispatchHandler {
             .get(&row.transport)
             .filter(|t| t.delivers_in_transaction())
             .map(|_| msg.clone());
+        // The messages the turn takes in open it, oldest first.
+        let absorbed_ids: Vec<String> = absorbed.iter().map(|a| a.id.clone()).collect();
+        if !absorbed.is_empty() {
+            let mut parts: Vec<crate::message::Part> =
+                absorbed.into_iter().flat_map(|a| a.parts).collect();
+            self.0.blobs.refresh_urls(&mut parts);
+            parts.append(&mut msg.parts);
+            msg.parts = parts;
+            tracing::debug!(
+                merged = absorbed_ids.len(),
+                "earlier messages join the turn"
+            );
+        }
         for turn in &mut trimmed.turns {
             self.0.blobs.refresh_shared_urls(&mut turn.parts);
         }
@@ -138,44 +240,56 @@ impl DispatchHandler {
             msg.history = Some(trimmed.turns);
             msg.history_cache_breakpoint_after = trimmed.cache_breakpoint_after;
         }
-        // At most the agent's max_concurrent_calls at once; a call that cannot start soon is
-        // tried again later rather than held past its job's lease.
-        let Ok(Ok(_permit)) =
-            tokio::time::timeout(CALL_SLOT_WAIT, agent.limits.calls.acquire()).await
-        else {
-            return Err(OutboundError::temporary(format!(
-                "agent {} is at its max_concurrent_calls",
-                agent.name
-            )));
-        };
-        let started = Instant::now();
-        let transport = self
-            .0
-            .transports
-            .get(&row.transport)
-            .filter(|t| agent.backend.streams() && t.wants_progress());
-        let answer = match transport {
-            // A streaming answer: its events go to the transport in order, all of them before
-            // the final response is stored.
-            Some(transport) => {
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ResponseEvent>();
-                let original = msg.clone();
-                let forward = tokio::spawn(async move {
-                    while let Some(ev) = rx.recv().await {
-                        if let Err(e) = transport.progress(&original, &ev).await {
-                            tracing::debug!(message = %original.id, error = %e, "progress not passed on");
+        let call = async {
+            // At most the agent's max_concurrent_calls at once; a call that cannot start soon
+            // is tried again later rather than held past its job's lease.
+            let Ok(Ok(_permit)) =
+                tokio::time::timeout(CALL_SLOT_WAIT, agent.limits.calls.acquire()).await
+            else {
+                return Err(OutboundError::temporary(format!(
+                    "agent {} is at its max_concurrent_calls",
+                    agent.name
+                )));
+            };
+            let started = Instant::now();
+            let transport = self
+                .0
+                .transports
+                .get(&row.transport)
+                .filter(|t| agent.backend.streams() && t.wants_progress());
+            let answer = match transport {
+                // A streaming answer: its events go to the transport in order, all of them
+                // before the final response is stored.
+                Some(transport) => {
+                    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ResponseEvent>();
+                    let original = msg.clone();
+                    let forward = tokio::spawn(async move {
+                        while let Some(ev) = rx.recv().await {
+                            if let Err(e) = transport.progress(&original, &ev).await {
+                                tracing::debug!(message = %original.id, error = %e, "progress not passed on");
+                            }
                         }
-                    }
-                });
-                let report = move |ev: ResponseEvent| {
-                    let _ = tx.send(ev);
-                };
-                let answer = agent.backend.respond_streaming(&msg, &report).await;
-                drop(report);
-                let _ = forward.await;
-                answer
+                    });
+                    let report = move |ev: ResponseEvent| {
+                        let _ = tx.send(ev);
+                    };
+                    let answer = agent.backend.respond_streaming(&msg, &report).await;
+                    drop(report);
+                    let _ = forward.await;
+                    answer
+                }
+                None => agent.backend.respond(&msg).await,
+            };
+            Ok((answer, started))
+        };
+        // A newer message of the thread may interrupt the call (queue mode `interrupt`).
+        let (answer, started) = tokio::select! {
+            biased;
+            () = run.interrupted() => {
+                tracing::debug!("interrupted by a newer message");
+                return Ok(Dispatched::Interrupted);
             }
-            None => agent.backend.respond(&msg).await,
+            called = call => called?,
         };
         self.0
             .metrics
@@ -188,41 +302,45 @@ impl DispatchHandler {
             Ok(None) => tracing::debug!("agent had nothing to say"),
             Err(e) => tracing::debug!(error = %e, "agent call failed"),
         }
-        Ok(answer?.map(|mut response| {
-            response.thread_id.clone_from(&row.thread_id);
-            crate::blobs::strip_urls(&mut response.parts);
-            let states = crate::policy::mint(
-                &mut response,
-                &crate::policy::Issue {
-                    agent: &agent.name,
-                    thread_id: &row.thread_id,
-                    message_id: &row.id,
-                    sender: &msg.sender,
-                    expires_at: self
-                        .0
-                        .clock
-                        .now_ms()
-                        .saturating_add(self.0.policy_state_ttl_ms),
-                },
-            );
-            crate::policy::settle_state(&mut response);
-            let siblings = super::chain::siblings(
-                &self.0.agents,
-                &msg,
-                &job.chain,
-                &agent,
-                &response,
-                Timestamp::from_unix_millis(self.0.clock.now_ms()),
-            );
-            Answer {
-                response,
-                agent: agent.name.clone(),
-                transport: row.transport.clone(),
-                original,
-                states,
-                siblings,
-            }
-        }))
+        let Some(mut response) = answer? else {
+            return Ok(Dispatched::Silent {
+                absorbed: absorbed_ids,
+            });
+        };
+        response.thread_id.clone_from(&row.thread_id);
+        crate::blobs::strip_urls(&mut response.parts);
+        let states = crate::policy::mint(
+            &mut response,
+            &crate::policy::Issue {
+                agent: &agent.name,
+                thread_id: &row.thread_id,
+                message_id: &row.id,
+                sender: &msg.sender,
+                expires_at: self
+                    .0
+                    .clock
+                    .now_ms()
+                    .saturating_add(self.0.policy_state_ttl_ms),
+            },
+        );
+        crate::policy::settle_state(&mut response);
+        let siblings = super::chain::siblings(
+            &self.0.agents,
+            &msg,
+            &job.chain,
+            &agent,
+            &response,
+            Timestamp::from_unix_millis(self.0.clock.now_ms()),
+        );
+        Ok(Dispatched::Answer(Box::new(Answer {
+            response,
+            agent: agent.name.clone(),
+            transport: row.transport.clone(),
+            original,
+            states,
+            siblings,
+            absorbed: absorbed_ids,
+        })))
     }
 }
 
@@ -254,6 +372,18 @@ impl DeliveredIn {
 }
 
 impl DispatchHandler {
+    /// When a deferred job runs at the latest, should the run it waits for never be heard to
+    /// end (the process stopped): a lease from now.
+    fn defer_until(&self) -> i64 {
+        let lease = i64::try_from(self.defer_for().as_millis()).unwrap_or(i64::MAX);
+        self.0.clock.now_ms().saturating_add(lease)
+    }
+
+    /// How long a deferred job waits at the longest: a lease.
+    fn defer_for(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.0.queue.config().lease_seconds)
+    }
+
     /// Delivers `a` in `tx` when its transport delivers by writing to this database; `None`
     /// when it does not, or failed only for now (a delivery job then takes over).
     async fn deliver_in(
@@ -302,20 +432,51 @@ impl JobHandler for DispatchHandler {
             .filter_map(|j| j.as_ref().ok().map(|j| j.message_id.as_str()))
             .collect();
         let rows = load_many(core, &wanted).await;
-        let results = join_all(jobs.iter().zip(batch).map(|(job, job_row)| async {
-            let job = job.as_ref().map_err(Clone::clone)?;
-            let rows = rows.as_ref().map_err(Clone::clone)?;
-            let row = lookup(rows, &job.message_id)?;
-            let span = tracing::info_span!(
-                "dispatch",
-                job_id = %job_row.id,
-                message_id = %row.id,
-                thread_id = %row.thread_id,
-                transport = %row.transport,
-                agent = %row.agent,
-            );
-            self.run(row, job).instrument(span).await
-        }))
+        let row_of = |i: usize| -> Option<&StoredMessage> {
+            let job = jobs.get(i)?.as_ref().ok()?;
+            rows.as_ref().ok()?.get(&job.message_id).map(AsRef::as_ref)
+        };
+        // One run per thread and agent at a time: the oldest message of each takes its thread,
+        // unless a run of it is in flight; the others wait for that run to end.
+        let mut order: Vec<usize> = (0..batch.len()).collect();
+        order.sort_by_key(|&i| row_of(i).map_or(i64::MAX, |r| r.seq));
+        let mut taken: Vec<Option<super::runs::Run>> = batch.iter().map(|_| None).collect();
+        let longest = self.defer_for();
+        for i in order {
+            if let Some(row) = row_of(i) {
+                let key = (row.thread_id.clone(), row.agent.clone());
+                taken[i] = core.runs.take(key.clone(), row.seq);
+                if taken[i].is_none() {
+                    core.runs.wait(key, row.seq, longest);
+                }
+            }
+        }
+        let fallback = self.defer_until();
+        let loaded = &rows;
+        let results: Vec<Ran> = join_all(jobs.iter().zip(batch).zip(&taken).map(
+            |((job, job_row), run)| async move {
+                let result = async {
+                    let job = job.as_ref().map_err(Clone::clone)?;
+                    let rows = loaded.as_ref().map_err(Clone::clone)?;
+                    let row = lookup(rows, &job.message_id)?;
+                    let Some(run) = run else {
+                        tracing::debug!(message_id = %row.id, "its thread is running: deferred");
+                        return Ok(Dispatched::Deferred);
+                    };
+                    let span = tracing::info_span!(
+                        "dispatch",
+                        job_id = %job_row.id,
+                        message_id = %row.id,
+                        thread_id = %row.thread_id,
+                        transport = %row.transport,
+                        agent = %row.agent,
+                    );
+                    self.run(row, job, run).instrument(span).await
+                }
+                .await;
+                Ran(result, fallback)
+            },
+        ))
         .await;
 
         let now = core.clock.now_ms();
@@ -334,49 +495,88 @@ impl JobHandler for DispatchHandler {
                 .and_then(|row| core.transports.get(&row.transport))
                 .is_some_and(|t| t.ends_turns())
         };
-        // Turns that end without a response, recorded on their message for the operator.
-        let mut outcomes: Vec<messages::DispatchOutcome<'_>> = Vec::new();
-        for (i, (result, payload)) in results.into_iter().zip(&jobs).enumerate() {
-            let message_id = payload.as_ref().ok().map(|p| p.message_id.as_str());
+        // Turns that end without a response, recorded on their message for the operator:
+        // (message, outcome, failure class, the batch's message its transport is judged by).
+        let mut silent: Vec<(String, &'static str, Option<&'static str>, String)> = Vec::new();
+        // How each job's message ended, for the metrics (a message another turn took in is
+        // counted by its own job, once).
+        let mut counted: Vec<&'static str> = Vec::new();
+        // Why a job failed for good, for its turn's end.
+        let mut failures: HashMap<String, String> = HashMap::new();
+        // Jobs put back until the run of their thread ends.
+        let mut waiting: HashMap<super::runs::Key, Vec<String>> = HashMap::new();
+        for (i, (ran, payload)) in results.into_iter().zip(&jobs).enumerate() {
+            let Ok(payload) = payload.as_ref() else {
+                continue;
+            };
+            let id = payload.message_id.clone();
             // A job whose lease was lost has no end here: it applies nothing.
             let Some(end) = finished.end(i) else {
                 continue;
             };
-            match (result, end) {
-                (Ok(Some(answer)), _) => answers.push(answer),
-                (Ok(None), _) => {
-                    if let Some(id) = message_id {
-                        outcomes.push(messages::DispatchOutcome {
-                            message_id: id,
-                            outcome: "no_reply",
-                            error_class: None,
-                        });
-                    }
-                    if let Some(id) = message_id.filter(|id| ends_turns(id)) {
-                        ended.push(TurnEndJob {
-                            message_id: id.to_owned(),
-                            failure: None,
-                        });
+            let merged = |absorbed: Vec<String>, silent: &mut Vec<_>| {
+                for a in absorbed {
+                    silent.push((a, super::conversation::MERGED, None, id.clone()));
+                }
+            };
+            match (ran.0, end) {
+                (Ok(Dispatched::Answer(mut answer)), _) => {
+                    merged(std::mem::take(&mut answer.absorbed), &mut silent);
+                    answers.push(*answer);
+                }
+                (Ok(Dispatched::Silent { absorbed }), _) => {
+                    merged(absorbed, &mut silent);
+                    silent.push((id.clone(), "no_reply", None, id.clone()));
+                    counted.push("no_reply");
+                }
+                (Ok(Dispatched::Merged), _) => {
+                    silent.push((id.clone(), super::conversation::MERGED, None, id.clone()));
+                    counted.push(super::conversation::MERGED);
+                }
+                (Ok(Dispatched::Taken), _) => counted.push(super::conversation::MERGED),
+                (Ok(Dispatched::Interrupted), _) => {
+                    silent.push((
+                        id.clone(),
+                        super::conversation::INTERRUPTED,
+                        None,
+                        id.clone(),
+                    ));
+                    counted.push(super::conversation::INTERRUPTED);
+                }
+                (Ok(Dispatched::Deferred), Finish::Deferred { .. }) => {
+                    if let Some(row) = row_of(i) {
+                        waiting
+                            .entry((row.thread_id.clone(), row.agent.clone()))
+                            .or_default()
+                            .push(batch[i].id.clone());
                     }
                 }
                 (Err(e), Finish::Dead { error }) => {
-                    if let Some(id) = message_id {
-                        outcomes.push(messages::DispatchOutcome {
-                            message_id: id,
-                            outcome: "failed",
-                            error_class: Some(failure_class(&e)),
-                        });
-                    }
-                    if let Some(id) = message_id.filter(|id| ends_turns(id)) {
-                        ended.push(TurnEndJob {
-                            message_id: id.to_owned(),
-                            failure: Some(error.clone()),
-                        });
-                    }
+                    silent.push((id.clone(), "failed", Some(failure_class(&e)), id.clone()));
+                    failures.insert(id.clone(), error.clone());
+                    counted.push("failed");
                 }
-                (Err(_), _) => {}
+                (Ok(Dispatched::Deferred), _) | (Err(_), _) => {}
             }
         }
+        for (message_id, _, _, judged_by) in &silent {
+            if ends_turns(judged_by) {
+                ended.push(TurnEndJob {
+                    message_id: message_id.clone(),
+                    failure: failures.get(message_id).cloned(),
+                });
+            }
+        }
+        let outcomes: Vec<messages::DispatchOutcome<'_>> = silent
+            .iter()
+            .map(
+                |(message_id, outcome, error_class, _)| messages::DispatchOutcome {
+                    message_id,
+                    outcome,
+                    error_class: *error_class,
+                },
+            )
+            .collect();
         let bodies = answers
             .iter()
             .map(|a| serde_json::to_string(&a.response))
@@ -500,6 +700,33 @@ impl JobHandler for DispatchHandler {
             finished.count_delivery_outcome(&d.transport, d.outcome());
         }
         core.queue.commit(tx, finished).await?;
+        for outcome in counted {
+            core.metrics.turn(outcome);
+        }
+        for _ in &stored {
+            core.metrics.turn("answered");
+        }
+        // The jobs put back run as soon as the run they wait for has ended (this batch's own
+        // runs end when `taken` is dropped, below).
+        for (key, ids) in waiting {
+            let (core, ended) = (Arc::clone(core), core.runs.ended(&key));
+            tokio::spawn(async move {
+                match ended {
+                    Some(ended) => ended.await,
+                    // No run in flight: they wait behind an older message about to take the
+                    // thread. A moment for it to do so.
+                    None => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                }
+                let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+                if let Err(e) =
+                    crate::store::jobs::advance(&core.db, &refs, core.clock.now_ms()).await
+                {
+                    tracing::warn!(error = %e, "deferred dispatches wait for their fallback time");
+                }
+                core.queue.wake(kinds::DISPATCH);
+            });
+        }
+        drop(taken);
         for _ in &states {
             core.metrics.policy_state("minted");
         }

@@ -22,9 +22,10 @@ use crate::store::recent::Weight;
 #[derive(Debug)]
 pub struct Turn {
     id: String,
+    seq: i64,
     /// An inbound message (a response otherwise).
     inbound: bool,
-    /// The turn an inbound message answers, when it names one.
+    /// The turn it answers, when it names one (for a response, always).
     in_reply_to: Option<String>,
     /// Who wrote it (for a response, the agent's address).
     sender: Arc<Sender>,
@@ -92,6 +93,8 @@ struct InboundTurn {
 #[derive(serde::Deserialize)]
 struct OutboundTurn {
     id: String,
+    #[serde(default)]
+    in_reply_to: Option<String>,
     agent: String,
     parts: Vec<Part>,
 }
@@ -104,6 +107,7 @@ fn parse(row: &StoredMessage) -> Result<Turn> {
         let m: InboundTurn = serde_json::from_str(&row.body).map_err(corrupt)?;
         Turn {
             id: m.id,
+            seq: row.seq,
             inbound: true,
             in_reply_to: m.in_reply_to,
             sender: Arc::new(m.sender),
@@ -115,8 +119,9 @@ fn parse(row: &StoredMessage) -> Result<Turn> {
         let r: OutboundTurn = serde_json::from_str(&row.body).map_err(corrupt)?;
         Turn {
             id: r.id,
+            seq: row.seq,
             inbound: false,
-            in_reply_to: None,
+            in_reply_to: r.in_reply_to,
             sender: Arc::new(Sender::local_agent(&r.agent)),
             parts: Arc::new(r.parts),
             timestamp: Timestamp::from_unix_millis(row.created_at),
@@ -169,7 +174,9 @@ async fn load(core: &Core, row: &StoredMessage) -> Result<Vec<Arc<Turn>>> {
 /// The thread's turns before `row`, as the agent `agent_address` sees them: its own are
 /// assistant turns, everyone else's user turns. A turn relayed from one agent to another is the
 /// same words as the response it relays: only the response is kept (and not even that when it
-/// is `relayed`, the response the current turn itself relays).
+/// is `relayed`, the response the current turn itself relays). The earlier messages the turn
+/// takes in (`absorbed`) open it and are not repeated here. A response stored after `row` (to a
+/// turn that ran while this one waited) comes right after the message it answers.
 ///
 /// # Errors
 /// Database errors; [`Error::Corrupt`] for a stored turn that does not parse.
@@ -178,6 +185,7 @@ pub(super) async fn before(
     row: &StoredMessage,
     agent_address: &str,
     relayed: Option<&str>,
+    absorbed: &[super::conversation::Absorbed],
 ) -> Result<Vec<HistoricalMessage>> {
     let turns = load(core, row).await?;
     let responses: HashSet<&str> = turns
@@ -185,9 +193,11 @@ pub(super) async fn before(
         .filter(|t| !t.inbound)
         .map(|t| t.id.as_str())
         .collect();
-    Ok(turns
+    let seqs: std::collections::HashMap<&str, i64> =
+        turns.iter().map(|t| (t.id.as_str(), t.seq)).collect();
+    let mut shown: Vec<((i64, i64), &Turn)> = turns
         .iter()
-        .filter(|t| relayed != Some(t.id.as_str()))
+        .filter(|t| relayed != Some(t.id.as_str()) && !absorbed.iter().any(|a| a.id == t.id))
         .filter(|t| {
             !(t.inbound
                 && t.in_reply_to
@@ -195,7 +205,20 @@ pub(super) async fn before(
                     .is_some_and(|id| responses.contains(id))
                 && super::chain::relays(&t.sender))
         })
-        .map(|t| HistoricalMessage {
+        .map(|t| {
+            let answered = t
+                .in_reply_to
+                .as_deref()
+                .and_then(|id| seqs.get(id))
+                .filter(|_| !t.inbound && t.seq > row.seq);
+            let place = answered.map_or((t.seq, 0), |&a| (a, t.seq));
+            (place, t.as_ref())
+        })
+        .collect();
+    shown.sort_by_key(|(place, _)| *place);
+    Ok(shown
+        .into_iter()
+        .map(|(_, t)| HistoricalMessage {
             id: Some(t.id.clone()),
             role: if !t.inbound && t.sender.address.eq_ignore_ascii_case(agent_address) {
                 Role::Assistant

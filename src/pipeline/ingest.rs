@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Core, DispatchJob};
+use crate::config::QueueMode;
 use crate::error::{Error, Result};
 use crate::message::NormalizedMessage;
 use crate::queue::{Enqueued, kinds};
@@ -78,7 +79,8 @@ pub(super) async fn writer(core: Arc<Core>, rx: mpsc::Receiver<Pending>) {
 struct Committed {
     outcomes: Vec<IngestOutcome>,
     messages: Vec<crate::store::messages::StoredMessage>,
-    dispatch: Enqueued,
+    /// Dispatch jobs to start now, and those a debounce holds back.
+    dispatch: Vec<Enqueued>,
 }
 
 #[async_trait::async_trait]
@@ -93,6 +95,14 @@ impl crate::store::GroupCommit for Ingest {
     async fn commit(&self, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>> {
         let core = &self.0;
         let committed = commit(core, batch).await?;
+        // A newer message interrupts the run in flight of its thread where the transport asks.
+        for m in &committed.messages {
+            if core.conversation.of(&m.transport).queue == QueueMode::Interrupt
+                && core.runs.interrupt(&(m.thread_id.clone(), m.agent.clone()))
+            {
+                tracing::debug!(thread_id = %m.thread_id, agent = %m.agent, "run interrupted by a newer message");
+            }
+        }
         let rows: Vec<_> = committed
             .messages
             .into_iter()
@@ -106,7 +116,9 @@ impl crate::store::GroupCommit for Ingest {
         for w in batch.iter_mut().filter_map(|p| p.write.as_mut()) {
             w.committed();
         }
-        core.queue.hand_over(committed.dispatch);
+        for enqueued in committed.dispatch {
+            core.queue.hand_over(enqueued);
+        }
         Ok(committed.outcomes)
     }
 
@@ -290,15 +302,37 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
             "a message with this id is already stored".into(),
         ));
     }
-    let jobs = DispatchJob::rows(stored.iter().map(|p| DispatchJob {
-        message_id: p.msg.id.clone(),
-        new_thread: created.remove(p.msg.thread_id.as_str()),
-        chain: Vec::new(),
-    }))?;
-    let dispatch = core
-        .queue
-        .enqueue(&mut tx, kinds::DISPATCH, &jobs, now)
-        .await?;
+    // Text-only messages of a transport with a debounce wait for more from their sender; the
+    // others are dispatched at once.
+    let mut by_delay: std::collections::BTreeMap<u64, Vec<DispatchJob>> = Default::default();
+    for p in &stored {
+        let debounce = core.conversation.of(&p.transport).debounce_ms;
+        let delay = if debounce > 0 && super::conversation::debounces(&p.msg) {
+            debounce
+        } else {
+            0
+        };
+        // A message that waits may find others of its thread answered before it runs.
+        let opens = created.remove(p.msg.thread_id.as_str());
+        by_delay.entry(delay).or_default().push(DispatchJob {
+            message_id: p.msg.id.clone(),
+            new_thread: opens && delay == 0,
+            chain: Vec::new(),
+        });
+    }
+    let mut dispatch = Vec::with_capacity(by_delay.len());
+    for (delay, jobs) in by_delay {
+        let rows = DispatchJob::rows(jobs.into_iter())?;
+        dispatch.push(if delay == 0 {
+            core.queue
+                .enqueue(&mut tx, kinds::DISPATCH, &rows, now)
+                .await?
+        } else {
+            core.queue
+                .enqueue_later(&mut tx, kinds::DISPATCH, &rows, now, delay)
+                .await?
+        });
+    }
     tx.commit().await?;
     Ok(Committed {
         outcomes,

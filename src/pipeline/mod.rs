@@ -5,14 +5,21 @@
 //! care ([`Transport::ends_turns`]) by a `turn_end` job enqueued in the same
 //! transaction.
 //!
+//! One thread runs one turn of an agent at a time in a process ([`Runs`]); what a message
+//! does while its thread runs, and whether text waits for more from its sender, is the
+//! `[conversation]` configuration (merged messages end `merged`, cancelled runs
+//! `interrupted`).
+//!
 //! It owns the contract with transports ([`Transport`], [`Delivery`], [`TransportRegistry`])
 //! and imports no transport.
 
 mod chain;
+mod conversation;
 mod dispatch;
 mod history;
 mod ingest;
 mod policy;
+mod runs;
 mod transport;
 
 use std::sync::Arc;
@@ -24,6 +31,7 @@ pub use chain::{inline_handles, relayed_from};
 pub use history::{Held, Turn, Turns, turns};
 pub use ingest::{IngestOutcome, IngestWrite};
 pub use policy::LinkOutcome;
+pub use runs::Runs;
 pub use transport::{AfterCommit, Delivery, Transport, TransportRegistry};
 
 use crate::agents::{Agent, AgentRegistry};
@@ -117,6 +125,10 @@ pub struct Core {
     pub public_url: String,
     /// How long a policy part's state stays valid (ms).
     pub policy_state_ttl_ms: i64,
+    /// The inbound debounce and queue mode, per transport.
+    pub conversation: crate::config::ConversationConfig,
+    /// The runs in flight in this process, per thread and agent.
+    pub runs: Runs,
 }
 
 /// The entry point transports hand verified messages to.

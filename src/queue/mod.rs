@@ -66,6 +66,12 @@ pub struct Queue {
 pub trait Attempted {
     /// Why the attempt failed; `None` when it succeeded.
     fn error(&self) -> Option<&OutboundError>;
+
+    /// When the job was not run but put back, to run at the latest then: it uses up no attempt
+    /// ([`Finish::Deferred`]).
+    fn deferred_until(&self) -> Option<i64> {
+        None
+    }
 }
 
 impl<T> Attempted for std::result::Result<T, OutboundError> {
@@ -122,7 +128,7 @@ impl Finished {
 pub fn delivery_outcome(end: &Finish) -> &'static str {
     match end {
         Finish::Done => "delivered",
-        Finish::Retry { .. } => "retry",
+        Finish::Retry { .. } | Finish::Deferred { .. } => "retry",
         Finish::Dead { .. } => "failed",
     }
 }
@@ -149,6 +155,8 @@ pub struct Enqueued {
     leased: Vec<(JobRow, i64)>,
     /// Committed ready: a worker is woken to claim them.
     ready: bool,
+    /// Committed to run later: a worker is woken then (in milliseconds from the commit).
+    wake_in: Option<u64>,
 }
 
 impl Queue {
@@ -193,6 +201,7 @@ impl Queue {
             kind,
             leased: Vec::new(),
             ready: false,
+            wake_in: None,
         };
         if items.is_empty() {
             return Ok(enqueued);
@@ -239,9 +248,61 @@ impl Queue {
         Ok(enqueued)
     }
 
+    /// Enqueues `(id, payload)` jobs of `kind` in `tx` to run `delay_ms` after `now` (ids that
+    /// exist are skipped); once the transaction has committed, [`Queue::hand_over`] wakes a
+    /// worker of this instance when they are due (any instance's worker polling the table may
+    /// take them too).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn enqueue_later(
+        &self,
+        tx: &mut Tx,
+        kind: &'static str,
+        items: &[(String, String)],
+        now: i64,
+        delay_ms: u64,
+    ) -> Result<Enqueued> {
+        let mut enqueued = Enqueued {
+            kind,
+            leased: Vec::new(),
+            ready: false,
+            wake_in: None,
+        };
+        if items.is_empty() {
+            return Ok(enqueued);
+        }
+        let max_attempts = self.max_attempts(kind);
+        let run_at = now.saturating_add(i64::try_from(delay_ms).unwrap_or(i64::MAX));
+        let new_jobs: Vec<NewJob<'_>> = items
+            .iter()
+            .map(|(id, payload)| NewJob {
+                id,
+                kind,
+                payload,
+                max_attempts,
+                run_at,
+                lease: None,
+            })
+            .collect();
+        if !jobs::enqueue_many(tx, &new_jobs, now).await?.is_empty() {
+            enqueued.wake_in = Some(delay_ms);
+        }
+        Ok(enqueued)
+    }
+
     /// Starts jobs whose transaction has committed: gives the leased ones to this instance's
-    /// workers, wakes a worker for the others.
+    /// workers, wakes a worker for the others (now, or when those enqueued for later are due).
     pub fn hand_over(&self, enqueued: Enqueued) {
+        if let Some(ms) = enqueued.wake_in {
+            // An idle worker finds nothing handed over, and claims from the table. A
+            // millisecond late, so that the jobs are due by the clock the claim reads.
+            let waker = self.waker(enqueued.kind);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(ms.saturating_add(1))).await;
+                waker.notify_one();
+            });
+        }
         if !enqueued.leased.is_empty() {
             if let Some(l) = self.locals().get_mut(enqueued.kind) {
                 l.jobs.extend(enqueued.leased);
@@ -357,15 +418,22 @@ impl Queue {
         let done: Vec<&str> = batch
             .iter()
             .zip(results)
-            .filter(|(_, r)| r.error().is_none())
+            .filter(|(_, r)| r.error().is_none() && r.deferred_until().is_none())
             .map(|(j, _)| j.id.as_str())
             .collect();
         let owned = jobs::finish_done_many(tx, &done, owner, now).await?;
         let mut ends = Vec::with_capacity(batch.len());
         for (job, result) in batch.iter().zip(results) {
             let end = match result.error() {
-                None if owned.contains(&job.id) => Some(Finish::Done),
-                None => None,
+                None => match result.deferred_until() {
+                    Some(run_at) => {
+                        let finish = Finish::Deferred { run_at };
+                        jobs::finish(tx, &job.id, owner, &finish, now)
+                            .await?
+                            .then_some(finish)
+                    }
+                    None => owned.contains(&job.id).then_some(Finish::Done),
+                },
                 Some(e) => {
                     tracing::warn!(job = %job.id, kind = %job.kind, attempt = job.attempts, error = %e, "job failed");
                     let finish = self.finish_for_error(job, e);
@@ -758,6 +826,49 @@ mod tests {
             );
             assert!(text.contains(&needle), "metrics lack {needle}:\n{text}");
         }
+    }
+
+    /// A job put back waits without having used an attempt, until its time or until it is
+    /// advanced.
+    #[tokio::test]
+    async fn a_deferred_job_keeps_its_attempts_and_can_be_made_due_early() {
+        struct Later(i64);
+        impl Attempted for Later {
+            fn error(&self) -> Option<&OutboundError> {
+                None
+            }
+            fn deferred_until(&self) -> Option<i64> {
+                Some(self.0)
+            }
+        }
+        let (q, db, metrics) = queue().await;
+        let batch = claimed(&q, &db, kinds::DISPATCH, 1).await;
+        let now = SystemClock.now_ms();
+        let mut tx = db.begin().await.unwrap();
+        let finished = q
+            .finish(&mut tx, q.owner(), &batch, &[Later(now + 60_000)], now)
+            .await
+            .unwrap();
+        assert_eq!(
+            finished.end(0),
+            Some(&Finish::Deferred {
+                run_at: now + 60_000
+            })
+        );
+        q.commit(tx, finished).await.unwrap();
+        let job = jobs::get(&db, &batch[0].id).await.unwrap().unwrap();
+        assert_eq!((job.state.as_str(), job.attempts), ("ready", 0));
+        let lease = now + 120_000;
+        let none = jobs::claim(&db, kinds::DISPATCH, q.owner(), now, lease, 10).await;
+        assert!(none.unwrap().is_empty(), "not due yet");
+        assert_eq!(jobs::advance(&db, &[&batch[0].id], now).await.unwrap(), 1);
+        let again = jobs::claim(&db, kinds::DISPATCH, q.owner(), now, lease, 10).await;
+        assert_eq!(again.unwrap()[0].attempts, 1, "its first attempt, again");
+        assert!(
+            metrics
+                .render()
+                .contains("switchboard_jobs_total{kind=\"dispatch\",outcome=\"deferred\"} 1")
+        );
     }
 
     #[test]

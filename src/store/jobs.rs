@@ -88,6 +88,12 @@ pub enum Finish {
         /// Why.
         error: String,
     },
+    /// Not run: put back to run at `run_at` (or sooner, see [`advance`]), without using up an
+    /// attempt.
+    Deferred {
+        /// Next run at the latest (unix ms).
+        run_at: i64,
+    },
 }
 
 impl Finish {
@@ -98,6 +104,7 @@ impl Finish {
             Self::Done => "done",
             Self::Retry { .. } => "retry",
             Self::Dead { .. } => "dead",
+            Self::Deferred { .. } => "deferred",
         }
     }
 }
@@ -246,8 +253,34 @@ pub async fn finish(
             )
             .await?
         }
+        Finish::Deferred { run_at } => {
+            tx.execute(
+                "UPDATE jobs SET state = 'ready', lease_owner = NULL, lease_until = NULL, run_at = $4, updated_at = $3, \
+                 attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END \
+                 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+                &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now), Arg::Int(*run_at)],
+            )
+            .await?
+        }
     };
     Ok(n > 0)
+}
+
+/// Makes these waiting jobs due now (jobs deferred until something they waited for is over).
+///
+/// # Errors
+/// Database errors.
+pub async fn advance(db: &Db, ids: &[&str], now: i64) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let sql = format!(
+        "UPDATE jobs SET run_at = $1, updated_at = $1 WHERE state = 'ready' AND run_at > $1 AND id IN ({})",
+        in_list(ids.len(), 2)
+    );
+    let mut args = vec![Arg::Int(now)];
+    args.extend(ids.iter().map(|id| Arg::Text(id)));
+    db.execute(&sql, &args).await
 }
 
 /// Returns jobs of `kind` whose lease expired (their worker died) to the queue; the attempt they used

@@ -370,9 +370,11 @@ pub async fn last_response(db: &Db, thread_id: &str, agent: &str) -> Result<Opti
     .await
 }
 
-/// The `seq`s of the turns of `thread_id` before `before_seq` that history can show: the first
-/// `head` and the last `tail`, in order. Read from the `(thread_id, seq)` index alone: no
-/// message row is touched.
+/// The `seq`s of the turns of `thread_id` before `before_seq` that history can show, in order:
+/// the first `head` and the last `tail` (read from the `(thread_id, seq)` index alone, no message
+/// row touched), and the responses to earlier turns stored after it (a message that waited for
+/// the run before it sees that run's answer; this part reads only rows stored after the turn,
+/// usually none).
 ///
 /// # Errors
 /// Database errors.
@@ -391,7 +393,9 @@ pub async fn thread_turn_seqs(
     let rows: Vec<Seq> = db
         .fetch_all(
             "SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq LIMIT $3) h \
-             UNION ALL SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $4) t",
+             UNION ALL SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $4) t \
+             UNION ALL SELECT m.seq FROM messages m WHERE m.thread_id = $1 AND m.seq > $2 AND m.direction = 'out' \
+             AND EXISTS (SELECT 1 FROM messages e WHERE e.id = m.answers AND e.seq < $2)",
             &[
                 Arg::Text(thread_id),
                 Arg::Int(before_seq),
@@ -502,7 +506,7 @@ pub async fn counts(db: &Db) -> Result<Vec<DirectionCount>> {
 pub struct DispatchOutcome<'a> {
     /// The message.
     pub message_id: &'a str,
-    /// `no_reply` or `failed`.
+    /// `no_reply`, `failed`, `merged` (it joined a later turn) or `interrupted`.
     pub outcome: &'a str,
     /// For `failed`: the failure's class (never its text).
     pub error_class: Option<&'a str>,
@@ -531,4 +535,94 @@ pub async fn record_outcomes(tx: &mut Tx, outcomes: &[DispatchOutcome<'_>]) -> R
         tx.execute(&sql, &args).await?;
     }
     Ok(())
+}
+
+/// An inbound message with how far its dispatch got, for merging turns.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
+pub struct InboundState {
+    /// Insertion order.
+    pub seq: i64,
+    /// Id.
+    pub id: String,
+    /// The agent's local name.
+    pub agent: String,
+    /// The JSON body.
+    pub body: String,
+    /// How its dispatch ended without a response, when it did.
+    pub outcome: Option<String>,
+    /// Its response's id, once one is stored.
+    pub response: Option<String>,
+}
+
+const INBOUND_STATE: &str = "SELECT m.seq, m.id, m.agent, m.body, m.outcome, r.id AS response \
+     FROM messages m LEFT JOIN messages r ON r.answers = m.id";
+
+/// The inbound messages to `agent` after `after_seq` in a thread that have neither an outcome
+/// nor a response yet, oldest first.
+///
+/// # Errors
+/// Database errors.
+pub async fn unanswered_after(
+    db: &Db,
+    thread_id: &str,
+    agent: &str,
+    after_seq: i64,
+) -> Result<Vec<InboundState>> {
+    db.fetch_all(
+        &format!(
+            "{INBOUND_STATE} WHERE m.thread_id = $1 AND m.direction = 'in' AND m.agent = $2 \
+             AND m.seq > $3 AND m.outcome IS NULL AND r.id IS NULL ORDER BY m.seq"
+        ),
+        &[Arg::Text(thread_id), Arg::Text(agent), Arg::Int(after_seq)],
+    )
+    .await
+}
+
+/// The messages of a thread before `before_seq` that follow its last response (at most the
+/// last `limit`), oldest first.
+///
+/// # Errors
+/// Database errors.
+pub async fn since_last_response(
+    db: &Db,
+    thread_id: &str,
+    before_seq: i64,
+    limit: usize,
+) -> Result<Vec<InboundState>> {
+    let mut rows: Vec<InboundState> = db
+        .fetch_all(
+            &format!(
+                "{INBOUND_STATE} WHERE m.thread_id = $1 AND m.direction = 'in' AND m.seq < $2 \
+                 AND m.seq > COALESCE((SELECT MAX(o.seq) FROM messages o WHERE o.thread_id = $1 \
+                 AND o.direction = 'out' AND o.seq < $2), 0) ORDER BY m.seq DESC LIMIT $3"
+            ),
+            &[
+                Arg::Text(thread_id),
+                Arg::Int(before_seq),
+                Arg::Int(i64::try_from(limit).unwrap_or(i64::MAX)),
+            ],
+        )
+        .await?;
+    rows.reverse();
+    Ok(rows)
+}
+
+#[derive(sqlx::FromRow, serde::Deserialize)]
+struct OutcomeRow {
+    outcome: Option<String>,
+}
+
+/// How a message's dispatch ended without a response, when it did (`None` too for an
+/// unknown message).
+///
+/// # Errors
+/// Database errors.
+pub async fn outcome_of(db: &Db, id: &str) -> Result<Option<String>> {
+    let row: Option<OutcomeRow> = db
+        .fetch_optional(
+            "SELECT outcome FROM messages WHERE id = $1",
+            &[Arg::Text(id)],
+        )
+        .await?;
+    Ok(row.and_then(|r| r.outcome))
 }

@@ -14,6 +14,7 @@ mod assembly;
 mod cli;
 mod connections;
 mod console;
+mod conversation;
 mod crash;
 mod deploy;
 mod doctor;

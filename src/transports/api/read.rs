@@ -323,7 +323,10 @@ pub(super) async fn get_response(
                 return Ok(Found::Response(row.body));
             }
             let view = message_view(&db, &id).await?;
-            if matches!(view.status.status, Status::NoReply | Status::Failed) {
+            if matches!(
+                view.status.status,
+                Status::NoReply | Status::Failed | Status::Merged | Status::Interrupted
+            ) {
                 return Ok(Found::Never(view.status));
             }
             // The response may have been stored since the first look.

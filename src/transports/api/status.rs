@@ -10,7 +10,8 @@ use crate::store::threads::DeliveryRow;
 /// What a message's status is derived from.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Facts<'a> {
-    /// `no_reply` or `failed`, when its dispatch ended without a response.
+    /// `no_reply`, `failed`, `merged` or `interrupted`, when its dispatch ended without a
+    /// response.
     pub outcome: Option<&'a str>,
     /// The class of a failure.
     pub error_class: Option<&'a str>,
@@ -34,9 +35,10 @@ fn view(status: Status) -> StatusView {
 /// The status the facts give.
 ///
 /// A response, once stored, decides (its delivery record, else its delivery job); before one,
-/// a dispatch job still waiting or running does (a dead job put back by the operator runs
-/// again); then the outcome recorded on the message. A message with none of these is one whose
-/// finished dispatch job was purged before outcomes were recorded: it was not answered.
+/// being merged into a later turn does; then a dispatch job still waiting or running (a dead
+/// job put back by the operator runs again); then the outcome recorded on the message. A
+/// message with none of these is one whose finished dispatch job was purged before outcomes
+/// were recorded: it was not answered.
 #[must_use]
 pub fn derive(f: &Facts<'_>) -> StatusView {
     if f.answered {
@@ -54,6 +56,11 @@ pub fn derive(f: &Facts<'_>) -> StatusView {
             Some(_) => Status::Delivering,
         });
     }
+    // A message a later turn took in is merged for good, though its own job may still wait
+    // (it will find nothing left to do).
+    if f.outcome == Some("merged") {
+        return view(Status::Merged);
+    }
     match f.dispatch.map(|j| (j.state.as_str(), j.attempts)) {
         Some(("ready", 0)) => return view(Status::Queued),
         Some(("ready" | "running", _)) => return view(Status::Dispatching),
@@ -64,6 +71,7 @@ pub fn derive(f: &Facts<'_>) -> StatusView {
             status: Status::Failed,
             error_class: Some(f.error_class.unwrap_or("agent_error").to_owned()),
         },
+        (Some("interrupted"), _) => view(Status::Interrupted),
         _ => view(Status::NoReply),
     }
 }
@@ -118,6 +126,17 @@ mod tests {
             ..dispatch(&done)
         };
         assert_eq!(s(no_reply), Status::NoReply);
+        // Taken into a later turn while its own debounced job still waits.
+        let merged = Facts {
+            outcome: Some("merged"),
+            ..dispatch(&ready0)
+        };
+        assert_eq!(s(merged), Status::Merged);
+        let interrupted = Facts {
+            outcome: Some("interrupted"),
+            ..dispatch(&done)
+        };
+        assert_eq!(s(interrupted), Status::Interrupted);
         let failed = Facts {
             outcome: Some("failed"),
             error_class: Some("agent_unavailable"),

@@ -112,6 +112,12 @@ pub enum Status {
     NoReply,
     /// The agent could not answer (see `error_class`): there will be no response.
     Failed,
+    /// The message joined a later message's turn (inbound debounce, or queue mode `collect`):
+    /// that turn's response answers it.
+    Merged,
+    /// A newer message of the thread interrupted the agent's call (queue mode `interrupt`):
+    /// there will be no response.
+    Interrupted,
     /// The response is being delivered (or delivered again after a failure).
     Delivering,
     /// The response was delivered.

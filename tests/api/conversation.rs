@@ -1,0 +1,435 @@
+//! Conversation semantics end to end: the inbound debounce merges a sender's quick texts into
+//! one turn, and a thread runs one turn at a time — a message arriving meanwhile follows up,
+//! is collected with the others, or interrupts the call in flight.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use switchboard::config::QueueMode;
+use switchboard::message::{NormalizedMessage, Part, Role};
+
+use crate::helpers::{Engine, TestApp, message, on_both_engines, spawn_app, wait_for};
+use crate::pipeline::text_of;
+
+/// One call an agent got: the message, when it started, and when it finished (never, when it
+/// was cancelled).
+#[derive(Debug, Clone)]
+struct Call {
+    msg: NormalizedMessage,
+    started: Instant,
+    finished: Option<Instant>,
+}
+
+/// An agent that echoes, taking `SLOW` for a message whose text contains "slow", and records
+/// its calls.
+#[derive(Debug, Default)]
+struct Paced {
+    calls: Mutex<Vec<Call>>,
+}
+
+const SLOW: Duration = Duration::from_millis(1500);
+
+impl Paced {
+    fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    async fn wait_calls(&self, n: usize) -> Vec<Call> {
+        wait_for(30, &format!("{n} agent calls"), || async {
+            let c = self.calls();
+            (c.len() >= n).then_some(c)
+        })
+        .await
+    }
+}
+
+#[async_trait::async_trait]
+impl switchboard::agents::AgentBackend for Paced {
+    async fn respond(
+        &self,
+        msg: &NormalizedMessage,
+    ) -> Result<Option<switchboard::message::NormalizedResponse>, switchboard::error::OutboundError>
+    {
+        let i = {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push(Call {
+                msg: msg.clone(),
+                started: Instant::now(),
+                finished: None,
+            });
+            calls.len() - 1
+        };
+        if text_of(&msg.parts).contains("slow") {
+            tokio::time::sleep(SLOW).await;
+        }
+        self.calls.lock().unwrap()[i].finished = Some(Instant::now());
+        switchboard::agents::AgentBackend::respond(&switchboard::agents::EchoAgent, msg).await
+    }
+}
+
+async fn app(engine: Engine, debounce_ms: u64, queue: QueueMode) -> (TestApp, Arc<Paced>) {
+    let agent = Arc::new(Paced::default());
+    let a2 = agent.clone();
+    let t = spawn_app(engine, move |c, o| {
+        c.conversation.debounce_ms = debounce_ms;
+        c.conversation.queue = queue;
+        o.agents.push(("paced".into(), a2));
+    })
+    .await;
+    (t, agent)
+}
+
+fn from(sender: &str, to: &str, thread: &str, text: &str) -> NormalizedMessage {
+    let mut m = message(to, thread, text);
+    m.sender.address = sender.into();
+    m
+}
+
+const ALICE: &str = "@alice@remote.example";
+const BOB: &str = "@bob@remote.example";
+
+/// A message's status from the read API.
+async fn status(t: &TestApp, id: &str) -> String {
+    let v: serde_json::Value = t
+        .http
+        .get(format!("{}/api/v1/messages/{id}", t.base))
+        .bearer_auth("test-token")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["status"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Waits until every message has a final status, and returns them in order.
+async fn final_statuses(t: &TestApp, ids: &[String]) -> Vec<String> {
+    wait_for(30, "every message to end", || async {
+        let mut all = Vec::new();
+        for id in ids {
+            let s = status(t, id).await;
+            if !matches!(
+                s.as_str(),
+                "delivered" | "merged" | "interrupted" | "no_reply" | "failed"
+            ) {
+                return None;
+            }
+            all.push(s);
+        }
+        Some(all)
+    })
+    .await
+}
+
+async fn debounce_merges_a_senders_quick_texts(engine: Engine) {
+    let (mut t, agent) = app(engine, 500, QueueMode::Followup).await;
+    let to = t.agent("paced");
+    let mut ids = Vec::new();
+    for (i, text) in ["one", "two", "three"].iter().enumerate() {
+        let m = from(ALICE, &to, "quick", text);
+        ids.push(m.id.clone());
+        t.ingest(&format!("q-{i}"), m).await;
+    }
+    let bob = from(BOB, &to, "quick", "hi from bob");
+    ids.push(bob.id.clone());
+    t.ingest("q-bob", bob).await;
+    let statuses = final_statuses(&t, &ids).await;
+    assert_eq!(statuses, ["merged", "merged", "delivered", "delivered"]);
+    let calls = agent.calls();
+    assert_eq!(calls.len(), 2, "one turn for alice, one for bob: {calls:?}");
+    let alice = calls
+        .iter()
+        .find(|c| c.msg.sender.address == ALICE)
+        .unwrap();
+    assert_eq!(text_of(&alice.msg.parts), "one|two|three");
+    assert_eq!(alice.msg.id, ids[2], "the latest message carries the turn");
+    let history: Vec<String> = alice
+        .msg
+        .history
+        .iter()
+        .flatten()
+        .map(|h| text_of(&h.parts))
+        .collect();
+    assert!(
+        !history.iter().any(|h| h == "one" || h == "two"),
+        "merged messages are not repeated in the history: {history:?}"
+    );
+    let bob = calls.iter().find(|c| c.msg.sender.address == BOB).unwrap();
+    assert_eq!(
+        text_of(&bob.msg.parts),
+        "hi from bob",
+        "bob's is not merged"
+    );
+    assert_eq!(t.transport.count(), 2);
+
+    let metrics = t.metrics().await;
+    assert!(
+        metrics.contains("switchboard_turns_total{outcome=\"merged\"} 2"),
+        "{metrics}"
+    );
+    t.stop().await;
+}
+on_both_engines!(debounce_merges_a_senders_quick_texts);
+
+async fn a_link_flushes_the_waiting_text_at_once(engine: Engine) {
+    let (mut t, agent) = app(engine, 5_000, QueueMode::Followup).await;
+    let to = t.agent("paced");
+    let text = from(ALICE, &to, "flush", "look at this");
+    let text_id = text.id.clone();
+    let mut link = from(ALICE, &to, "flush", "and");
+    link.parts.push(
+        serde_json::from_value::<Part>(
+            serde_json::json!({"kind": "link", "url": "https://example.com/a"}),
+        )
+        .unwrap(),
+    );
+    t.ingest("f-1", text).await;
+    let sent = Instant::now();
+    t.ingest("f-2", link).await;
+    let calls = agent.wait_calls(1).await;
+    assert!(
+        calls[0].started.duration_since(sent) < Duration::from_millis(4_000),
+        "the link did not wait for the debounce"
+    );
+    assert_eq!(text_of(&calls[0].msg.parts), "look at this|and");
+    assert!(matches!(calls[0].msg.parts.last(), Some(Part::Link(_))));
+    assert_eq!(status(&t, &text_id).await, "merged", "at once");
+    // The text's own job runs when its debounce is over, and finds nothing left to do.
+    let db = t.open_db().await;
+    wait_for(30, "the merged text's own job", || async {
+        let job = switchboard::store::jobs::get(&db, &format!("dispatch:{text_id}"))
+            .await
+            .unwrap()?;
+        (job.state == "done").then_some(())
+    })
+    .await;
+    assert_eq!(
+        agent.calls().len(),
+        1,
+        "the merged text is not answered again"
+    );
+    assert_eq!(t.transport.count(), 1);
+    let metrics = t.metrics().await;
+    assert!(
+        metrics.contains("switchboard_turns_total{outcome=\"merged\"} 1"),
+        "{metrics}"
+    );
+    t.stop().await;
+}
+on_both_engines!(a_link_flushes_the_waiting_text_at_once);
+
+async fn without_a_debounce_every_message_is_a_turn(engine: Engine) {
+    let (mut t, agent) = app(engine, 0, QueueMode::Followup).await;
+    let to = t.agent("paced");
+    // The first is slow: the others arrive while it runs, and its answer is stored after them.
+    for (i, text) in ["slow one", "two", "three"].iter().enumerate() {
+        t.ingest(&format!("n-{i}"), from(ALICE, &to, "plain", text))
+            .await;
+    }
+    let calls = agent.wait_calls(3).await;
+    let texts: Vec<String> = calls.iter().map(|c| text_of(&c.msg.parts)).collect();
+    assert_eq!(
+        texts,
+        ["slow one", "two", "three"],
+        "in order, one call each"
+    );
+    // Followup: each saw the answers before it, each right after its question.
+    let last = calls[2].msg.history.as_ref().unwrap();
+    assert_eq!(
+        last.iter().map(|h| h.role).collect::<Vec<_>>(),
+        [Role::User, Role::Assistant, Role::User, Role::Assistant]
+    );
+    assert_eq!(
+        last.iter().map(|h| text_of(&h.parts)).collect::<Vec<_>>(),
+        ["slow one", "slow one", "two", "two"]
+    );
+    assert!(calls[1].started >= calls[0].finished.unwrap());
+    assert!(calls[2].started >= calls[1].finished.unwrap());
+    t.stop().await;
+}
+on_both_engines!(without_a_debounce_every_message_is_a_turn);
+
+async fn a_followup_runs_after_the_answer_and_other_threads_do_not_wait(engine: Engine) {
+    let (mut t, agent) = app(engine, 0, QueueMode::Followup).await;
+    let to = t.agent("paced");
+    t.ingest("s-1", from(ALICE, &to, "busy", "slow first"))
+        .await;
+    agent.wait_calls(1).await;
+    t.ingest("s-2", from(ALICE, &to, "busy", "second")).await;
+    t.ingest("s-3", from(BOB, &to, "elsewhere", "other thread"))
+        .await;
+    let calls = agent.wait_calls(3).await;
+    let first = &calls[0];
+    let other = calls
+        .iter()
+        .find(|c| text_of(&c.msg.parts) == "other thread")
+        .unwrap();
+    assert!(
+        other.started < first.finished.unwrap(),
+        "another thread ran while the slow call was in flight"
+    );
+    let second = calls
+        .iter()
+        .find(|c| text_of(&c.msg.parts) == "second")
+        .unwrap();
+    assert!(second.started >= first.finished.unwrap());
+    let history = second.msg.history.as_ref().unwrap();
+    assert_eq!(
+        history.iter().map(|h| h.role).collect::<Vec<_>>(),
+        [Role::User, Role::Assistant],
+        "the follow-up sees the first answer"
+    );
+    assert_eq!(text_of(&history[1].parts), "slow first");
+    assert_eq!(calls.len(), 3);
+    t.stop().await;
+}
+on_both_engines!(a_followup_runs_after_the_answer_and_other_threads_do_not_wait);
+
+async fn collect_runs_only_the_latest_of_what_waited(engine: Engine) {
+    let (mut t, agent) = app(engine, 0, QueueMode::Collect).await;
+    let to = t.agent("paced");
+    let first = from(ALICE, &to, "busy", "slow first");
+    let mut ids = vec![first.id.clone()];
+    t.ingest("c-0", first).await;
+    agent.wait_calls(1).await;
+    for (i, text) in ["a", "b", "c"].iter().enumerate() {
+        let m = from(ALICE, &to, "busy", text);
+        ids.push(m.id.clone());
+        t.ingest(&format!("c-{}", i + 1), m).await;
+    }
+    let statuses = final_statuses(&t, &ids).await;
+    assert_eq!(statuses, ["delivered", "merged", "merged", "delivered"]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let calls = agent.calls();
+    assert_eq!(calls.len(), 2, "exactly one more call: {calls:?}");
+    assert_eq!(text_of(&calls[1].msg.parts), "a|b|c");
+    assert!(calls[1].started >= calls[0].finished.unwrap());
+    let history = calls[1].msg.history.as_ref().unwrap();
+    assert_eq!(history.len(), 2, "the first turn and its answer only");
+    assert_eq!(t.transport.count(), 2);
+    t.stop().await;
+}
+on_both_engines!(collect_runs_only_the_latest_of_what_waited);
+
+async fn interrupt_cancels_the_call_in_flight(engine: Engine) {
+    let (mut t, agent) = app(engine, 0, QueueMode::Interrupt).await;
+    let to = t.agent("paced");
+    let first = from(ALICE, &to, "busy", "slow first");
+    let first_id = first.id.clone();
+    t.ingest("i-0", first).await;
+    agent.wait_calls(1).await;
+    let second = from(ALICE, &to, "busy", "never mind");
+    let second_id = second.id.clone();
+    t.ingest("i-1", second).await;
+    let statuses = final_statuses(&t, &[first_id, second_id]).await;
+    assert_eq!(statuses, ["interrupted", "delivered"]);
+    let calls = agent.calls();
+    assert_eq!(calls.len(), 2);
+    assert!(calls[0].finished.is_none(), "the first call was cancelled");
+    let history = calls[1].msg.history.as_ref().unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].role, Role::User);
+    assert_eq!(text_of(&history[0].parts), "slow first");
+    tokio::time::sleep(SLOW).await;
+    assert_eq!(t.transport.count(), 1, "exactly one response");
+    assert_eq!(
+        text_of(&t.transport.delivered()[0].response.parts),
+        "never mind"
+    );
+    let metrics = t.metrics().await;
+    assert!(
+        metrics.contains("switchboard_turns_total{outcome=\"interrupted\"} 1"),
+        "{metrics}"
+    );
+    t.stop().await;
+}
+on_both_engines!(interrupt_cancels_the_call_in_flight);
+
+/// An A2A send of `text` in context `context` to `agent`, returning at once: its task id.
+async fn a2a_in_context(t: &TestApp, agent: &str, context: &str, text: &str) -> String {
+    let sent: serde_json::Value = t
+        .http
+        .post(format!("{}/agents/{agent}/a2a", t.base))
+        .header("A2A-Version", "1.0")
+        .json(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+                        "contextId": context, "parts": [{"text": text}]},
+            "configuration": {"returnImmediately": true}}}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    sent["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task: {sent}"))
+        .to_owned()
+}
+
+/// Waits until the A2A task `id` is completed, and returns it.
+async fn completed_task(t: &TestApp, agent: &str, id: &str) -> serde_json::Value {
+    wait_for(30, "the task to complete", || async {
+        let r: serde_json::Value = t
+            .http
+            .post(format!("{}/agents/{agent}/a2a", t.base))
+            .header("A2A-Version", "1.0")
+            .json(
+                &serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask",
+                                      "params": {"id": id}}),
+            )
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (r["result"]["status"]["state"] == "TASK_STATE_COMPLETED").then(|| r["result"].clone())
+    })
+    .await
+}
+
+/// Over A2A, an interrupted turn and a merged one still end their tasks, without an artifact;
+/// the turn that answers has one.
+async fn a2a_tasks_of_merged_and_interrupted_turns_still_end(engine: Engine) {
+    let (mut t, agent) = app(engine, 0, QueueMode::Interrupt).await;
+    let first = a2a_in_context(&t, "paced", "ctx-int", "slow first").await;
+    agent.wait_calls(1).await;
+    let second = a2a_in_context(&t, "paced", "ctx-int", "never mind").await;
+    let interrupted = completed_task(&t, "paced", &first).await;
+    assert!(
+        interrupted["artifacts"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "{interrupted}"
+    );
+    let answered = completed_task(&t, "paced", &second).await;
+    assert_eq!(
+        answered["artifacts"][0]["parts"][0]["text"], "never mind",
+        "{answered}"
+    );
+    assert!(
+        agent.calls()[0].finished.is_none(),
+        "the first was cancelled"
+    );
+    t.stop().await;
+
+    let (mut t, agent) = app(engine, 0, QueueMode::Collect).await;
+    let first = a2a_in_context(&t, "paced", "ctx-col", "slow first").await;
+    agent.wait_calls(1).await;
+    let merged = a2a_in_context(&t, "paced", "ctx-col", "a").await;
+    let latest = a2a_in_context(&t, "paced", "ctx-col", "b").await;
+    for (id, answered) in [(first, true), (merged, false), (latest, true)] {
+        let task = completed_task(&t, "paced", &id).await;
+        let artifacts = task["artifacts"].as_array().map_or(0, Vec::len);
+        assert_eq!(artifacts > 0, answered, "{task}");
+    }
+    let calls = agent.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(text_of(&calls[1].msg.parts), "a|b");
+    t.stop().await;
+}
+on_both_engines!(a2a_tasks_of_merged_and_interrupted_turns_still_end);
