@@ -129,6 +129,18 @@ fn failure_class(e: &OutboundError) -> &'static str {
     }
 }
 
+/// Makes the oldest message waiting for the thread of `key` due now, when no run of it is in
+/// flight (making a job due twice, or one already claimed, changes nothing).
+async fn next_turn(core: &Core, key: &super::runs::Key) {
+    let Some(job) = core.runs.next_waiting(key) else {
+        return;
+    };
+    if let Err(e) = crate::store::jobs::advance(&core.db, &[&job], core.clock.now_ms()).await {
+        tracing::warn!(error = %e, "a deferred dispatch waits for its fallback time");
+    }
+    core.queue.wake(kinds::DISPATCH);
+}
+
 /// Handles `dispatch` jobs.
 pub(super) struct DispatchHandler(pub(super) Arc<Core>);
 
@@ -447,7 +459,7 @@ impl JobHandler for DispatchHandler {
                 let key = (row.thread_id.clone(), row.agent.clone());
                 taken[i] = core.runs.take(key.clone(), row.seq);
                 if taken[i].is_none() {
-                    core.runs.wait(key, row.seq, longest);
+                    core.runs.wait(key, row.seq, &batch[i].id, longest);
                 }
             }
         }
@@ -504,7 +516,8 @@ impl JobHandler for DispatchHandler {
         // Why a job failed for good, for its turn's end.
         let mut failures: HashMap<String, String> = HashMap::new();
         // Jobs put back until the run of their thread ends.
-        let mut waiting: HashMap<super::runs::Key, Vec<String>> = HashMap::new();
+        let mut waiting: std::collections::HashSet<super::runs::Key> =
+            std::collections::HashSet::new();
         for (i, (ran, payload)) in results.into_iter().zip(&jobs).enumerate() {
             let Ok(payload) = payload.as_ref() else {
                 continue;
@@ -545,10 +558,7 @@ impl JobHandler for DispatchHandler {
                 }
                 (Ok(Dispatched::Deferred), Finish::Deferred { .. }) => {
                     if let Some(row) = row_of(i) {
-                        waiting
-                            .entry((row.thread_id.clone(), row.agent.clone()))
-                            .or_default()
-                            .push(batch[i].id.clone());
+                        waiting.insert((row.thread_id.clone(), row.agent.clone()));
                     }
                 }
                 (Err(e), Finish::Dead { error }) => {
@@ -706,27 +716,32 @@ impl JobHandler for DispatchHandler {
         for _ in &stored {
             core.metrics.turn("answered");
         }
-        // The jobs put back run as soon as the run they wait for has ended (this batch's own
-        // runs end when `taken` is dropped, below).
-        for (key, ids) in waiting {
+        // Once a run has ended, the oldest message that waited for its thread is made due (the
+        // others wait for the run that one starts). The runs this batch held end when `taken`
+        // is dropped, below; a message put back here may have missed the end of the run it
+        // waited for, so it looks once that run has ended.
+        for key in waiting {
             let (core, ended) = (Arc::clone(core), core.runs.ended(&key));
             tokio::spawn(async move {
                 match ended {
                     Some(ended) => ended.await,
-                    // No run in flight: they wait behind an older message about to take the
+                    // No run in flight: it may wait behind an older message about to take the
                     // thread. A moment for it to do so.
                     None => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
                 }
-                let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-                if let Err(e) =
-                    crate::store::jobs::advance(&core.db, &refs, core.clock.now_ms()).await
-                {
-                    tracing::warn!(error = %e, "deferred dispatches wait for their fallback time");
-                }
-                core.queue.wake(kinds::DISPATCH);
+                next_turn(&core, &key).await;
             });
         }
+        let ran: Vec<super::runs::Key> = taken
+            .iter()
+            .flatten()
+            .map(|run| run.key().clone())
+            .collect();
         drop(taken);
+        for key in ran {
+            let core = Arc::clone(core);
+            tokio::spawn(async move { next_turn(&core, &key).await });
+        }
         for _ in &states {
             core.metrics.policy_state("minted");
         }

@@ -131,7 +131,9 @@ fn parse(row: &StoredMessage) -> Result<Turn> {
 }
 
 /// The turns of `row`'s thread before it that the history policy can show (its head and one
-/// more than its window, so it can tell that turns were left out), oldest first.
+/// more than its window, so it can tell that turns were left out), oldest first by `seq`, then
+/// the answers to those turns stored after `row` (a message that waited for the run before it
+/// sees that run's answer): looked up only for the inbound turns whose answer is not among them.
 async fn load(core: &Core, row: &StoredMessage) -> Result<Vec<Arc<Turn>>> {
     let policy = core.history;
     let seqs = messages::thread_turn_seqs(
@@ -142,9 +144,40 @@ async fn load(core: &Core, row: &StoredMessage) -> Result<Vec<Arc<Turn>>> {
         policy.window + 1,
     )
     .await?;
+    let mut turns = held(core, &seqs).await?;
+    let answered: HashSet<&str> = turns
+        .iter()
+        .filter(|t| !t.inbound)
+        .filter_map(|t| t.in_reply_to.as_deref())
+        .collect();
+    // When turns were left out between the head and the window, the head's answers were
+    // stored long ago (and are among those left out): only the window's turns can still have
+    // one to come.
+    let whole = seqs.len() < policy.keep_head + policy.window + 1;
+    let window_from = if whole {
+        i64::MIN
+    } else {
+        seqs.get(policy.keep_head).copied().unwrap_or(i64::MIN)
+    };
+    let open: Vec<&str> = turns
+        .iter()
+        .filter(|t| t.inbound && t.seq >= window_from && !answered.contains(t.id.as_str()))
+        .map(|t| t.id.as_str())
+        .collect();
+    let late = messages::late_answers(&core.db, &open, row.seq).await?;
+    if !late.is_empty() {
+        let mut late = held(core, &late).await?;
+        turns.append(&mut late);
+    }
+    Ok(turns)
+}
+
+/// The turns of `seqs`, from memory where held, the rest read and parsed (and held); a turn
+/// whose row is gone is left out.
+async fn held(core: &Core, seqs: &[i64]) -> Result<Vec<Arc<Turn>>> {
     let mut held: Vec<Option<Arc<Turn>>> = Vec::with_capacity(seqs.len());
     let mut missing = Vec::new();
-    for (seq, h) in seqs.iter().zip(core.turns.get_each(&seqs)) {
+    for (seq, h) in seqs.iter().zip(core.turns.get_each(seqs)) {
         held.push(match h {
             Some(Held::Parsed(turn)) => Some(turn),
             Some(Held::Stored(row)) => {
@@ -167,7 +200,6 @@ async fn load(core: &Core, row: &StoredMessage) -> Result<Vec<Arc<Turn>>> {
             }
         }
     }
-    // A turn whose row went away between the two reads (purged) is left out.
     Ok(held.into_iter().flatten().collect())
 }
 

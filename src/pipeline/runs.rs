@@ -1,7 +1,9 @@
 //! The runs in flight in this process: one per (thread, agent), from the moment a dispatch
 //! takes the thread until its batch has committed. A dispatch whose thread is taken does not
-//! run: it is put back, and made due again once the run ends ([`Runs::ended`]), ahead of
-//! messages that arrived after it ([`Runs::wait`]). A run can be
+//! run: it is put back, and once the run ends the oldest message waiting for the thread is made
+//! due again ([`Runs::next_waiting`]), ahead of messages that arrived after it
+//! ([`Runs::wait`]); the others wait for the runs before them, so a thread with many queued
+//! messages puts each back once rather than at every run. A run can be
 //! interrupted ([`Runs::interrupt`]) by a newer message of its thread.
 //!
 //! The registry is per process: on PostgreSQL with several instances, two of them may run one
@@ -31,8 +33,8 @@ pub struct Runs {
 #[derive(Debug, Default)]
 struct Slot {
     run: Option<Entry>,
-    /// The seq of each message put back to wait, and until when it keeps its place.
-    waiting: Vec<(i64, Instant)>,
+    /// The seq of each message put back to wait, until when it keeps its place, and its job.
+    waiting: Vec<(i64, Instant, String)>,
 }
 
 #[derive(Debug)]
@@ -63,8 +65,9 @@ impl Runs {
         let mut map = lock(&self.inner);
         let slot = map.entry(key.clone()).or_default();
         let now = Instant::now();
-        slot.waiting.retain(|&(s, until)| s != seq && until > now);
-        if slot.run.is_some() || slot.waiting.iter().any(|&(s, _)| s < seq) {
+        slot.waiting
+            .retain(|(s, until, _)| *s != seq && *until > now);
+        if slot.run.is_some() || slot.waiting.iter().any(|(s, _, _)| *s < seq) {
             return None;
         }
         let (cancel, cancel_rx) = watch::channel(false);
@@ -81,13 +84,28 @@ impl Runs {
         })
     }
 
-    /// Records that the message of `seq` waits for its turn in `key`, at most for `longest`.
-    pub(super) fn wait(&self, key: Key, seq: i64, longest: Duration) {
+    /// Records that the message of `seq` (dispatched by `job`) waits for its turn in `key`, at
+    /// most for `longest`.
+    pub(super) fn wait(&self, key: Key, seq: i64, job: &str, longest: Duration) {
         let mut map = lock(&self.inner);
         let slot = map.entry(key).or_default();
-        if !slot.waiting.iter().any(|&(s, _)| s == seq) {
-            slot.waiting.push((seq, Instant::now() + longest));
+        if !slot.waiting.iter().any(|(s, _, _)| *s == seq) {
+            slot.waiting
+                .push((seq, Instant::now() + longest, job.to_owned()));
         }
+    }
+
+    /// The job of the oldest message waiting for `key` when no run of it is in flight: the one
+    /// to make due now (the others wait for the run it starts).
+    pub(super) fn next_waiting(&self, key: &Key) -> Option<String> {
+        let now = Instant::now();
+        let map = lock(&self.inner);
+        let slot = map.get(key).filter(|s| s.run.is_none())?;
+        slot.waiting
+            .iter()
+            .filter(|(_, until, _)| *until > now)
+            .min_by_key(|(seq, _, _)| *seq)
+            .map(|(_, _, job)| job.clone())
     }
 
     /// Interrupts the run of `key`, if one is in flight; whether there was one.
@@ -113,6 +131,11 @@ impl Runs {
 }
 
 impl Run {
+    /// The thread and agent it runs.
+    pub(super) fn key(&self) -> &Key {
+        &self.key
+    }
+
     /// Resolves when the run is interrupted.
     pub(super) async fn interrupted(&self) {
         let mut rx = self.cancel.clone();
@@ -131,7 +154,7 @@ impl Drop for Run {
         };
         slot.run = None;
         let grace = Instant::now() + WAITERS_GRACE;
-        for (_, until) in &mut slot.waiting {
+        for (_, until, _) in &mut slot.waiting {
             *until = (*until).min(grace);
         }
         if slot.waiting.is_empty() {
@@ -171,14 +194,21 @@ mod tests {
     fn a_message_that_waited_goes_before_newer_ones() {
         let runs = Runs::default();
         let run = runs.take(key("t"), 1).unwrap();
-        runs.wait(key("t"), 2, Duration::from_secs(60));
+        runs.wait(key("t"), 2, "job-2", Duration::from_secs(60));
+        runs.wait(key("t"), 4, "job-4", Duration::from_secs(60));
+        assert_eq!(runs.next_waiting(&key("t")), None, "its thread still runs");
         drop(run);
+        assert_eq!(
+            runs.next_waiting(&key("t")).as_deref(),
+            Some("job-2"),
+            "the oldest"
+        );
         assert!(runs.take(key("t"), 3).is_none(), "2 waited: it goes first");
         let second = runs.take(key("t"), 2).unwrap();
         drop(second);
         assert!(runs.take(key("t"), 3).is_some());
         // A waiter that does not come back within its time gives its place up.
-        runs.wait(key("u"), 1, Duration::ZERO);
+        runs.wait(key("u"), 1, "job-1", Duration::ZERO);
         assert!(runs.take(key("u"), 5).is_some());
     }
 

@@ -370,11 +370,9 @@ pub async fn last_response(db: &Db, thread_id: &str, agent: &str) -> Result<Opti
     .await
 }
 
-/// The `seq`s of the turns of `thread_id` before `before_seq` that history can show, in order:
-/// the first `head` and the last `tail` (read from the `(thread_id, seq)` index alone, no message
-/// row touched), and the responses to earlier turns stored after it (a message that waited for
-/// the run before it sees that run's answer; this part reads only rows stored after the turn,
-/// usually none).
+/// The `seq`s of the turns of `thread_id` before `before_seq` that history can show: the first
+/// `head` and the last `tail`, in order. Read from the `(thread_id, seq)` index alone: no
+/// message row is touched.
 ///
 /// # Errors
 /// Database errors.
@@ -393,9 +391,7 @@ pub async fn thread_turn_seqs(
     let rows: Vec<Seq> = db
         .fetch_all(
             "SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq LIMIT $3) h \
-             UNION ALL SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $4) t \
-             UNION ALL SELECT m.seq FROM messages m WHERE m.thread_id = $1 AND m.seq > $2 AND m.direction = 'out' \
-             AND EXISTS (SELECT 1 FROM messages e WHERE e.id = m.answers AND e.seq < $2)",
+             UNION ALL SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $4) t",
             &[
                 Arg::Text(thread_id),
                 Arg::Int(before_seq),
@@ -410,6 +406,33 @@ pub async fn thread_turn_seqs(
     seqs.sort_unstable();
     seqs.dedup();
     Ok(seqs)
+}
+
+/// The `seq`s of the responses to the messages `ids` stored after `after_seq`: answers that came
+/// while a later message waited for its turn (one lookup in the unique `answers` index each).
+///
+/// # Errors
+/// Database errors.
+pub async fn late_answers(db: &Db, ids: &[&str], after_seq: i64) -> Result<Vec<i64>> {
+    #[derive(serde::Deserialize, sqlx::FromRow)]
+    struct Seq {
+        seq: i64,
+    }
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut args = vec![Arg::Int(after_seq)];
+    args.extend(ids.iter().map(|id| Arg::Text(id)));
+    let rows: Vec<Seq> = db
+        .fetch_all(
+            &format!(
+                "SELECT seq FROM messages WHERE answers IN ({}) AND seq > $1",
+                in_list(ids.len(), 2)
+            ),
+            &args,
+        )
+        .await?;
+    Ok(rows.into_iter().map(|r| r.seq).collect())
 }
 
 /// Stored messages and responses by `seq`, in no particular order (those missing are left out).
