@@ -129,18 +129,6 @@ fn failure_class(e: &OutboundError) -> &'static str {
     }
 }
 
-/// Makes the oldest message waiting for the thread of `key` due now, when no run of it is in
-/// flight (making a job due twice, or one already claimed, changes nothing).
-async fn next_turn(core: &Core, key: &super::runs::Key) {
-    let Some(job) = core.runs.next_waiting(key) else {
-        return;
-    };
-    if let Err(e) = crate::store::jobs::advance(&core.db, &[&job], core.clock.now_ms()).await {
-        tracing::warn!(error = %e, "a deferred dispatch waits for its fallback time");
-    }
-    core.queue.wake(kinds::DISPATCH);
-}
-
 /// Handles `dispatch` jobs.
 pub(super) struct DispatchHandler(pub(super) Arc<Core>);
 
@@ -459,7 +447,7 @@ impl JobHandler for DispatchHandler {
                 let key = (row.thread_id.clone(), row.agent.clone());
                 taken[i] = core.runs.take(key.clone(), row.seq);
                 if taken[i].is_none() {
-                    core.runs.wait(key, row.seq, &batch[i].id, longest);
+                    core.runs.wait(key, row.seq, longest);
                 }
             }
         }
@@ -516,8 +504,9 @@ impl JobHandler for DispatchHandler {
         // Why a job failed for good, for its turn's end.
         let mut failures: HashMap<String, String> = HashMap::new();
         // Jobs put back until the run of their thread ends.
-        let mut waiting: std::collections::HashSet<super::runs::Key> =
-            std::collections::HashSet::new();
+        // Jobs kept leased to wait for their thread, and waiters whose job this batch lost.
+        let mut parked: Vec<(super::runs::Key, i64, JobRow, i64)> = Vec::new();
+        let mut lost: Vec<(super::runs::Key, i64)> = Vec::new();
         for (i, (ran, payload)) in results.into_iter().zip(&jobs).enumerate() {
             let Ok(payload) = payload.as_ref() else {
                 continue;
@@ -556,9 +545,15 @@ impl JobHandler for DispatchHandler {
                     ));
                     counted.push(super::conversation::INTERRUPTED);
                 }
-                (Ok(Dispatched::Deferred), Finish::Deferred { .. }) => {
+                (Ok(Dispatched::Deferred), Finish::Deferred { run_at }) => {
                     if let Some(row) = row_of(i) {
-                        waiting.insert((row.thread_id.clone(), row.agent.clone()));
+                        let key = (row.thread_id.clone(), row.agent.clone());
+                        parked.push((key, row.seq, batch[i].clone(), *run_at));
+                    }
+                }
+                (Ok(Dispatched::Deferred), _) => {
+                    if let Some(row) = row_of(i) {
+                        lost.push(((row.thread_id.clone(), row.agent.clone()), row.seq));
                     }
                 }
                 (Err(e), Finish::Dead { error }) => {
@@ -566,7 +561,7 @@ impl JobHandler for DispatchHandler {
                     failures.insert(id.clone(), error.clone());
                     counted.push("failed");
                 }
-                (Ok(Dispatched::Deferred), _) | (Err(_), _) => {}
+                (Err(_), _) => {}
             }
         }
         for (message_id, _, _, judged_by) in &silent {
@@ -716,31 +711,26 @@ impl JobHandler for DispatchHandler {
         for _ in &stored {
             core.metrics.turn("answered");
         }
-        // Once a run has ended, the oldest message that waited for its thread is made due (the
-        // others wait for the run that one starts). The runs this batch held end when `taken`
-        // is dropped, below; a message put back here may have missed the end of the run it
-        // waited for, so it looks once that run has ended.
-        for key in waiting {
-            let (core, ended) = (Arc::clone(core), core.runs.ended(&key));
-            tokio::spawn(async move {
-                match ended {
-                    Some(ended) => ended.await,
-                    // No run in flight: it may wait behind an older message about to take the
-                    // thread. A moment for it to do so.
-                    None => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-                }
-                next_turn(&core, &key).await;
-            });
-        }
-        let ran: Vec<super::runs::Key> = taken
+        // Jobs that wait for their thread are kept here, leased; once a run has ended, the
+        // oldest message that waited for its thread goes back to the workers (the others wait
+        // for the run that one starts). The runs this batch held end when `taken` is dropped.
+        let mut keys: std::collections::HashSet<super::runs::Key> = taken
             .iter()
             .flatten()
             .map(|run| run.key().clone())
             .collect();
+        for (key, seq, job, until) in parked {
+            core.runs.park(key.clone(), seq, job, until);
+            keys.insert(key);
+        }
+        for (key, seq) in &lost {
+            core.runs.leave(key, *seq);
+        }
         drop(taken);
-        for key in ran {
-            let core = Arc::clone(core);
-            tokio::spawn(async move { next_turn(&core, &key).await });
+        for key in keys {
+            if let Some((job, until)) = core.runs.next_parked(&key) {
+                core.queue.hand_back(kinds::DISPATCH, job, until);
+            }
         }
         for _ in &states {
             core.metrics.policy_state("minted");

@@ -1,9 +1,9 @@
 //! The runs in flight in this process: one per (thread, agent), from the moment a dispatch
 //! takes the thread until its batch has committed. A dispatch whose thread is taken does not
-//! run: it is put back, and once the run ends the oldest message waiting for the thread is made
-//! due again ([`Runs::next_waiting`]), ahead of messages that arrived after it
-//! ([`Runs::wait`]); the others wait for the runs before them, so a thread with many queued
-//! messages puts each back once rather than at every run. A run can be
+//! run: its job is kept, still leased to this instance ([`Runs::park`]), and once the run ends
+//! the oldest message waiting for the thread goes back to the workers ([`Runs::next_parked`]),
+//! ahead of messages that arrived after it ([`Runs::wait`]); the others wait for the runs before
+//! them. Nothing of this touches the database beyond renewing the kept job's lease. A run can be
 //! interrupted ([`Runs::interrupt`]) by a newer message of its thread.
 //!
 //! The registry is per process: on PostgreSQL with several instances, two of them may run one
@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
+
+use crate::store::jobs::JobRow;
 
 /// A thread and the agent (local name) it runs for.
 pub(super) type Key = (String, String);
@@ -33,17 +35,24 @@ pub struct Runs {
 #[derive(Debug, Default)]
 struct Slot {
     run: Option<Entry>,
-    /// The seq of each message put back to wait, until when it keeps its place, and its job.
-    waiting: Vec<(i64, Instant, String)>,
+    /// The messages waiting for their turn.
+    waiting: Vec<Waiter>,
+}
+
+/// A message waiting for its thread.
+#[derive(Debug)]
+struct Waiter {
+    seq: i64,
+    /// Until when it keeps its place (while its job is not parked here).
+    until: Instant,
+    /// Its job, once kept leased here, and the lease's end (unix ms).
+    parked: Option<(JobRow, i64)>,
 }
 
 #[derive(Debug)]
 struct Entry {
     /// Turns `true` when the run is interrupted.
     cancel: watch::Sender<bool>,
-    /// Dropped when the run ends: every receiver learns so.
-    _ended: watch::Sender<()>,
-    ended: watch::Receiver<()>,
 }
 
 /// A run taken by [`Runs::take`]; dropping it ends the run.
@@ -65,18 +74,13 @@ impl Runs {
         let mut map = lock(&self.inner);
         let slot = map.entry(key.clone()).or_default();
         let now = Instant::now();
-        slot.waiting
-            .retain(|(s, until, _)| *s != seq && *until > now);
-        if slot.run.is_some() || slot.waiting.iter().any(|(s, _, _)| *s < seq) {
+        slot.waiting.retain(|w| w.parked.is_some() || w.until > now);
+        if slot.run.is_some() || slot.waiting.iter().any(|w| w.seq < seq) {
             return None;
         }
+        slot.waiting.retain(|w| w.seq != seq);
         let (cancel, cancel_rx) = watch::channel(false);
-        let (ended_tx, ended) = watch::channel(());
-        slot.run = Some(Entry {
-            cancel,
-            _ended: ended_tx,
-            ended,
-        });
+        slot.run = Some(Entry { cancel });
         Some(Run {
             key,
             cancel: cancel_rx,
@@ -84,28 +88,54 @@ impl Runs {
         })
     }
 
-    /// Records that the message of `seq` (dispatched by `job`) waits for its turn in `key`, at
-    /// most for `longest`.
-    pub(super) fn wait(&self, key: Key, seq: i64, job: &str, longest: Duration) {
+    /// Records that the message of `seq` waits for its turn in `key`, at most for `longest`.
+    pub(super) fn wait(&self, key: Key, seq: i64, longest: Duration) {
         let mut map = lock(&self.inner);
         let slot = map.entry(key).or_default();
-        if !slot.waiting.iter().any(|(s, _, _)| *s == seq) {
-            slot.waiting
-                .push((seq, Instant::now() + longest, job.to_owned()));
+        if !slot.waiting.iter().any(|w| w.seq == seq) {
+            slot.waiting.push(Waiter {
+                seq,
+                until: Instant::now() + longest,
+                parked: None,
+            });
         }
     }
 
-    /// The job of the oldest message waiting for `key` when no run of it is in flight: the one
-    /// to make due now (the others wait for the run it starts).
-    pub(super) fn next_waiting(&self, key: &Key) -> Option<String> {
+    /// Keeps the job of the waiting message of `seq` (leased here until `lease_until`) until
+    /// its turn comes ([`Runs::next_parked`]).
+    pub(super) fn park(&self, key: Key, seq: i64, job: JobRow, lease_until: i64) {
+        let mut map = lock(&self.inner);
+        let slot = map.entry(key).or_default();
+        let parked = Some((job, lease_until));
+        match slot.waiting.iter_mut().find(|w| w.seq == seq) {
+            Some(w) => w.parked = parked,
+            None => slot.waiting.push(Waiter {
+                seq,
+                until: Instant::now(),
+                parked,
+            }),
+        }
+    }
+
+    /// Forgets the message of `seq` waiting in `key` (its job was lost to another worker).
+    pub(super) fn leave(&self, key: &Key, seq: i64) {
+        if let Some(slot) = lock(&self.inner).get_mut(key) {
+            slot.waiting.retain(|w| w.seq != seq);
+        }
+    }
+
+    /// When no run of `key` is in flight and the oldest message waiting for it is parked here:
+    /// its job, to hand back to the workers (it keeps its place ahead of newer messages until it
+    /// takes the thread, for a grace period).
+    pub(super) fn next_parked(&self, key: &Key) -> Option<(JobRow, i64)> {
         let now = Instant::now();
-        let map = lock(&self.inner);
-        let slot = map.get(key).filter(|s| s.run.is_none())?;
-        slot.waiting
-            .iter()
-            .filter(|(_, until, _)| *until > now)
-            .min_by_key(|(seq, _, _)| *seq)
-            .map(|(_, _, job)| job.clone())
+        let mut map = lock(&self.inner);
+        let slot = map.get_mut(key).filter(|s| s.run.is_none())?;
+        slot.waiting.retain(|w| w.parked.is_some() || w.until > now);
+        let oldest = slot.waiting.iter_mut().min_by_key(|w| w.seq)?;
+        let job = oldest.parked.take()?;
+        oldest.until = now + WAITERS_GRACE;
+        Some(job)
     }
 
     /// Interrupts the run of `key`, if one is in flight; whether there was one.
@@ -117,16 +147,6 @@ impl Runs {
                 e.cancel.send_replace(true);
                 true
             })
-    }
-
-    /// Resolves once the run of `key` in flight ends; `None` when none is.
-    pub(super) fn ended(&self, key: &Key) -> Option<impl std::future::Future<Output = ()> + use<>> {
-        let mut rx = lock(&self.inner)
-            .get(key)
-            .and_then(|s| s.run.as_ref())
-            .map(|e| e.ended.clone())?;
-        // `changed` fails once the run's sender is dropped: the run ended.
-        Some(async move { while rx.changed().await.is_ok() {} })
     }
 }
 
@@ -154,8 +174,8 @@ impl Drop for Run {
         };
         slot.run = None;
         let grace = Instant::now() + WAITERS_GRACE;
-        for (_, until, _) in &mut slot.waiting {
-            *until = (*until).min(grace);
+        for w in &mut slot.waiting {
+            w.until = w.until.min(grace);
         }
         if slot.waiting.is_empty() {
             map.remove(&self.key);
@@ -171,44 +191,51 @@ mod tests {
         (t.into(), "agent".into())
     }
 
-    #[tokio::test]
-    async fn a_thread_runs_once_at_a_time_and_its_end_is_heard() {
+    #[test]
+    fn a_thread_runs_once_at_a_time() {
         let runs = Runs::default();
         let run = runs.take(key("t"), 1).unwrap();
         assert!(runs.take(key("t"), 2).is_none(), "taken");
         let other = runs.take(key("u"), 3);
         assert!(other.is_some(), "another thread is free");
-        let ended = tokio::spawn(runs.ended(&key("t")).unwrap());
-        tokio::task::yield_now().await;
-        assert!(!ended.is_finished());
         drop(run);
-        tokio::time::timeout(std::time::Duration::from_secs(5), ended)
-            .await
-            .unwrap()
-            .unwrap();
         assert!(runs.take(key("t"), 2).is_some(), "free again");
-        assert!(runs.ended(&key("none")).is_none());
+    }
+
+    fn job(id: &str) -> JobRow {
+        JobRow {
+            id: id.into(),
+            kind: "dispatch".into(),
+            payload: "{}".into(),
+            attempts: 1,
+            max_attempts: 5,
+        }
     }
 
     #[test]
     fn a_message_that_waited_goes_before_newer_ones() {
         let runs = Runs::default();
         let run = runs.take(key("t"), 1).unwrap();
-        runs.wait(key("t"), 2, "job-2", Duration::from_secs(60));
-        runs.wait(key("t"), 4, "job-4", Duration::from_secs(60));
-        assert_eq!(runs.next_waiting(&key("t")), None, "its thread still runs");
-        drop(run);
-        assert_eq!(
-            runs.next_waiting(&key("t")).as_deref(),
-            Some("job-2"),
-            "the oldest"
+        runs.wait(key("t"), 2, Duration::from_secs(60));
+        runs.wait(key("t"), 4, Duration::from_secs(60));
+        runs.park(key("t"), 4, job("job-4"), 9);
+        runs.park(key("t"), 2, job("job-2"), 9);
+        assert!(
+            runs.next_parked(&key("t")).is_none(),
+            "its thread still runs"
         );
+        drop(run);
+        let (first, until) = runs.next_parked(&key("t")).unwrap();
+        assert_eq!((first.id.as_str(), until), ("job-2", 9), "the oldest first");
+        assert!(runs.next_parked(&key("t")).is_none(), "one at a time");
         assert!(runs.take(key("t"), 3).is_none(), "2 waited: it goes first");
         let second = runs.take(key("t"), 2).unwrap();
+        assert!(runs.take(key("t"), 4).is_none());
         drop(second);
-        assert!(runs.take(key("t"), 3).is_some());
+        assert_eq!(runs.next_parked(&key("t")).unwrap().0.id, "job-4");
+        assert!(runs.take(key("t"), 4).is_some());
         // A waiter that does not come back within its time gives its place up.
-        runs.wait(key("u"), 1, "job-1", Duration::ZERO);
+        runs.wait(key("u"), 1, Duration::ZERO);
         assert!(runs.take(key("u"), 5).is_some());
     }
 

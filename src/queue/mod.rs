@@ -67,8 +67,8 @@ pub trait Attempted {
     /// Why the attempt failed; `None` when it succeeded.
     fn error(&self) -> Option<&OutboundError>;
 
-    /// When the job was not run but put back, to run at the latest then: it uses up no attempt
-    /// ([`Finish::Deferred`]).
+    /// When the job was not run but kept to run later, its lease renewed until then
+    /// ([`Finish::Deferred`], handed back with [`Queue::hand_back`]).
     fn deferred_until(&self) -> Option<i64> {
         None
     }
@@ -312,6 +312,17 @@ impl Queue {
         if enqueued.ready {
             self.wake(enqueued.kind);
         }
+    }
+
+    /// Hands a job this instance kept leased ([`Finish::Deferred`], until `lease_until`) back to
+    /// its workers of `kind`.
+    pub fn hand_back(&self, kind: &'static str, job: JobRow, lease_until: i64) {
+        self.locals()
+            .entry(kind)
+            .or_default()
+            .jobs
+            .push_back((job, lease_until));
+        self.waker(kind).notify_one();
     }
 
     /// Up to `max` jobs handed to this instance's workers of `kind`. Jobs whose lease is about to
@@ -828,10 +839,11 @@ mod tests {
         }
     }
 
-    /// A job put back waits without having used an attempt, until its time or until it is
-    /// advanced.
+    /// A deferred job stays leased to this instance, its lease renewed, with the attempt its
+    /// claim counted; nobody else can claim it, and it goes back to this instance's workers
+    /// when handed back.
     #[tokio::test]
-    async fn a_deferred_job_keeps_its_attempts_and_can_be_made_due_early() {
+    async fn a_deferred_job_stays_leased_until_handed_back() {
         struct Later(i64);
         impl Attempted for Later {
             fn error(&self) -> Option<&OutboundError> {
@@ -844,30 +856,45 @@ mod tests {
         let (q, db, metrics) = queue().await;
         let batch = claimed(&q, &db, kinds::DISPATCH, 1).await;
         let now = SystemClock.now_ms();
+        // A whole lease ahead, as the dispatch handler keeps it.
+        let until = now + q.lease_ms();
         let mut tx = db.begin().await.unwrap();
         let finished = q
-            .finish(&mut tx, q.owner(), &batch, &[Later(now + 60_000)], now)
+            .finish(&mut tx, q.owner(), &batch, &[Later(until)], now)
             .await
             .unwrap();
-        assert_eq!(
-            finished.end(0),
-            Some(&Finish::Deferred {
-                run_at: now + 60_000
-            })
-        );
+        assert_eq!(finished.end(0), Some(&Finish::Deferred { run_at: until }));
         q.commit(tx, finished).await.unwrap();
         let job = jobs::get(&db, &batch[0].id).await.unwrap().unwrap();
-        assert_eq!((job.state.as_str(), job.attempts), ("ready", 0));
-        let lease = now + 120_000;
-        let none = jobs::claim(&db, kinds::DISPATCH, q.owner(), now, lease, 10).await;
-        assert!(none.unwrap().is_empty(), "not due yet");
-        assert_eq!(jobs::advance(&db, &[&batch[0].id], now).await.unwrap(), 1);
-        let again = jobs::claim(&db, kinds::DISPATCH, q.owner(), now, lease, 10).await;
-        assert_eq!(again.unwrap()[0].attempts, 1, "its first attempt, again");
+        assert_eq!((job.state.as_str(), job.attempts), ("running", 1));
+        let lease = until + 60_000;
+        let none = jobs::claim(&db, kinds::DISPATCH, "another", now, lease, 10).await;
+        assert!(none.unwrap().is_empty(), "still leased here");
+        assert_eq!(
+            jobs::reap_expired(&db, kinds::DISPATCH, until - 1)
+                .await
+                .unwrap(),
+            0,
+            "the lease was renewed"
+        );
+        q.hand_back(kinds::DISPATCH, batch[0].clone(), until);
+        let again = q.take_local(kinds::DISPATCH, 10, now);
+        assert_eq!(again.len(), 1);
+        assert_eq!(
+            (again[0].id.as_str(), again[0].attempts),
+            (batch[0].id.as_str(), 1)
+        );
         assert!(
             metrics
                 .render()
                 .contains("switchboard_jobs_total{kind=\"dispatch\",outcome=\"deferred\"} 1")
+        );
+        // Had the instance gone away, the lease runs out and anyone claims the job again.
+        assert_eq!(
+            jobs::reap_expired(&db, kinds::DISPATCH, until + 1)
+                .await
+                .unwrap(),
+            1
         );
     }
 

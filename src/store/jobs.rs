@@ -88,10 +88,12 @@ pub enum Finish {
         /// Why.
         error: String,
     },
-    /// Not run: put back to run at `run_at` (or sooner, see [`advance`]), without using up an
-    /// attempt.
+    /// Not run yet: kept by its worker's instance, its lease renewed until `run_at`, to be
+    /// handed back to that instance's workers once what it waits for is over (the attempt its
+    /// claim counted is the one its run uses). Should the instance go away, the lease expires
+    /// and the job is claimed again.
     Deferred {
-        /// Next run at the latest (unix ms).
+        /// The renewed lease's end (unix ms).
         run_at: i64,
     },
 }
@@ -255,8 +257,7 @@ pub async fn finish(
         }
         Finish::Deferred { run_at } => {
             tx.execute(
-                "UPDATE jobs SET state = 'ready', lease_owner = NULL, lease_until = NULL, run_at = $4, updated_at = $3, \
-                 attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END \
+                "UPDATE jobs SET lease_until = $4, updated_at = $3 \
                  WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
                 &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now), Arg::Int(*run_at)],
             )
@@ -264,23 +265,6 @@ pub async fn finish(
         }
     };
     Ok(n > 0)
-}
-
-/// Makes these waiting jobs due now (jobs deferred until something they waited for is over).
-///
-/// # Errors
-/// Database errors.
-pub async fn advance(db: &Db, ids: &[&str], now: i64) -> Result<u64> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let sql = format!(
-        "UPDATE jobs SET run_at = $1, updated_at = $1 WHERE state = 'ready' AND run_at > $1 AND id IN ({})",
-        in_list(ids.len(), 2)
-    );
-    let mut args = vec![Arg::Int(now)];
-    args.extend(ids.iter().map(|id| Arg::Text(id)));
-    db.execute(&sql, &args).await
 }
 
 /// Returns jobs of `kind` whose lease expired (their worker died) to the queue; the attempt they used
