@@ -729,7 +729,7 @@ impl JobHandler for DispatchHandler {
         drop(taken);
         for key in keys {
             if let Some((job, until)) = core.runs.next_parked(&key) {
-                core.queue.hand_back(kinds::DISPATCH, job, until);
+                core.queue.hand_back(kinds::DISPATCH, job, until).await;
             }
         }
         for _ in &states {

@@ -315,13 +315,44 @@ impl Queue {
     }
 
     /// Hands a job this instance kept leased ([`Finish::Deferred`], until `lease_until`) back to
-    /// its workers of `kind`.
-    pub fn hand_back(&self, kind: &'static str, job: JobRow, lease_until: i64) {
+    /// its workers of `kind`. A lease too short to cover a run (the job waited long, behind a
+    /// slow run) is renewed first; a job whose lease was lost meanwhile is left to its new owner.
+    pub async fn hand_back(&self, kind: &'static str, job: JobRow, lease_until: i64) {
+        let now = self.clock.now_ms();
+        let mut until = lease_until;
+        if until - now <= self.lease_ms() / 2 {
+            until = now.saturating_add(self.lease_ms());
+            let renewed = async {
+                let mut tx = self.db.begin().await?;
+                let held = jobs::finish(
+                    &mut tx,
+                    &job.id,
+                    &self.owner,
+                    &Finish::Deferred { run_at: until },
+                    now,
+                )
+                .await?;
+                tx.commit().await?;
+                Ok::<_, crate::error::Error>(held)
+            }
+            .await;
+            match renewed {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::debug!(job = %job.id, "lease lost while it waited; left to its owner");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(job = %job.id, error = %e, "lease not renewed; the job runs once it expires");
+                    return;
+                }
+            }
+        }
         self.locals()
             .entry(kind)
             .or_default()
             .jobs
-            .push_back((job, lease_until));
+            .push_back((job, until));
         self.waker(kind).notify_one();
     }
 
@@ -877,7 +908,7 @@ mod tests {
             0,
             "the lease was renewed"
         );
-        q.hand_back(kinds::DISPATCH, batch[0].clone(), until);
+        q.hand_back(kinds::DISPATCH, batch[0].clone(), until).await;
         let again = q.take_local(kinds::DISPATCH, 10, now);
         assert_eq!(again.len(), 1);
         assert_eq!(
@@ -896,6 +927,38 @@ mod tests {
                 .unwrap(),
             1
         );
+    }
+
+    /// A job that waited long (its lease half gone) has its lease renewed when handed back, so
+    /// its run is covered; one whose lease another worker took is not handed back.
+    #[tokio::test]
+    async fn a_job_handed_back_late_gets_a_fresh_lease() {
+        let (q, db, _) = queue().await;
+        let batch = claimed(&q, &db, kinds::DISPATCH, 1).await;
+        let now = SystemClock.now_ms();
+        let nearly_over = now + 1_000;
+        q.hand_back(kinds::DISPATCH, batch[0].clone(), nearly_over)
+            .await;
+        assert_eq!(
+            jobs::reap_expired(&db, kinds::DISPATCH, nearly_over + 1)
+                .await
+                .unwrap(),
+            0,
+            "the lease was renewed"
+        );
+        assert_eq!(q.take_local(kinds::DISPATCH, 10, now).len(), 1);
+        // Lost to another worker: not handed back.
+        let mut tx = db.begin().await.unwrap();
+        tx.execute(
+            "UPDATE jobs SET lease_owner = 'another' WHERE id = $1",
+            &[crate::store::Arg::Text(&batch[0].id)],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        q.hand_back(kinds::DISPATCH, batch[0].clone(), nearly_over)
+            .await;
+        assert!(q.take_local(kinds::DISPATCH, 10, now).is_empty());
     }
 
     #[test]
