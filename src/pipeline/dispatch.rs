@@ -68,6 +68,9 @@ fn parse<T: serde::de::DeserializeOwned>(
 /// A response to store.
 struct Answer {
     response: NormalizedResponse,
+    /// `response` as stored, serialised on the dispatch's own task, before the batch takes the
+    /// database's writer.
+    body: String,
     /// The agent's local name.
     agent: String,
     /// The transport it goes out by.
@@ -332,8 +335,11 @@ impl DispatchHandler {
             &response,
             Timestamp::from_unix_millis(self.0.clock.now_ms()),
         );
+        let body = serde_json::to_string(&response)
+            .map_err(|e| OutboundError::permanent(format!("response not serialisable: {e}")))?;
         Ok(Dispatched::Answer(Box::new(Answer {
             response,
+            body,
             agent: agent.name.clone(),
             transport: row.transport.clone(),
             original,
@@ -503,7 +509,6 @@ impl JobHandler for DispatchHandler {
         let mut counted: Vec<&'static str> = Vec::new();
         // Why a job failed for good, for its turn's end.
         let mut failures: HashMap<String, String> = HashMap::new();
-        // Jobs put back until the run of their thread ends.
         // Jobs kept leased to wait for their thread, and waiters whose job this batch lost.
         let mut parked: Vec<(super::runs::Key, i64, JobRow, i64)> = Vec::new();
         let mut lost: Vec<(super::runs::Key, i64)> = Vec::new();
@@ -582,22 +587,16 @@ impl JobHandler for DispatchHandler {
                 },
             )
             .collect();
-        let bodies = answers
-            .iter()
-            .map(|a| serde_json::to_string(&a.response))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(Error::corrupt)?;
         let rows: Vec<NewMessage<'_>> = answers
             .iter()
-            .zip(&bodies)
-            .map(|(a, body)| NewMessage {
+            .map(|a| NewMessage {
                 id: &a.response.id,
                 thread_id: &a.response.thread_id,
                 direction: "out",
                 agent: &a.agent,
                 transport: &a.transport,
                 answers: Some(&a.response.in_reply_to),
-                body,
+                body: &a.body,
             })
             .collect();
         let stored = messages::insert_many(&mut tx, &rows, now).await?;
