@@ -370,26 +370,11 @@ async fn a2a_in_context(t: &TestApp, agent: &str, context: &str, text: &str) -> 
         .to_owned()
 }
 
-/// Waits until the A2A task `id` is completed, and returns it.
+/// The A2A task `id`, once it has completed.
 async fn completed_task(t: &TestApp, agent: &str, id: &str) -> serde_json::Value {
-    wait_for(30, "the task to complete", || async {
-        let r: serde_json::Value = t
-            .http
-            .post(format!("{}/agents/{agent}/a2a", t.base))
-            .header("A2A-Version", "1.0")
-            .json(
-                &serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask",
-                                      "params": {"id": id}}),
-            )
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        (r["result"]["status"]["state"] == "TASK_STATE_COMPLETED").then(|| r["result"].clone())
-    })
-    .await
+    let task = crate::helpers::a2a_task_ended(t, agent, id).await;
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    task
 }
 
 /// Over A2A, an interrupted turn and a merged one still end their tasks, without an artifact;

@@ -482,6 +482,27 @@ pub async fn a2a_send(
     )
 }
 
+/// The A2A task `id` of `agent` once it has ended (completed or failed): its `result`.
+pub async fn a2a_task_ended(t: &TestApp, agent: &str, id: &str) -> serde_json::Value {
+    wait_for(30, "the task to end", || async {
+        let r: serde_json::Value = t
+            .http
+            .post(format!("{}/agents/{agent}/a2a", t.base))
+            .header("A2A-Version", "1.0")
+            .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": id}}))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let state = r["result"]["status"]["state"].as_str().unwrap_or("");
+        (state == "TASK_STATE_COMPLETED" || state == "TASK_STATE_FAILED")
+            .then(|| r["result"].clone())
+    })
+    .await
+}
+
 /// An agent backend that asks on cue and says what resolution it got, recording every message:
 /// a turn carrying `policy_resolution` is answered "resolved {kind} verified={verified}";
 /// "need consent" gets a `consent_required` part, "need sign-in" an `unauthorized` one, "need

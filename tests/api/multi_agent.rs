@@ -270,28 +270,6 @@ async fn an_agent_is_never_woken_twice_in_one_chain(engine: Engine) {
 }
 on_both_engines!(an_agent_is_never_woken_twice_in_one_chain);
 
-/// The task's artifacts once it is terminal.
-async fn a2a_task_when_done(t: &TestApp, agent: &str, task_id: &str) -> Value {
-    wait_for(20, "the task to end", || async {
-        let body: Value = t
-            .http
-            .post(format!("{}/agents/{agent}/a2a", t.base))
-            .header("A2A-Version", "1.0")
-            .json(
-                &json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}}),
-            )
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let state = body["result"]["status"]["state"].as_str().unwrap_or("");
-        (state == "TASK_STATE_COMPLETED" || state == "TASK_STATE_FAILED").then_some(body)
-    })
-    .await
-}
-
 async fn a2a_caller_gets_one_combined_answer(engine: Engine) {
     let a = MentionAgent::new("a");
     let b = MentionAgent::new("b");
@@ -301,10 +279,10 @@ async fn a2a_caller_gets_one_combined_answer(engine: Engine) {
     let (status, _, body) = crate::helpers::a2a_send(&t, "a", None, "hello both").await;
     assert_eq!(status, 200, "{body}");
     let task_id = body["result"]["task"]["id"].as_str().unwrap().to_owned();
-    let done = a2a_task_when_done(&t, "a", &task_id).await;
+    let done = crate::helpers::a2a_task_ended(&t, "a", &task_id).await;
     settle(&t).await;
     assert_eq!((a.calls(), b.calls()), (1, 1));
-    let task = &done["result"];
+    let task = &done;
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
     let artifacts = task["artifacts"].as_array().unwrap();
     assert_eq!(artifacts.len(), 1, "one combined answer: {task}");
@@ -337,7 +315,7 @@ async fn an_a2a_callers_chain_is_continued(engine: Engine) {
                    "agent_chain": {"hop": 2, "max_hops": 3, "is_final": false}}}}),
     )
     .await;
-    a2a_task_when_done(&t, "a", &task_id).await;
+    crate::helpers::a2a_task_ended(&t, "a", &task_id).await;
     settle(&t).await;
     assert_eq!((a.calls(), b.calls(), c.calls()), (1, 1, 0));
     let cb = b.seen()[0].recipient_capabilities.agent_chain.unwrap();
@@ -357,7 +335,7 @@ async fn a2a_hub_message_to_several_agents_reaches_each_once(engine: Engine) {
                "parts": [{"text": format!("@a {rb} @a plan a trip, not @c")}]}),
     )
     .await;
-    let done = a2a_task_when_done(&t, "a", &task_id).await;
+    let done = crate::helpers::a2a_task_ended(&t, "a", &task_id).await;
     settle(&t).await;
     assert_eq!((a.calls(), b.calls(), c.calls()), (1, 1, 0));
     let to_b = &b.seen()[0];
@@ -368,7 +346,7 @@ async fn a2a_hub_message_to_several_agents_reaches_each_once(engine: Engine) {
     let history = to_b.history.clone().unwrap_or_default();
     assert_eq!(history.len(), 1, "{history:?}");
     assert!(text_of(&history[0].parts).contains("plan a trip"));
-    let artifacts = done["result"]["artifacts"].as_array().unwrap();
+    let artifacts = done["artifacts"].as_array().unwrap();
     assert_eq!(artifacts.len(), 1, "{done}");
     let texts: Vec<&str> = artifacts[0]["parts"]
         .as_array()

@@ -467,24 +467,8 @@ async fn no_reply_from_an_agent_sends_nothing(engine: Engine) {
 
     let (_, _, sent) = crate::helpers::a2a_send(&t, "echo", None, "NO_REPLY").await;
     let id = sent["result"]["task"]["id"].as_str().unwrap().to_owned();
-    let task = wait_for(20, "the task to complete", || async {
-        let r: serde_json::Value = t
-            .http
-            .post(format!("{}/agents/echo/a2a", t.base))
-            .header("A2A-Version", "1.0")
-            .json(
-                &serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask",
-                                      "params": {"id": id}}),
-            )
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        (r["result"]["status"]["state"] == "TASK_STATE_COMPLETED").then_some(r["result"].clone())
-    })
-    .await;
+    let task = crate::helpers::a2a_task_ended(&t, "echo", &id).await;
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
     assert!(
         task["artifacts"].as_array().is_none_or(Vec::is_empty),
         "{task}"
