@@ -23,6 +23,7 @@ mod fetch;
 pub mod fuzzing;
 pub mod html;
 mod inbox;
+mod long_replies;
 pub mod mapping;
 mod outbound;
 pub mod proof;

@@ -13,6 +13,7 @@ use futures_util::future::join_all;
 use reqwest::header::HeaderValue;
 use serde_json::{Value, json};
 
+use super::long_replies;
 use super::mapping::{self, Recipient, ReplyPlan, iri, str_of};
 use super::{ActivityPub, Inner, JOB_KIND, NAME, proof, store};
 use crate::error::{Error, OutboundError, PeerStatus, Result};
@@ -303,13 +304,14 @@ impl Inner {
             let limit = usize::try_from(self.reply_limit_of(&ids).await).unwrap_or(usize::MAX);
             let parts = &d.response.parts;
             if limit == 0
-                || mapping::note_chars(parts) + mapping::mention_prefix_chars(&recipients, parts)
+                || long_replies::note_chars(parts)
+                    + mapping::mention_prefix_chars(&recipients, parts)
                     <= limit
             {
                 vec![parts.clone()]
             } else {
                 // A chunk without the text's inline mentions is prefixed with them all.
-                mapping::chunk_parts(
+                long_replies::chunk_parts(
                     parts,
                     limit,
                     mapping::mention_prefix_chars(&recipients, &[]),

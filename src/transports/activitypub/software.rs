@@ -8,7 +8,7 @@ use reqwest::header::{ACCEPT, HeaderMap, HeaderValue};
 use serde_json::Value;
 
 use super::Inner;
-use super::mapping;
+use super::{long_replies, mapping};
 use crate::net::HttpRequest;
 
 /// How long a failed lookup stands for "unknown" before the host is asked again.
@@ -62,9 +62,9 @@ impl Inner {
         let links = self
             .get_json(&format!("{origin}/.well-known/nodeinfo"))
             .await?;
-        let href = mapping::nodeinfo_href(&links)?;
+        let href = long_replies::nodeinfo_href(&links)?;
         let doc = self.get_json(href).await?;
-        mapping::nodeinfo_software(&doc)
+        long_replies::nodeinfo_software(&doc)
     }
 
     async fn get_json(&self, url: &str) -> Option<Value> {
