@@ -105,7 +105,7 @@ enum Dispatched {
     Deferred,
 }
 
-/// A dispatch job's result, and when a deferred job runs at the latest.
+/// A dispatch job's result, and the lease a job kept to wait for its thread is renewed to.
 struct Ran(std::result::Result<Dispatched, OutboundError>, i64);
 
 impl crate::queue::Attempted for Ran {
@@ -378,8 +378,7 @@ impl DeliveredIn {
 }
 
 impl DispatchHandler {
-    /// When a deferred job runs at the latest, should the run it waits for never be heard to
-    /// end (the process stopped): a lease from now.
+    /// The lease a job kept to wait for its thread is renewed to: a lease from now.
     fn defer_until(&self) -> i64 {
         let lease = i64::try_from(self.defer_for().as_millis()).unwrap_or(i64::MAX);
         self.0.clock.now_ms().saturating_add(lease)
@@ -457,7 +456,7 @@ impl JobHandler for DispatchHandler {
                 }
             }
         }
-        let fallback = self.defer_until();
+        let kept_until = self.defer_until();
         let loaded = &rows;
         let results: Vec<Ran> = join_all(jobs.iter().zip(batch).zip(&taken).map(
             |((job, job_row), run)| async move {
@@ -480,7 +479,7 @@ impl JobHandler for DispatchHandler {
                     self.run(row, job, run).instrument(span).await
                 }
                 .await;
-                Ran(result, fallback)
+                Ran(result, kept_until)
             },
         ))
         .await;
@@ -550,10 +549,10 @@ impl JobHandler for DispatchHandler {
                     ));
                     counted.push(super::conversation::INTERRUPTED);
                 }
-                (Ok(Dispatched::Deferred), Finish::Deferred { run_at }) => {
+                (Ok(Dispatched::Deferred), Finish::Deferred { lease_until }) => {
                     if let Some(row) = row_of(i) {
                         let key = (row.thread_id.clone(), row.agent.clone());
-                        parked.push((key, row.seq, batch[i].clone(), *run_at));
+                        parked.push((key, row.seq, batch[i].clone(), *lease_until));
                     }
                 }
                 (Ok(Dispatched::Deferred), _) => {

@@ -328,7 +328,7 @@ impl Queue {
                     &mut tx,
                     &job.id,
                     &self.owner,
-                    &Finish::Deferred { run_at: until },
+                    &Finish::Deferred { lease_until: until },
                     now,
                 )
                 .await?;
@@ -468,8 +468,8 @@ impl Queue {
         for (job, result) in batch.iter().zip(results) {
             let end = match result.error() {
                 None => match result.deferred_until() {
-                    Some(run_at) => {
-                        let finish = Finish::Deferred { run_at };
+                    Some(lease_until) => {
+                        let finish = Finish::Deferred { lease_until };
                         jobs::finish(tx, &job.id, owner, &finish, now)
                             .await?
                             .then_some(finish)
@@ -894,7 +894,10 @@ mod tests {
             .finish(&mut tx, q.owner(), &batch, &[Later(until)], now)
             .await
             .unwrap();
-        assert_eq!(finished.end(0), Some(&Finish::Deferred { run_at: until }));
+        assert_eq!(
+            finished.end(0),
+            Some(&Finish::Deferred { lease_until: until })
+        );
         q.commit(tx, finished).await.unwrap();
         let job = jobs::get(&db, &batch[0].id).await.unwrap().unwrap();
         assert_eq!((job.state.as_str(), job.attempts), ("running", 1));

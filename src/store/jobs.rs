@@ -94,7 +94,7 @@ pub enum Finish {
     /// and the job is claimed again.
     Deferred {
         /// The renewed lease's end (unix ms).
-        run_at: i64,
+        lease_until: i64,
     },
 }
 
@@ -255,11 +255,11 @@ pub async fn finish(
             )
             .await?
         }
-        Finish::Deferred { run_at } => {
+        Finish::Deferred { lease_until } => {
             tx.execute(
                 "UPDATE jobs SET lease_until = $4, updated_at = $3 \
                  WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
-                &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now), Arg::Int(*run_at)],
+                &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now), Arg::Int(*lease_until)],
             )
             .await?
         }
