@@ -1,13 +1,17 @@
 //! Rows this instance wrote last, kept in memory as written so that the step that comes next
 //! (a message's dispatch, a response's delivery, a task's next change) need not read them back.
 //!
-//! Bounded in rows and in bytes; when full it starts over (a miss only costs a read). Only what
-//! a commit wrote goes in, after the commit.
+//! Bounded in rows and in bytes; when full the rows put longest ago go first (a miss only costs
+//! a read). Only what a commit wrote goes in, after the commit.
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// The map's hasher: keys are ids this instance or its database made, not chosen by a remote,
+/// so a fast hash does (SipHash showed in profiles of the pipeline).
+type Hasher = foldhash::fast::RandomState;
 
 /// What a remembered row weighs, in bytes (its large fields).
 pub trait Weight {
@@ -26,17 +30,42 @@ pub struct Recent<V, K = String> {
 
 #[derive(Debug)]
 struct Rows<V, K> {
-    by_id: HashMap<K, V>,
+    /// Each row with the number of the put that wrote it.
+    by_id: HashMap<K, (V, u64), Hasher>,
+    /// Ids in the order they were put, with the put's number (an id put again is here twice;
+    /// only the entry whose number matches is the row's).
+    order: VecDeque<(K, u64)>,
+    puts: u64,
     bytes: usize,
 }
 
-impl<V: Clone + Weight, K: Hash + Eq> Recent<V, K> {
+impl<V, K: Hash + Eq> Rows<V, K> {
+    /// Drops the row put longest ago; false when none is left.
+    fn evict_oldest(&mut self) -> bool
+    where
+        V: Weight,
+    {
+        while let Some((id, n)) = self.order.pop_front() {
+            if self.by_id.get(&id).is_some_and(|(_, held)| *held == n) {
+                if let Some((old, _)) = self.by_id.remove(&id) {
+                    self.bytes -= old.weight();
+                }
+                return true;
+            }
+        }
+        false
+    }
+}
+
+impl<V: Clone + Weight, K: Hash + Eq + Clone> Recent<V, K> {
     /// At most `max_rows` rows and `max_bytes` bytes; rows over `max_row_bytes` are not kept.
     #[must_use]
     pub fn new(max_rows: usize, max_bytes: usize, max_row_bytes: usize) -> Self {
         Self {
             rows: Mutex::new(Rows {
-                by_id: HashMap::new(),
+                by_id: HashMap::default(),
+                order: VecDeque::new(),
+                puts: 0,
                 bytes: 0,
             }),
             max_rows,
@@ -55,7 +84,7 @@ impl<V: Clone + Weight, K: Hash + Eq> Recent<V, K> {
     where
         K: Borrow<Q>,
     {
-        self.lock().by_id.get(id).cloned()
+        self.lock().by_id.get(id).map(|(row, _)| row.clone())
     }
 
     /// The rows held under each of `ids`, in order (one lock for all).
@@ -67,7 +96,9 @@ impl<V: Clone + Weight, K: Hash + Eq> Recent<V, K> {
         K: Borrow<Q>,
     {
         let r = self.lock();
-        ids.into_iter().map(|id| r.by_id.get(id).cloned()).collect()
+        ids.into_iter()
+            .map(|id| r.by_id.get(id).map(|(row, _)| row.clone()))
+            .collect()
     }
 
     /// Remembers `row` under `id`, replacing what was there (a row too large to keep is
@@ -91,21 +122,29 @@ impl<V: Clone + Weight, K: Hash + Eq> Recent<V, K> {
     {
         let weight = row.weight();
         let mut r = self.lock();
-        if r.by_id.get(id).is_some_and(|held| stale(held, &row)) {
+        if r.by_id.get(id).is_some_and(|(held, _)| stale(held, &row)) {
             return;
         }
-        if let Some(old) = r.by_id.remove(id) {
+        if let Some((old, _)) = r.by_id.remove(id) {
             r.bytes -= old.weight();
         }
         if weight > self.max_row_bytes {
             return;
         }
-        if r.by_id.len() >= self.max_rows || r.bytes + weight > self.max_bytes {
-            r.by_id.clear();
-            r.bytes = 0;
+        while (r.by_id.len() >= self.max_rows || r.bytes + weight > self.max_bytes)
+            && r.evict_oldest()
+        {}
+        // Ids put again leave entries behind in the order: past twice the rows, it is rebuilt.
+        if r.order.len() > 2 * self.max_rows {
+            let Rows { by_id, order, .. } = &mut *r;
+            order.retain(|(id, n)| by_id.get::<K>(id).is_some_and(|(_, held)| held == n));
         }
+        r.puts += 1;
+        let n = r.puts;
+        let id = id.to_owned();
+        r.order.push_back((id.clone(), n));
         r.bytes += weight;
-        r.by_id.insert(id.to_owned(), row);
+        r.by_id.insert(id, (row, n));
     }
 
     /// Forgets `id` (another instance changed it).
@@ -114,7 +153,7 @@ impl<V: Clone + Weight, K: Hash + Eq> Recent<V, K> {
         K: Borrow<Q>,
     {
         let mut r = self.lock();
-        if let Some(old) = r.by_id.remove(id) {
+        if let Some((old, _)) = r.by_id.remove(id) {
             r.bytes -= old.weight();
         }
     }
@@ -154,15 +193,21 @@ mod tests {
         recent.put("a", "x".repeat(101));
         assert!(recent.get("a").is_none());
         assert_eq!(recent.size(), (0, 0));
-        // Filling past the byte budget starts over.
+        // Filling past the byte budget drops the oldest rows first.
         for i in 0..=10 {
             recent.put(&i.to_string(), "x".repeat(100));
         }
-        let (rows, bytes) = recent.size();
-        assert!(bytes <= 1_000, "{bytes}");
-        assert_eq!(bytes, rows * 100);
+        assert_eq!(recent.size(), (10, 1_000));
+        assert!(recent.get("0").is_none());
+        assert!(recent.get("1").is_some() && recent.get("10").is_some());
         recent.forget("10");
-        assert_eq!(recent.size(), (0, 0));
+        assert_eq!(recent.size(), (9, 900));
+        // A row put again counts from its last put.
+        recent.put("1", "x".repeat(100));
+        recent.put("11", "x".repeat(100));
+        recent.put("12", "x".repeat(100));
+        assert!(recent.get("1").is_some());
+        assert!(recent.get("2").is_none());
         // A newer version is not replaced by an older one.
         recent.put_unless("v", "x".repeat(2), |held, new| held.len() > new.len());
         recent.put_unless("v", "x".to_owned(), |held, new| held.len() > new.len());
@@ -172,6 +217,13 @@ mod tests {
         for i in 0..3 {
             few.put(&i.to_string(), String::new());
         }
-        assert_eq!(few.size().0, 1);
+        assert_eq!(few.size().0, 2);
+        assert!(few.get("0").is_none());
+        // Puts of one id again and again keep the order bounded.
+        for _ in 0..100 {
+            few.put("2", String::new());
+        }
+        assert!(few.rows.lock().unwrap().order.len() <= 4);
+        assert!(few.get("1").is_some() && few.get("2").is_some());
     }
 }
