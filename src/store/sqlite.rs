@@ -103,7 +103,12 @@ fn open(loc: &Location, busy: Duration, writer: bool) -> Result<Connection> {
     };
     conn.busy_timeout(busy)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")?;
+    // Statement journals and temporary b-trees stay in memory: a multi-row statement of a
+    // large batch would otherwise spill its journal to a file opened, written and deleted in
+    // every transaction.
+    conn.execute_batch(
+        "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;",
+    )?;
     if writer {
         // WAL is a property of the file: set once by the writer, before any reader opens.
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
