@@ -180,6 +180,10 @@ impl Application {
             keys: parts.keys.clone(),
             recent: crate::store::messages::recent(),
             turns: crate::pipeline::turns(),
+            // SQLite serves one instance: every turn of its database is stored by this one.
+            threads: crate::pipeline::ThreadSeqs::new(
+                db.backend() == crate::store::Backend::Sqlite,
+            ),
             rates: crate::limits::Windows::new(db.clone()),
             public_url: site.base_url().to_owned(),
             policy_state_ttl_ms: i64::try_from(config.policy.state_ttl_seconds)

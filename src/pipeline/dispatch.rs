@@ -25,17 +25,18 @@ use crate::error::{Error, OutboundError, Result};
 use crate::message::{NormalizedMessage, NormalizedResponse, ResponseEvent, Timestamp};
 use crate::queue::{JobHandler, kinds};
 use crate::store::jobs::{Finish, JobRow};
-use crate::store::messages::{self, DeliveryRecord, NewMessage, StoredMessage};
+use crate::store::messages::{self, DeliveryRecord, NewMessage, Parsed, StoredMessage};
 
 fn payload<T: serde::de::DeserializeOwned>(job: &JobRow) -> std::result::Result<T, OutboundError> {
     serde_json::from_str(&job.payload)
         .map_err(|e| OutboundError::permanent(format!("job payload is malformed: {e}")))
 }
 
-/// Database trouble while preparing a job is temporary; a corrupt row is permanent.
+/// Database trouble while preparing a job is temporary; a corrupt row is permanent, and says
+/// which row and what is wrong with it.
 fn internal(e: Error) -> OutboundError {
     match e {
-        Error::Corrupt(_) => OutboundError::permanent(e.to_string()),
+        Error::Corrupt(detail) => OutboundError::permanent(detail),
         other => OutboundError::temporary(other.to_string()),
     }
 }
@@ -58,11 +59,14 @@ fn lookup<'a>(rows: &'a Rows, id: &str) -> std::result::Result<&'a StoredMessage
         .ok_or_else(|| OutboundError::permanent(format!("message {id} is not stored")))
 }
 
-fn parse<T: serde::de::DeserializeOwned>(
-    row: &StoredMessage,
-) -> std::result::Result<T, OutboundError> {
-    serde_json::from_str(&row.body)
-        .map_err(|e| OutboundError::permanent(format!("stored message {} is corrupt: {e}", row.id)))
+/// The stored message of `row` (a corrupt one fails its job for good).
+fn message(row: &StoredMessage) -> std::result::Result<NormalizedMessage, OutboundError> {
+    row.message().map_err(internal)
+}
+
+/// The stored response of `row`, like [`message`].
+fn response(row: &StoredMessage) -> std::result::Result<NormalizedResponse, OutboundError> {
+    row.response().map_err(internal)
 }
 
 /// A response to store.
@@ -192,7 +196,7 @@ impl DispatchHandler {
     ) -> std::result::Result<Dispatched, OutboundError> {
         let new_thread = job.new_thread;
         let id = &row.id;
-        let mut msg: NormalizedMessage = parse(row)?;
+        let mut msg = message(row)?;
         let agent = self.0.agents.get(&row.agent).ok_or_else(|| {
             OutboundError::permanent(format!("agent {} is no longer configured", row.agent))
         })?;
@@ -703,10 +707,37 @@ impl JobHandler for DispatchHandler {
             finished.count_delivery_outcome(&d.transport, d.outcome());
         }
         core.queue.commit(tx, finished).await?;
+        // What was stored is held and noted in its thread before the runs end: the next turn of
+        // a thread, which waits for this run, sees it without asking the database.
+        // Each held with the value it was written from, for the stages that read it next.
+        let written: HashMap<&str, Parsed> = answers
+            .iter()
+            .map(|a| {
+                let r = Parsed::Response(Arc::new(a.response.clone()));
+                (a.response.id.as_str(), r)
+            })
+            .chain(
+                siblings
+                    .iter()
+                    .map(|(_, s)| (s.msg.id.as_str(), Parsed::Message(Arc::new(s.msg.clone())))),
+            )
+            .collect();
+        let rows: Vec<_> = stored
+            .into_iter()
+            .chain(relayed)
+            .map(|mut m| {
+                m.parsed = written.get(m.id.as_str()).cloned();
+                Arc::new(m)
+            })
+            .collect();
+        for m in &rows {
+            core.recent.put(&m.id, Arc::clone(m));
+        }
+        super::history::remember(core, &rows, &[]);
         for outcome in counted {
             core.metrics.turn(outcome);
         }
-        for _ in &stored {
+        for _ in rows.iter().filter(|m| m.direction == "out") {
             core.metrics.turn("answered");
         }
         // Jobs that wait for their thread are kept here, leased; once a run has ended, the
@@ -733,11 +764,6 @@ impl JobHandler for DispatchHandler {
         for _ in &states {
             core.metrics.policy_state("minted");
         }
-        let rows: Vec<_> = stored.into_iter().chain(relayed).map(Arc::new).collect();
-        for m in &rows {
-            core.recent.put(&m.id, Arc::clone(m));
-        }
-        super::history::remember(core, &rows);
         for d in delivered {
             if let Ok(after) = d.result {
                 core.metrics.end_to_end(now - d.received_at.unix_millis());
@@ -796,7 +822,7 @@ impl DeliverHandler {
             attempt.response_id.clone_from(&row.id);
             attempt.transport.clone_from(&row.transport);
             let originals = originals.as_ref().map_err(Clone::clone)?;
-            let mut original: NormalizedMessage = parse(lookup(originals, &response.in_reply_to)?)?;
+            let mut original = message(lookup(originals, &response.in_reply_to)?)?;
             attempt.received_at = Some(original.received_at);
             let mut response = response;
             self.0.blobs.refresh_urls(&mut response.parts);
@@ -843,7 +869,7 @@ impl JobHandler for DeliverHandler {
             .map(|job| {
                 let job = job.as_ref().map_err(Clone::clone)?;
                 let row = lookup(rows.as_ref().map_err(Clone::clone)?, &job.response_id)?;
-                Ok((row, parse::<NormalizedResponse>(row)?, job.continues))
+                Ok((row, response(row)?, job.continues))
             })
             .collect();
         let original_ids: Vec<String> = responses
@@ -928,7 +954,7 @@ impl TurnEndHandler {
     ) -> std::result::Result<(), OutboundError> {
         let job = job.as_ref().map_err(Clone::clone)?;
         let row = lookup(rows.as_ref().map_err(Clone::clone)?, &job.message_id)?;
-        let original: NormalizedMessage = parse(row)?;
+        let original = message(row)?;
         let transport = self.0.transports.get(&row.transport).ok_or_else(|| {
             OutboundError::permanent(format!("no transport named {:?}", row.transport))
         })?;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::Core;
 use crate::error::{Error, Result};
 use crate::message::{HistoricalMessage, Part, Role, Sender, Timestamp};
-use crate::store::messages::{self, StoredMessage};
+use crate::store::messages::{self, Parsed, StoredMessage};
 use crate::store::recent::Weight;
 
 /// One stored turn, as much of it as history needs (`raw`, capabilities and the rest are not
@@ -64,10 +64,169 @@ impl Weight for Held {
 pub type Turns = crate::store::recent::Recent<Held, i64>;
 
 /// Holds `rows`, just committed by this instance, for the dispatches that will show them (the
-/// next turn of a thread shows the turns before it), so those read nothing but the index.
-pub(super) fn remember(core: &Core, rows: &[Arc<StoredMessage>]) {
+/// next turn of a thread shows the turns before it), so those read nothing but the index; and
+/// notes their `seq`s in their threads ([`ThreadSeqs`]). `opened` are the threads this commit
+/// created: they had no turn before.
+pub(super) fn remember(core: &Core, rows: &[Arc<StoredMessage>], opened: &[&str]) {
     for row in rows {
         core.turns.put(&row.seq, Held::Stored(Arc::clone(row)));
+    }
+    core.threads.note(rows, opened);
+}
+
+/// The `seq`s of each thread's turns, when this instance is the only one writing the database
+/// (SQLite): then every turn is stored through [`remember`], and a dispatch finds its window
+/// here instead of asking the database, whose readers must read the index pages again after
+/// every commit. A thread is known *whole* once it was created here or its `seq`s were read
+/// once; until then what is noted of it is only a part, and the database is asked. Bounded in
+/// `seq`s held; when full it starts over. With PostgreSQL, where other instances store turns
+/// too, it holds nothing and the database is always asked.
+#[derive(Debug)]
+pub struct ThreadSeqs {
+    inner: Option<std::sync::Mutex<ThreadsInner>>,
+}
+
+#[derive(Debug, Default)]
+struct ThreadsInner {
+    by_thread: std::collections::HashMap<String, ThreadEntry, foldhash::fast::RandomState>,
+    held: usize,
+}
+
+#[derive(Debug, Default)]
+struct ThreadEntry {
+    /// Ascending.
+    seqs: Vec<i64>,
+    /// Every turn of the thread is in `seqs`.
+    whole: bool,
+    /// Too long a thread to hold: the database is asked.
+    long: bool,
+}
+
+/// The most `seq`s [`ThreadSeqs`] holds (8 bytes each): a million turns.
+const THREAD_SEQS: usize = 1 << 20;
+
+/// The longest thread whose `seq`s are read into [`ThreadSeqs`].
+const LONGEST_HELD: usize = 1 << 16;
+
+/// What [`ThreadSeqs`] knows of a thread's window.
+enum Lookup {
+    /// The thread is held whole.
+    Held(Window),
+    /// Not held whole yet: its `seq`s are to be read.
+    Unknown,
+    /// Not held (too long, or `seq`s are not held at all): the database is asked each time.
+    Asked,
+}
+
+/// Turns stored after a message that history looks through in memory for answers that came
+/// while it waited; past this many the database's `answers` index is asked instead.
+const LATER_TURNS: usize = 64;
+
+/// Where a window's turns are: its `seq`s, and those of the thread's turns stored after the
+/// message, when known.
+struct Window {
+    seqs: Vec<i64>,
+    later: Option<Vec<i64>>,
+}
+
+impl ThreadEntry {
+    fn insert(&mut self, seq: i64) {
+        match self.seqs.last() {
+            Some(&last) if last < seq => self.seqs.push(seq),
+            None => self.seqs.push(seq),
+            _ => {
+                if let Err(at) = self.seqs.binary_search(&seq) {
+                    self.seqs.insert(at, seq);
+                }
+            }
+        }
+    }
+
+    /// The first `head` and last `tail` `seq`s before `before`, and those after it.
+    fn window(&self, before: i64, head: usize, tail: usize) -> Window {
+        let end = self.seqs.partition_point(|&s| s < before);
+        let mut seqs: Vec<i64> = self.seqs[..end.min(head)].to_vec();
+        let from = end.saturating_sub(tail).max(seqs.len());
+        seqs.extend_from_slice(&self.seqs[from..end]);
+        let after = end + usize::from(self.seqs.get(end) == Some(&before));
+        let later = self.seqs.get(after..).unwrap_or_default();
+        Window {
+            seqs,
+            later: (later.len() <= LATER_TURNS).then(|| later.to_vec()),
+        }
+    }
+}
+
+impl ThreadSeqs {
+    /// Holding `seq`s when `single_writer` (this instance alone writes the database); holding
+    /// nothing otherwise.
+    #[must_use]
+    pub fn new(single_writer: bool) -> Self {
+        Self {
+            inner: single_writer.then(|| std::sync::Mutex::new(ThreadsInner::default())),
+        }
+    }
+
+    fn lock(&self) -> Option<std::sync::MutexGuard<'_, ThreadsInner>> {
+        self.inner
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Notes stored `rows`; the threads `opened` had none before.
+    fn note(&self, rows: &[Arc<StoredMessage>], opened: &[&str]) {
+        let Some(mut inner) = self.lock() else {
+            return;
+        };
+        if inner.held + rows.len() > THREAD_SEQS {
+            *inner = ThreadsInner::default();
+        }
+        for id in opened {
+            inner.by_thread.entry((*id).to_owned()).or_default().whole = true;
+        }
+        for row in rows {
+            let entry = inner.by_thread.entry(row.thread_id.clone()).or_default();
+            if !entry.long {
+                entry.insert(row.seq);
+            }
+        }
+        inner.held += rows.len();
+    }
+
+    /// The window of `thread_id` before `before`, as far as it is held.
+    fn window(&self, thread_id: &str, before: i64, head: usize, tail: usize) -> Lookup {
+        let Some(inner) = self.lock() else {
+            return Lookup::Asked;
+        };
+        match inner.by_thread.get(thread_id) {
+            Some(e) if e.long => Lookup::Asked,
+            Some(e) if e.whole => Lookup::Held(e.window(before, head, tail)),
+            _ => Lookup::Unknown,
+        }
+    }
+
+    /// Adds the `seq`s of `thread_id` read from the database, all of them unless there were
+    /// more than [`LONGEST_HELD`]: the thread is now known whole (what was noted meanwhile is
+    /// kept, so a turn stored during the read is not lost), or known to be too long to hold.
+    fn load(&self, thread_id: &str, seqs: &[i64]) {
+        let Some(mut inner) = self.lock() else {
+            return;
+        };
+        if seqs.len() > LONGEST_HELD {
+            let entry = inner.by_thread.entry(thread_id.to_owned()).or_default();
+            entry.long = true;
+            entry.seqs = Vec::new();
+            return;
+        }
+        if inner.held + seqs.len() > THREAD_SEQS {
+            *inner = ThreadsInner::default();
+        }
+        let entry = inner.by_thread.entry(thread_id.to_owned()).or_default();
+        for &seq in seqs {
+            entry.insert(seq);
+        }
+        entry.whole = true;
+        inner.held += seqs.len();
     }
 }
 
@@ -103,6 +262,33 @@ fn parse(row: &StoredMessage) -> Result<Turn> {
     let corrupt =
         |e: serde_json::Error| Error::Corrupt(format!("stored message {} is corrupt: {e}", row.id));
     let weight = row.body.len();
+    match &row.parsed {
+        Some(Parsed::Message(m)) => {
+            return Ok(Turn {
+                id: m.id.clone(),
+                seq: row.seq,
+                inbound: true,
+                in_reply_to: m.in_reply_to.clone(),
+                sender: Arc::new(m.sender.clone()),
+                parts: Arc::new(m.parts.clone()),
+                timestamp: m.received_at,
+                weight,
+            });
+        }
+        Some(Parsed::Response(r)) => {
+            return Ok(Turn {
+                id: r.id.clone(),
+                seq: row.seq,
+                inbound: false,
+                in_reply_to: Some(r.in_reply_to.clone()),
+                sender: Arc::new(Sender::local_agent(&r.agent)),
+                parts: Arc::new(r.parts.clone()),
+                timestamp: Timestamp::from_unix_millis(row.created_at),
+                weight,
+            });
+        }
+        None => {}
+    }
     Ok(if row.direction == "in" {
         let m: InboundTurn = serde_json::from_str(&row.body).map_err(corrupt)?;
         Turn {
@@ -136,14 +322,20 @@ fn parse(row: &StoredMessage) -> Result<Turn> {
 /// sees that run's answer): looked up only for the inbound turns whose answer is not among them.
 async fn load(core: &Core, row: &StoredMessage) -> Result<Vec<Arc<Turn>>> {
     let policy = core.history;
-    let seqs = messages::thread_turn_seqs(
-        &core.db,
-        &row.thread_id,
-        row.seq,
-        policy.keep_head,
-        policy.window + 1,
-    )
-    .await?;
+    let (head, tail) = (policy.keep_head, policy.window + 1);
+    let mut window = core.threads.window(&row.thread_id, row.seq, head, tail);
+    if let Lookup::Unknown = window {
+        let all = messages::thread_seqs(&core.db, &row.thread_id, LONGEST_HELD + 1).await?;
+        core.threads.load(&row.thread_id, &all);
+        window = core.threads.window(&row.thread_id, row.seq, head, tail);
+    }
+    let (seqs, later) = match window {
+        Lookup::Held(w) => (w.seqs, w.later),
+        Lookup::Unknown | Lookup::Asked => (
+            messages::thread_turn_seqs(&core.db, &row.thread_id, row.seq, head, tail).await?,
+            None,
+        ),
+    };
     let mut turns = held(core, &seqs).await?;
     let answered: HashSet<&str> = turns
         .iter()
@@ -164,11 +356,20 @@ async fn load(core: &Core, row: &StoredMessage) -> Result<Vec<Arc<Turn>>> {
         .filter(|t| t.inbound && t.seq >= window_from && !answered.contains(t.id.as_str()))
         .map(|t| t.id.as_str())
         .collect();
-    let late = messages::late_answers(&core.db, &open, row.seq).await?;
-    if !late.is_empty() {
-        let mut late = held(core, &late).await?;
-        turns.append(&mut late);
-    }
+    let mut late: Vec<Arc<Turn>> = match later {
+        // The turns stored since, when few, are at hand: the answers are among them.
+        Some(later) if !open.is_empty() => held(core, &later)
+            .await?
+            .into_iter()
+            .filter(|t| !t.inbound && t.in_reply_to.as_deref().is_some_and(|a| open.contains(&a)))
+            .collect(),
+        Some(_) => Vec::new(),
+        None => {
+            let seqs = messages::late_answers(&core.db, &open, row.seq).await?;
+            held(core, &seqs).await?
+        }
+    };
+    turns.append(&mut late);
     Ok(turns)
 }
 
@@ -262,4 +463,74 @@ pub(super) async fn before(
             timestamp: t.timestamp,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(thread: &str, seq: i64) -> Arc<StoredMessage> {
+        Arc::new(StoredMessage {
+            seq,
+            id: format!("m{seq}"),
+            thread_id: thread.to_owned(),
+            direction: "in".into(),
+            agent: "echo".into(),
+            transport: "api".into(),
+            body: "{}".into(),
+            created_at: 0,
+            parsed: None,
+        })
+    }
+
+    fn held(threads: &ThreadSeqs, thread: &str, before: i64, head: usize, tail: usize) -> Window {
+        match threads.window(thread, before, head, tail) {
+            Lookup::Held(w) => w,
+            Lookup::Unknown => panic!("{thread} unknown"),
+            Lookup::Asked => panic!("{thread} asked"),
+        }
+    }
+
+    #[test]
+    fn a_window_is_the_head_and_the_tail_before_the_turn_and_what_came_after() {
+        let threads = ThreadSeqs::new(true);
+        let rows: Vec<_> = (1..=10).map(|s| row("t", s * 10)).collect();
+        threads.note(&rows[..1], &["t"]);
+        threads.note(&rows[1..], &[]);
+        let w = held(&threads, "t", 80, 2, 3);
+        assert_eq!(w.seqs, vec![10, 20, 50, 60, 70]);
+        assert_eq!(w.later, Some(vec![90, 100]));
+        // A short thread: head and tail overlap, nothing twice.
+        let w = held(&threads, "t", 40, 2, 3);
+        assert_eq!(w.seqs, vec![10, 20, 30]);
+        // A turn stored out of order goes in its place.
+        threads.note(&[row("t", 35)], &[]);
+        assert_eq!(held(&threads, "t", 40, 2, 3).seqs, vec![10, 20, 30, 35]);
+        // Too many turns after it: those are left to the database.
+        let many: Vec<_> = (0..=LATER_TURNS as i64)
+            .map(|s| row("t", 1_000 + s))
+            .collect();
+        threads.note(&many, &[]);
+        assert_eq!(held(&threads, "t", 100, 2, 3).later, None);
+    }
+
+    #[test]
+    fn a_thread_not_opened_here_is_held_once_read_and_keeps_what_came_meanwhile() {
+        let threads = ThreadSeqs::new(true);
+        // Noted, but earlier turns may exist: unknown until read.
+        threads.note(&[row("old", 50)], &[]);
+        assert!(matches!(threads.window("old", 60, 2, 3), Lookup::Unknown));
+        threads.load("old", &[10, 20]);
+        assert_eq!(held(&threads, "old", 60, 2, 3).seqs, vec![10, 20, 50]);
+        // A thread longer than is held is asked of the database from then on.
+        let long: Vec<i64> = (0..=LONGEST_HELD as i64).collect();
+        threads.load("long", &long);
+        assert!(matches!(threads.window("long", 5, 2, 3), Lookup::Asked));
+        threads.note(&[row("long", 1 << 20)], &[]);
+        assert!(matches!(threads.window("long", 5, 2, 3), Lookup::Asked));
+        // With several instances (PostgreSQL) nothing is held.
+        let none = ThreadSeqs::new(false);
+        none.note(&[row("t", 1)], &["t"]);
+        assert!(matches!(none.window("t", 5, 2, 3), Lookup::Asked));
+    }
 }

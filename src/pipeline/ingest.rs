@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::message::NormalizedMessage;
 use crate::queue::{Enqueued, kinds};
 use crate::store::Tx;
-use crate::store::messages::{self, ExternalKey, NewMessage};
+use crate::store::messages::{self, ExternalKey, NewMessage, Parsed};
 
 /// The most messages committed together.
 const MAX_BATCH: usize = 256;
@@ -81,6 +81,8 @@ struct Committed {
     messages: Vec<crate::store::messages::StoredMessage>,
     /// Dispatch jobs to start now, and those a debounce holds back.
     dispatch: Vec<Enqueued>,
+    /// The threads the batch created.
+    opened: Vec<String>,
 }
 
 #[async_trait::async_trait]
@@ -103,15 +105,24 @@ impl crate::store::GroupCommit for Ingest {
                 tracing::debug!(thread_id = %m.thread_id, agent = %m.agent, "run interrupted by a newer message");
             }
         }
+        // Held with the value each was written from, so that its dispatch need not parse it.
+        let written: std::collections::HashMap<&str, &NormalizedMessage> =
+            batch.iter().map(|p| (p.msg.id.as_str(), &p.msg)).collect();
         let rows: Vec<_> = committed
             .messages
             .into_iter()
-            .map(std::sync::Arc::new)
+            .map(|mut m| {
+                m.parsed = written
+                    .get(m.id.as_str())
+                    .map(|msg| Parsed::Message(std::sync::Arc::new((*msg).clone())));
+                std::sync::Arc::new(m)
+            })
             .collect();
         for m in &rows {
             core.recent.put(&m.id, std::sync::Arc::clone(m));
         }
-        super::history::remember(core, &rows);
+        let opened: Vec<&str> = committed.opened.iter().map(String::as_str).collect();
+        super::history::remember(core, &rows, &opened);
         // The transports' own rows are settled before their messages' dispatch can begin.
         for w in batch.iter_mut().filter_map(|p| p.write.as_mut()) {
             w.committed();
@@ -283,6 +294,14 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
     // The first message of a thread created in this batch has no history: its dispatch can skip
     // looking for it. (Later messages of the same new thread do have one.)
     let mut created: std::collections::HashSet<&str> = new_ids.iter().map(String::as_str).collect();
+    let opened: Vec<String> = stored
+        .iter()
+        .map(|p| p.msg.thread_id.as_str())
+        .filter(|id| created.contains(id))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
     let rows: Vec<NewMessage<'_>> = stored
         .iter()
         .zip(&bodies)
@@ -338,5 +357,6 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
         outcomes,
         messages,
         dispatch,
+        opened,
     })
 }

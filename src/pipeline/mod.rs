@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
 pub use chain::{inline_handles, relayed_from};
-pub use history::{Held, Turn, Turns, turns};
+pub use history::{Held, ThreadSeqs, Turn, Turns, turns};
 pub use ingest::{IngestOutcome, IngestWrite};
 pub use policy::LinkOutcome;
 pub use runs::Runs;
@@ -119,6 +119,8 @@ pub struct Core {
     pub recent: crate::store::messages::Recent,
     /// Parsed turns that history shows again and again ([`history::turns`]).
     pub turns: history::Turns,
+    /// The `seq`s of each thread's turns, where this instance alone writes the database.
+    pub threads: history::ThreadSeqs,
     /// Rate-limit counters.
     pub rates: crate::limits::Windows,
     /// The public base URL (policy parts' landing pages).

@@ -24,6 +24,52 @@ pub struct StoredMessage {
     pub body: String,
     /// Stored at (unix ms).
     pub created_at: i64,
+    /// The body as the value it was written from, when this instance stored the row: the
+    /// stages that follow (dispatch, history, delivery) copy it instead of parsing the JSON
+    /// again. Never read from the database.
+    #[sqlx(skip)]
+    #[serde(skip)]
+    pub parsed: Option<Parsed>,
+}
+
+/// A stored body as the value it was written from.
+#[derive(Debug, Clone)]
+pub enum Parsed {
+    /// An inbound message (or a turn relayed to another agent).
+    Message(std::sync::Arc<crate::message::NormalizedMessage>),
+    /// An agent's response.
+    Response(std::sync::Arc<crate::message::NormalizedResponse>),
+}
+
+impl StoredMessage {
+    /// The stored body as a message: a copy of the value it was written from when held, parsed
+    /// otherwise.
+    ///
+    /// # Errors
+    /// [`crate::error::Error::Corrupt`] when the body does not parse.
+    pub fn message(&self) -> Result<crate::message::NormalizedMessage> {
+        match &self.parsed {
+            Some(Parsed::Message(m)) => Ok(m.as_ref().clone()),
+            _ => self.parse(),
+        }
+    }
+
+    /// The stored body as a response, like [`StoredMessage::message`].
+    ///
+    /// # Errors
+    /// [`crate::error::Error::Corrupt`] when the body does not parse.
+    pub fn response(&self) -> Result<crate::message::NormalizedResponse> {
+        match &self.parsed {
+            Some(Parsed::Response(r)) => Ok(r.as_ref().clone()),
+            _ => self.parse(),
+        }
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_str(&self.body).map_err(|e| {
+            crate::error::Error::Corrupt(format!("stored message {} is corrupt: {e}", self.id))
+        })
+    }
 }
 
 /// A dedupe key claimed for a message.
@@ -267,14 +313,16 @@ pub async fn insert_many(
                 transport: m.transport.to_owned(),
                 body: m.body.to_owned(),
                 created_at: now,
+                parsed: None,
             })
         })
         .collect())
 }
 
 impl crate::store::recent::Weight for StoredMessage {
+    /// The body, twice over when it is held parsed too.
     fn weight(&self) -> usize {
-        self.body.len()
+        self.body.len() * if self.parsed.is_some() { 2 } else { 1 }
     }
 }
 
@@ -406,6 +454,28 @@ pub async fn thread_turn_seqs(
     seqs.sort_unstable();
     seqs.dedup();
     Ok(seqs)
+}
+
+/// The `seq`s of the first `limit` turns of `thread_id`, ascending, from the
+/// `(thread_id, seq)` index alone.
+///
+/// # Errors
+/// Database errors.
+pub async fn thread_seqs(db: &Db, thread_id: &str, limit: usize) -> Result<Vec<i64>> {
+    #[derive(serde::Deserialize, sqlx::FromRow)]
+    struct Seq {
+        seq: i64,
+    }
+    let rows: Vec<Seq> = db
+        .fetch_all(
+            "SELECT seq FROM messages WHERE thread_id = $1 ORDER BY seq LIMIT $2",
+            &[
+                Arg::Text(thread_id),
+                Arg::Int(i64::try_from(limit).unwrap_or(i64::MAX)),
+            ],
+        )
+        .await?;
+    Ok(rows.into_iter().map(|r| r.seq).collect())
 }
 
 /// The `seq`s of the responses to the messages `ids` stored after `after_seq`: answers that came
