@@ -75,7 +75,7 @@ pub(super) fn remember(core: &Core, rows: &[Arc<StoredMessage>], opened: &[&str]
 }
 
 /// The `seq`s of each thread's turns, when this instance is the only one writing the database
-/// (SQLite): then every turn is stored through [`remember`], and a dispatch finds its window
+/// (SQLite): then every turn it stores is noted here as it is stored, and a dispatch finds its window
 /// here instead of asking the database, whose readers must read the index pages again after
 /// every commit. A thread is known *whole* once it was created here or its `seq`s were read
 /// once; until then what is noted of it is only a part, and the database is asked. Bounded in
@@ -90,6 +90,17 @@ pub struct ThreadSeqs {
 struct ThreadsInner {
     by_thread: std::collections::HashMap<String, ThreadEntry, foldhash::fast::RandomState>,
     held: usize,
+    /// How many times it started over: a read begun before then may lack turns noted since
+    /// and forgotten.
+    restarts: u64,
+}
+
+impl ThreadsInner {
+    fn start_over(&mut self) {
+        self.by_thread.clear();
+        self.held = 0;
+        self.restarts += 1;
+    }
 }
 
 #[derive(Debug, Default)]
@@ -179,7 +190,7 @@ impl ThreadSeqs {
             return;
         };
         if inner.held + rows.len() > THREAD_SEQS {
-            *inner = ThreadsInner::default();
+            inner.start_over();
         }
         for id in opened {
             inner.by_thread.entry((*id).to_owned()).or_default().whole = true;
@@ -205,13 +216,22 @@ impl ThreadSeqs {
         }
     }
 
+    /// The mark to pass to [`ThreadSeqs::load`], taken before the read.
+    fn mark(&self) -> u64 {
+        self.lock().map_or(0, |inner| inner.restarts)
+    }
+
     /// Adds the `seq`s of `thread_id` read from the database, all of them unless there were
     /// more than [`LONGEST_HELD`]: the thread is now known whole (what was noted meanwhile is
     /// kept, so a turn stored during the read is not lost), or known to be too long to hold.
-    fn load(&self, thread_id: &str, seqs: &[i64]) {
+    /// Nothing is added when it started over since `mark` (what was noted meanwhile is gone).
+    fn load(&self, thread_id: &str, seqs: &[i64], mark: u64) {
         let Some(mut inner) = self.lock() else {
             return;
         };
+        if inner.restarts != mark {
+            return;
+        }
         if seqs.len() > LONGEST_HELD {
             let entry = inner.by_thread.entry(thread_id.to_owned()).or_default();
             entry.long = true;
@@ -219,7 +239,7 @@ impl ThreadSeqs {
             return;
         }
         if inner.held + seqs.len() > THREAD_SEQS {
-            *inner = ThreadsInner::default();
+            inner.start_over();
         }
         let entry = inner.by_thread.entry(thread_id.to_owned()).or_default();
         for &seq in seqs {
@@ -325,8 +345,9 @@ async fn load(core: &Core, row: &StoredMessage) -> Result<Vec<Arc<Turn>>> {
     let (head, tail) = (policy.keep_head, policy.window + 1);
     let mut window = core.threads.window(&row.thread_id, row.seq, head, tail);
     if let Lookup::Unknown = window {
+        let mark = core.threads.mark();
         let all = messages::thread_seqs(&core.db, &row.thread_id, LONGEST_HELD + 1).await?;
-        core.threads.load(&row.thread_id, &all);
+        core.threads.load(&row.thread_id, &all, mark);
         window = core.threads.window(&row.thread_id, row.seq, head, tail);
     }
     let (seqs, later) = match window {
@@ -520,14 +541,20 @@ mod tests {
         // Noted, but earlier turns may exist: unknown until read.
         threads.note(&[row("old", 50)], &[]);
         assert!(matches!(threads.window("old", 60, 2, 3), Lookup::Unknown));
-        threads.load("old", &[10, 20]);
+        threads.load("old", &[10, 20], threads.mark());
         assert_eq!(held(&threads, "old", 60, 2, 3).seqs, vec![10, 20, 50]);
         // A thread longer than is held is asked of the database from then on.
         let long: Vec<i64> = (0..=LONGEST_HELD as i64).collect();
-        threads.load("long", &long);
+        threads.load("long", &long, threads.mark());
         assert!(matches!(threads.window("long", 5, 2, 3), Lookup::Asked));
         threads.note(&[row("long", 1 << 20)], &[]);
         assert!(matches!(threads.window("long", 5, 2, 3), Lookup::Asked));
+        // A read begun before it started over adds nothing: turns noted meanwhile are gone.
+        let mark = threads.mark();
+        threads.note(&[row("late", 7)], &[]);
+        threads.inner.as_ref().unwrap().lock().unwrap().start_over();
+        threads.load("late", &[1, 2], mark);
+        assert!(matches!(threads.window("late", 9, 2, 3), Lookup::Unknown));
         // With several instances (PostgreSQL) nothing is held.
         let none = ThreadSeqs::new(false);
         none.note(&[row("t", 1)], &["t"]);
