@@ -28,10 +28,10 @@ const MAX_CONFLICTS: usize = 8;
 /// The most task writes committed together.
 const MAX_BATCH: usize = 64;
 
-/// How many rows [`Recent`] holds before it starts over.
+/// How many rows [`Recent`] holds; past that the oldest go first.
 const RECENT_MAX: usize = 4096;
 
-/// How many bytes of task documents [`Recent`] holds before it starts over.
+/// How many bytes of task documents [`Recent`] holds; past that the oldest go first.
 const RECENT_BYTES: usize = 16 << 20;
 
 /// Task documents larger than this are not remembered (read back instead).
