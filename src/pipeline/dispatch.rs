@@ -722,18 +722,12 @@ impl JobHandler for DispatchHandler {
                     .map(|(_, s)| (s.msg.id.as_str(), Parsed::Message(Arc::new(s.msg.clone())))),
             )
             .collect();
-        let rows: Vec<_> = stored
-            .into_iter()
-            .chain(relayed)
-            .map(|mut m| {
-                m.parsed = written.get(m.id.as_str()).cloned();
-                Arc::new(m)
-            })
-            .collect();
-        for m in &rows {
-            core.recent.put(&m.id, Arc::clone(m));
-        }
-        super::history::remember(core, &rows, &[]);
+        let rows = super::history::hold(
+            core,
+            stored.into_iter().chain(relayed).collect(),
+            &written,
+            &[],
+        );
         for outcome in counted {
             core.metrics.turn(outcome);
         }

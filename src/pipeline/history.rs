@@ -63,15 +63,30 @@ impl Weight for Held {
 /// Turns by `seq`.
 pub type Turns = crate::store::recent::Recent<Held, i64>;
 
-/// Holds `rows`, just committed by this instance, for the dispatches that will show them (the
-/// next turn of a thread shows the turns before it), so those read nothing but the index; and
-/// notes their `seq`s in their threads ([`ThreadSeqs`]). `opened` are the threads this commit
-/// created: they had no turn before.
-pub(super) fn remember(core: &Core, rows: &[Arc<StoredMessage>], opened: &[&str]) {
-    for row in rows {
+/// Holds `rows`, just committed by this instance, each with the value it was written from
+/// (`written`, by id), for the stages that read them next: dispatch and delivery find them in
+/// [`Core::recent`], and the next turns of their threads show them without reading anything
+/// but the index ([`Core::turns`]), or on SQLite not even that ([`ThreadSeqs`]). `opened` are
+/// the threads this commit created: they had no turn before.
+pub(super) fn hold(
+    core: &Core,
+    rows: Vec<StoredMessage>,
+    written: &std::collections::HashMap<&str, Parsed>,
+    opened: &[&str],
+) -> Vec<Arc<StoredMessage>> {
+    let rows: Vec<Arc<StoredMessage>> = rows
+        .into_iter()
+        .map(|mut row| {
+            row.parsed = written.get(row.id.as_str()).cloned();
+            Arc::new(row)
+        })
+        .collect();
+    for row in &rows {
+        core.recent.put(&row.id, Arc::clone(row));
         core.turns.put(&row.seq, Held::Stored(Arc::clone(row)));
     }
-    core.threads.note(rows, opened);
+    core.threads.note(&rows, opened);
+    rows
 }
 
 /// The `seq`s of each thread's turns, when this instance is the only one writing the database

@@ -106,23 +106,18 @@ impl crate::store::GroupCommit for Ingest {
             }
         }
         // Held with the value each was written from, so that its dispatch need not parse it.
-        let written: std::collections::HashMap<&str, &NormalizedMessage> =
-            batch.iter().map(|p| (p.msg.id.as_str(), &p.msg)).collect();
-        let rows: Vec<_> = committed
-            .messages
-            .into_iter()
-            .map(|mut m| {
-                m.parsed = written
-                    .get(m.id.as_str())
-                    .map(|msg| Parsed::Message(std::sync::Arc::new((*msg).clone())));
-                std::sync::Arc::new(m)
+        let stored: std::collections::HashSet<&str> =
+            committed.messages.iter().map(|m| m.id.as_str()).collect();
+        let written: std::collections::HashMap<&str, Parsed> = batch
+            .iter()
+            .filter(|p| stored.contains(p.msg.id.as_str()))
+            .map(|p| {
+                let msg = Parsed::Message(std::sync::Arc::new(p.msg.clone()));
+                (p.msg.id.as_str(), msg)
             })
             .collect();
-        for m in &rows {
-            core.recent.put(&m.id, std::sync::Arc::clone(m));
-        }
         let opened: Vec<&str> = committed.opened.iter().map(String::as_str).collect();
-        super::history::remember(core, &rows, &opened);
+        super::history::hold(core, committed.messages, &written, &opened);
         // The transports' own rows are settled before their messages' dispatch can begin.
         for w in batch.iter_mut().filter_map(|p| p.write.as_mut()) {
             w.committed();
