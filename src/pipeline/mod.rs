@@ -15,6 +15,7 @@
 
 mod chain;
 mod conversation;
+mod deliver;
 mod dispatch;
 mod history;
 mod ingest;
@@ -321,13 +322,13 @@ impl Pipeline {
     /// The handler of `deliver` jobs.
     #[must_use]
     pub fn deliver_handler(&self) -> Arc<dyn JobHandler> {
-        Arc::new(dispatch::DeliverHandler(Arc::clone(&self.core)))
+        Arc::new(deliver::DeliverHandler(Arc::clone(&self.core)))
     }
 
     /// The handler of `turn_end` jobs.
     #[must_use]
     pub fn turn_end_handler(&self) -> Arc<dyn JobHandler> {
-        Arc::new(dispatch::TurnEndHandler(Arc::clone(&self.core)))
+        Arc::new(deliver::TurnEndHandler(Arc::clone(&self.core)))
     }
 
     /// The database.
