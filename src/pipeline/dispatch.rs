@@ -205,6 +205,7 @@ impl DispatchHandler {
         row: &StoredMessage,
         job: &DispatchJob,
         run: &super::runs::Run,
+        windows: &std::result::Result<super::history::Windows, OutboundError>,
     ) -> std::result::Result<Dispatched, OutboundError> {
         let new_thread = job.new_thread;
         let id = &row.id;
@@ -226,7 +227,8 @@ impl DispatchHandler {
             Vec::new()
         } else {
             let relayed = super::chain::relayed_from(&msg).map(|(response, _)| response);
-            super::history::before(&self.0, row, &agent.address, relayed, &absorbed)
+            let windows = windows.as_ref().map_err(Clone::clone)?;
+            super::history::before(&self.0, row, windows, &agent.address, relayed, &absorbed)
                 .await
                 .map_err(internal)?
         };
@@ -472,6 +474,16 @@ impl JobHandler for DispatchHandler {
                 }
             }
         }
+        // The windows of the turns that run, looked up for the batch at once.
+        let running: Vec<&StoredMessage> = (0..batch.len())
+            .filter(|&i| taken[i].is_some())
+            .filter(|&i| jobs[i].as_ref().is_ok_and(|j| !j.new_thread))
+            .filter_map(row_of)
+            .collect();
+        let windows = super::history::windows(core, &running)
+            .await
+            .map_err(internal);
+        let windows = &windows;
         let kept_until = self.defer_until();
         let loaded = &rows;
         let results: Vec<Ran> = join_all(jobs.iter().zip(batch).zip(&taken).map(
@@ -492,7 +504,7 @@ impl JobHandler for DispatchHandler {
                         transport = %row.transport,
                         agent = %row.agent,
                     );
-                    self.run(row, job, run).instrument(span).await
+                    self.run(row, job, run, windows).instrument(span).await
                 }
                 .await;
                 Ran(result, kept_until)

@@ -351,28 +351,62 @@ fn parse(row: &StoredMessage) -> Result<Turn> {
     })
 }
 
+/// Where the windows of a batch's turns are, by the `seq` of the turn each comes before
+/// ([`windows`]).
+#[derive(Default)]
+pub(super) struct Windows(std::collections::HashMap<i64, Window, foldhash::fast::RandomState>);
+
+/// The windows of `rows` (turns about to run), looked up for all of them at once: from
+/// [`ThreadSeqs`] where held (a thread not held yet is read once and held), the others asked of
+/// the database together ([`messages::thread_windows`]: one statement on PostgreSQL, instead of
+/// one per turn).
+///
+/// # Errors
+/// Database errors.
+pub(super) async fn windows(core: &Core, rows: &[&StoredMessage]) -> Result<Windows> {
+    let policy = core.history;
+    let (head, tail) = (policy.keep_head, policy.window + 1);
+    let mut found = Windows::default();
+    let mut asked: Vec<(&str, i64)> = Vec::new();
+    for row in rows {
+        let mut window = core.threads.window(&row.thread_id, row.seq, head, tail);
+        if let Lookup::Unknown = window {
+            let mark = core.threads.mark();
+            let all = messages::thread_seqs(&core.db, &row.thread_id, LONGEST_HELD + 1).await?;
+            core.threads.load(&row.thread_id, &all, mark);
+            window = core.threads.window(&row.thread_id, row.seq, head, tail);
+        }
+        match window {
+            Lookup::Held(w) => {
+                found.0.insert(row.seq, w);
+            }
+            Lookup::Unknown | Lookup::Asked => asked.push((row.thread_id.as_str(), row.seq)),
+        }
+    }
+    let read = messages::thread_windows(&core.db, &asked, head, tail).await?;
+    for ((_, seq), seqs) in asked.iter().zip(read) {
+        found.0.insert(*seq, Window { seqs, later: None });
+    }
+    Ok(found)
+}
+
 /// The turns of `row`'s thread before it that the history policy can show (its head and one
 /// more than its window, so it can tell that turns were left out), oldest first by `seq`, then
 /// the answers to those turns stored after `row` (a message that waited for the run before it
 /// sees that run's answer): looked up only for the inbound turns whose answer is not among them.
-async fn load(core: &Core, row: &StoredMessage) -> Result<Vec<Arc<Turn>>> {
+/// Its window is in `windows` when the batch looked it up; otherwise it is looked up here.
+async fn load(core: &Core, row: &StoredMessage, found: &Windows) -> Result<Vec<Arc<Turn>>> {
     let policy = core.history;
-    let (head, tail) = (policy.keep_head, policy.window + 1);
-    let mut window = core.threads.window(&row.thread_id, row.seq, head, tail);
-    if let Lookup::Unknown = window {
-        let mark = core.threads.mark();
-        let all = messages::thread_seqs(&core.db, &row.thread_id, LONGEST_HELD + 1).await?;
-        core.threads.load(&row.thread_id, &all, mark);
-        window = core.threads.window(&row.thread_id, row.seq, head, tail);
-    }
-    let (seqs, later) = match window {
-        Lookup::Held(w) => (w.seqs, w.later),
-        Lookup::Unknown | Lookup::Asked => (
-            messages::thread_turn_seqs(&core.db, &row.thread_id, row.seq, head, tail).await?,
-            None,
-        ),
+    let own;
+    let window = match found.0.get(&row.seq) {
+        Some(w) => w,
+        None => {
+            own = windows(core, &[row]).await?;
+            own.0.get(&row.seq).ok_or(Error::Unavailable)?
+        }
     };
-    let mut turns = held(core, &seqs).await?;
+    let (seqs, later) = (&window.seqs, window.later.as_deref());
+    let mut turns = held(core, seqs).await?;
     let answered: HashSet<&str> = turns
         .iter()
         .filter(|t| !t.inbound)
@@ -394,7 +428,7 @@ async fn load(core: &Core, row: &StoredMessage) -> Result<Vec<Arc<Turn>>> {
         .collect();
     let mut late: Vec<Arc<Turn>> = match later {
         // The turns stored since, when few, are at hand: the answers are among them.
-        Some(later) if !open.is_empty() => held(core, &later)
+        Some(later) if !open.is_empty() => held(core, later)
             .await?
             .into_iter()
             .filter(|t| !t.inbound && t.in_reply_to.as_deref().is_some_and(|a| open.contains(&a)))
@@ -445,18 +479,20 @@ async fn held(core: &Core, seqs: &[i64]) -> Result<Vec<Arc<Turn>>> {
 /// same words as the response it relays: only the response is kept (and not even that when it
 /// is `relayed`, the response the current turn itself relays). The earlier messages the turn
 /// takes in (`absorbed`) open it and are not repeated here. A response stored after `row` (to a
-/// turn that ran while this one waited) comes right after the message it answers.
+/// turn that ran while this one waited) comes right after the message it answers. `windows` are
+/// those its batch looked up ([`windows`]).
 ///
 /// # Errors
 /// Database errors; [`Error::Corrupt`] for a stored turn that does not parse.
 pub(super) async fn before(
     core: &Core,
     row: &StoredMessage,
+    windows: &Windows,
     agent_address: &str,
     relayed: Option<&str>,
     absorbed: &[super::conversation::Absorbed],
 ) -> Result<Vec<HistoricalMessage>> {
-    let turns = load(core, row).await?;
+    let turns = load(core, row, windows).await?;
     let responses: HashSet<&str> = turns
         .iter()
         .filter(|t| !t.inbound)

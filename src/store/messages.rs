@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Arg, Db, Tx, in_list, rows};
+use super::{Arg, Backend, Db, Tx, in_list, rows};
 use crate::error::Result;
 
 /// A stored message or response.
@@ -455,6 +455,65 @@ pub async fn thread_turn_seqs(
     seqs.dedup();
     Ok(seqs)
 }
+
+/// [`thread_turn_seqs`] for many turns at once: for each `(thread_id, before_seq)`, the `seq`s of
+/// its window, in order. On PostgreSQL it is one statement for them all (a `LATERAL` join over
+/// the list, each side the same two index ranges), where a statement each cost more in round
+/// trips and per-statement work than in the index reads; SQLite, with no round trip to save,
+/// reads them one by one.
+///
+/// # Errors
+/// Database errors.
+pub async fn thread_windows(
+    db: &Db,
+    turns: &[(&str, i64)],
+    head: usize,
+    tail: usize,
+) -> Result<Vec<Vec<i64>>> {
+    #[derive(serde::Deserialize, sqlx::FromRow)]
+    struct Seq {
+        k: i64,
+        seq: i64,
+    }
+    if db.backend() == Backend::Sqlite {
+        let mut out = Vec::with_capacity(turns.len());
+        for (thread_id, before) in turns {
+            out.push(thread_turn_seqs(db, thread_id, *before, head, tail).await?);
+        }
+        return Ok(out);
+    }
+    let lim = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut out: Vec<Vec<i64>> = vec![Vec::new(); turns.len()];
+    for (chunk_no, chunk) in turns.chunks(WINDOWS_PER_STATEMENT).enumerate() {
+        let first = chunk_no * WINDOWS_PER_STATEMENT;
+        let keys: Vec<i64> = (first..first + chunk.len()).map(lim).collect();
+        let mut args = vec![Arg::Int(lim(head)), Arg::Int(lim(tail))];
+        for ((thread_id, before), k) in chunk.iter().zip(&keys) {
+            args.extend([Arg::Int(*k), Arg::Text(thread_id), Arg::Int(*before)]);
+        }
+        let sql = format!(
+            "SELECT w.k, m.seq FROM (VALUES {}) AS w (k, thread_id, before_seq) CROSS JOIN LATERAL (\
+             (SELECT seq FROM messages WHERE thread_id = w.thread_id AND seq < w.before_seq ORDER BY seq LIMIT $1) \
+             UNION ALL (SELECT seq FROM messages WHERE thread_id = w.thread_id AND seq < w.before_seq ORDER BY seq DESC LIMIT $2)) m",
+            super::values_list(chunk.len(), 3, 3)
+        );
+        let rows: Vec<Seq> = db.fetch_all(&sql, &args).await?;
+        for r in rows {
+            if let Some(seqs) = usize::try_from(r.k).ok().and_then(|k| out.get_mut(k)) {
+                seqs.push(r.seq);
+            }
+        }
+    }
+    // A short thread is in both halves: repeats are dropped here, as in `thread_turn_seqs`.
+    for seqs in &mut out {
+        seqs.sort_unstable();
+        seqs.dedup();
+    }
+    Ok(out)
+}
+
+/// The most windows one [`thread_windows`] statement reads (three parameters each).
+const WINDOWS_PER_STATEMENT: usize = 1_000;
 
 /// The `seq`s of the first `limit` turns of `thread_id`, ascending, from the
 /// `(thread_id, seq)` index alone.
