@@ -518,7 +518,9 @@ impl JobHandler for DispatchHandler {
             .queue
             .finish(&mut tx, owner, batch, &results, now)
             .await?;
-        let mut answers = Vec::new();
+        // Boxed as they came: an answer is kilobytes, and a batch's worth moved into one vector
+        // (grown, copied, freed each batch) was fresh memory for the allocator every time.
+        let mut answers: Vec<Box<Answer>> = Vec::with_capacity(batch.len());
         // Turns that end here without a response, for transports that need to know.
         let mut ended: Vec<TurnEndJob> = Vec::new();
         let ends_turns = |id: &str| {
@@ -556,7 +558,7 @@ impl JobHandler for DispatchHandler {
             match (ran.0, end) {
                 (Ok(Dispatched::Answer(mut answer)), _) => {
                     merged(std::mem::take(&mut answer.absorbed), &mut silent);
-                    answers.push(*answer);
+                    answers.push(answer);
                 }
                 (Ok(Dispatched::Silent { absorbed }), _) => {
                     merged(absorbed, &mut silent);
@@ -637,6 +639,7 @@ impl JobHandler for DispatchHandler {
         // responses, and are dispatched like any inbound message.
         let siblings: Vec<(&Answer, &super::chain::Sibling)> = answers
             .iter()
+            .map(AsRef::as_ref)
             .filter(|a| stored.iter().any(|m| m.id == a.response.id))
             .flat_map(|a| a.siblings.iter().map(move |s| (a, s)))
             .collect();

@@ -8,7 +8,6 @@
 //! never change, so a held turn is never stale, and a turn another instance wrote is simply not
 //! held yet.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::Core;
@@ -407,7 +406,7 @@ async fn load(core: &Core, row: &StoredMessage, found: &Windows) -> Result<Vec<A
     };
     let (seqs, later) = (&window.seqs, window.later.as_deref());
     let mut turns = held(core, seqs).await?;
-    let answered: HashSet<&str> = turns
+    let answered: foldhash::HashSet<&str> = turns
         .iter()
         .filter(|t| !t.inbound)
         .filter_map(|t| t.in_reply_to.as_deref())
@@ -493,13 +492,12 @@ pub(super) async fn before(
     absorbed: &[super::conversation::Absorbed],
 ) -> Result<Vec<HistoricalMessage>> {
     let turns = load(core, row, windows).await?;
-    let responses: HashSet<&str> = turns
+    let responses: foldhash::HashSet<&str> = turns
         .iter()
         .filter(|t| !t.inbound)
         .map(|t| t.id.as_str())
         .collect();
-    let seqs: std::collections::HashMap<&str, i64> =
-        turns.iter().map(|t| (t.id.as_str(), t.seq)).collect();
+    let seqs: foldhash::HashMap<&str, i64> = turns.iter().map(|t| (t.id.as_str(), t.seq)).collect();
     let mut shown: Vec<((i64, i64), &Turn)> = turns
         .iter()
         .filter(|t| relayed != Some(t.id.as_str()) && !absorbed.iter().any(|a| a.id == t.id))

@@ -60,7 +60,8 @@ pub(super) struct Pending {
     /// The wire thread key, kept apart because `msg.thread_id` is rewritten to switchboard's
     /// thread id (and a failed batch is retried message by message).
     pub(super) thread_key: String,
-    pub(super) msg: NormalizedMessage,
+    /// Shared once stored: what was committed is held as it was written ([`Parsed`]).
+    pub(super) msg: Arc<NormalizedMessage>,
     pub(super) write: Option<Write>,
     /// Why the policy state the message presents was refused, when it was (set by the commit
     /// that declined it; the waiter is told).
@@ -112,7 +113,7 @@ impl crate::store::GroupCommit for Ingest {
             .iter()
             .filter(|p| stored.contains(p.msg.id.as_str()))
             .map(|p| {
-                let msg = Parsed::Message(std::sync::Arc::new(p.msg.clone()));
+                let msg = Parsed::Message(Arc::clone(&p.msg));
                 (p.msg.id.as_str(), msg)
             })
             .collect();
@@ -180,7 +181,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
     let mut declined = std::collections::HashSet::new();
     for p in batch.iter_mut() {
         p.refused = None;
-        let msg = &mut p.msg;
+        let msg = Arc::make_mut(&mut p.msg);
         let Some(claim) = msg
             .policy_resolution
             .as_mut()
@@ -260,8 +261,9 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
             .get(&(p.transport.clone(), p.thread_key.clone()))
             .cloned()
             .ok_or_else(|| Error::Invalid("thread could not be stored".into()))?;
-        p.msg.thread_id = thread_id;
-        crate::blobs::strip_urls(&mut p.msg.parts);
+        let msg = Arc::make_mut(&mut p.msg);
+        msg.thread_id = thread_id;
+        crate::blobs::strip_urls(&mut msg.parts);
         bodies.push(serde_json::to_string(&p.msg).map_err(Error::corrupt)?);
         outcomes.push(IngestOutcome {
             message_id: p.msg.id.clone(),

@@ -274,7 +274,7 @@ impl Pipeline {
             external_id: external_id.to_owned(),
             agent: agent.name.clone(),
             thread_key: msg.thread_id.clone(),
-            msg,
+            msg: Arc::new(msg),
             write,
             refused: None,
             reply,
