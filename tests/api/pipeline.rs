@@ -205,6 +205,77 @@ async fn history_sees_turns_written_elsewhere(engine: Engine) {
 }
 on_both_engines!(history_sees_turns_written_elsewhere);
 
+/// The windows of many turns read at once (one statement on PostgreSQL) are exactly those read
+/// one by one: short threads (head and tail overlap), long ones (turns left out between), a
+/// turn before the first, and a thread with no turns.
+async fn thread_windows_are_those_read_one_by_one(engine: Engine) {
+    use switchboard::store::messages::{self, NewMessage};
+    let mut t = spawn_app(engine, |_, _| {}).await;
+    let db = t.open_db().await;
+    let mut tx = db.begin().await.unwrap();
+    let keys = [("api", "w-short", "t-short"), ("api", "w-long", "t-long")];
+    let threads = messages::upsert_threads(&mut tx, &keys, 1).await.unwrap();
+    let (short, long) = (
+        threads[&("api".to_owned(), "w-short".to_owned())].clone(),
+        threads[&("api".to_owned(), "w-long".to_owned())].clone(),
+    );
+    // Interleaved, so that neither thread's seqs are consecutive.
+    let ids: Vec<(String, &str)> = (0..40)
+        .map(|i| {
+            let thread = if i % 8 == 0 { &short } else { &long };
+            (uuid::Uuid::now_v7().to_string(), thread.as_str())
+        })
+        .collect();
+    let rows: Vec<NewMessage<'_>> = ids
+        .iter()
+        .map(|(id, thread)| NewMessage {
+            id,
+            thread_id: thread,
+            direction: "in",
+            agent: "echo",
+            transport: "api",
+            answers: None,
+            body: "{}",
+        })
+        .collect();
+    let stored = messages::insert_many(&mut tx, &rows, 1).await.unwrap();
+    tx.commit().await.unwrap();
+    let seq_of = |i: usize| stored[i].seq;
+    let asked: Vec<(&str, i64)> = vec![
+        (&long, seq_of(39)),
+        (&short, seq_of(32)),
+        (&long, seq_of(1)),
+        (&long, seq_of(20) + 1),
+        (&short, i64::MAX),
+        ("no-such-thread", i64::MAX),
+    ];
+    let (head, tail) = (2, 5);
+    let together = messages::thread_windows(&db, &asked, head, tail)
+        .await
+        .unwrap();
+    assert_eq!(together.len(), asked.len());
+    for ((thread, before), window) in asked.iter().zip(&together) {
+        let alone = messages::thread_turn_seqs(&db, thread, *before, head, tail)
+            .await
+            .unwrap();
+        assert_eq!(window, &alone, "{thread} before {before}");
+    }
+    assert_eq!(
+        together[0].len(),
+        head + tail,
+        "a long thread: head and tail"
+    );
+    assert_eq!(
+        together[1].len(),
+        4,
+        "a short thread: every earlier turn, once"
+    );
+    assert!(together[2].is_empty(), "nothing before the first turn");
+    assert!(together[5].is_empty());
+    t.stop().await;
+}
+on_both_engines!(thread_windows_are_those_read_one_by_one);
+
 async fn messages_arriving_together_on_a_new_thread_see_each_other(engine: Engine) {
     let agent = Arc::new(RecordingAgent::default());
     let a2 = agent.clone();
