@@ -421,11 +421,21 @@ impl Part {
     #[must_use]
     pub fn text_len(&self) -> usize {
         match self {
-            Self::Text(t) => t.content.chars().count(),
+            Self::Text(t) => count_chars(&t.content),
             Self::Link(l) => l.url.len() + l.title.as_ref().map_or(0, String::len),
-            Self::Policy(p) => p.policy.message.chars().count(),
+            Self::Policy(p) => count_chars(&p.policy.message),
             _ => 0,
         }
+    }
+}
+
+/// The characters of `s`: its length when it is ASCII, which is checked a word at a time
+/// (history counts every turn's text against its budget on every dispatch).
+fn count_chars(s: &str) -> usize {
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
     }
 }
 
