@@ -184,6 +184,7 @@ impl Application {
             threads: crate::pipeline::ThreadSeqs::new(
                 db.backend() == crate::store::Backend::Sqlite,
             ),
+            thread_ids: crate::pipeline::thread_ids(),
             rates: crate::limits::Windows::new(db.clone()),
             public_url: site.base_url().to_owned(),
             policy_state_ttl_ms: i64::try_from(config.policy.state_ttl_seconds)

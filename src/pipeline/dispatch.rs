@@ -737,7 +737,7 @@ impl JobHandler for DispatchHandler {
         // What was stored is held and noted in its thread before the runs end: the next turn of
         // a thread, which waits for this run, sees it without asking the database.
         // Each held with the value it was written from, for the stages that read it next.
-        let written: HashMap<&str, Parsed> = answers
+        let mut written: HashMap<&str, Parsed> = answers
             .iter()
             .map(|a| {
                 let r = Parsed::Response(Arc::new(a.response.clone()));
@@ -749,12 +749,15 @@ impl JobHandler for DispatchHandler {
                     .map(|(_, s)| (s.msg.id.as_str(), Parsed::Message(Arc::new(s.msg.clone())))),
             )
             .collect();
-        let rows = super::history::hold(
-            core,
-            stored.into_iter().chain(relayed).collect(),
-            &written,
-            &[],
-        );
+        let stored: Vec<StoredMessage> = stored
+            .into_iter()
+            .chain(relayed)
+            .map(|mut row| {
+                row.parsed = written.remove(row.id.as_str());
+                row
+            })
+            .collect();
+        let rows = super::history::hold(core, stored, &[]);
         for outcome in counted {
             core.metrics.turn(outcome);
         }

@@ -63,23 +63,16 @@ impl Weight for Held {
 pub type Turns = crate::store::recent::Recent<Held, i64>;
 
 /// Holds `rows`, just committed by this instance, each with the value it was written from
-/// (`written`, by id), for the stages that read them next: dispatch and delivery find them in
-/// [`Core::recent`], and the next turns of their threads show them without reading anything
-/// but the index ([`Core::turns`]), or on SQLite not even that ([`ThreadSeqs`]). `opened` are
-/// the threads this commit created: they had no turn before.
+/// ([`StoredMessage::parsed`]), for the stages that read them next: dispatch and delivery find
+/// them in [`Core::recent`], and the next turns of their threads show them without reading
+/// anything but the index ([`Core::turns`]), or on SQLite not even that ([`ThreadSeqs`]).
+/// `opened` are the threads this commit created: they had no turn before.
 pub(super) fn hold(
     core: &Core,
     rows: Vec<StoredMessage>,
-    written: &std::collections::HashMap<&str, Parsed>,
     opened: &[&str],
 ) -> Vec<Arc<StoredMessage>> {
-    let rows: Vec<Arc<StoredMessage>> = rows
-        .into_iter()
-        .map(|mut row| {
-            row.parsed = written.get(row.id.as_str()).cloned();
-            Arc::new(row)
-        })
-        .collect();
+    let rows: Vec<Arc<StoredMessage>> = rows.into_iter().map(Arc::new).collect();
     for row in &rows {
         core.recent.put(&row.id, Arc::clone(row));
         core.turns.put(&row.seq, Held::Stored(Arc::clone(row)));

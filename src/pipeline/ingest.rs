@@ -17,6 +17,21 @@ use crate::store::messages::{self, ExternalKey, NewMessage, Parsed};
 /// The most messages committed together.
 const MAX_BATCH: usize = 256;
 
+/// Switchboard's thread ids of the wire threads met lately, by transport and thread key
+/// ([`thread_key`]): a thread never changes id, so a message of a thread met before has its
+/// body written before its batch takes the database's writer, and the thread is not looked up
+/// in the batch. Bounded at 65,536 threads; a thread forgotten is looked up again.
+#[must_use]
+pub fn thread_ids() -> crate::store::recent::Recent<String> {
+    crate::store::recent::Recent::new(65_536, 16 << 20, 4 << 10)
+}
+
+/// The key of a wire thread in [`thread_ids`]: the transport's name, its length first, then the
+/// thread key (no two pairs share one).
+fn thread_key(transport: &str, key: &str) -> String {
+    format!("{}:{transport}{key}", transport.len())
+}
+
 /// What ingest did with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IngestOutcome {
@@ -86,47 +101,65 @@ struct Committed {
     opened: Vec<String>,
 }
 
+/// What follows an ingest commit once its callers are answered: the stored rows to hold (each
+/// with the message it was written from) and their dispatch jobs to start.
+pub(super) struct Stored {
+    messages: Vec<crate::store::messages::StoredMessage>,
+    opened: Vec<String>,
+    dispatch: Vec<Enqueued>,
+}
+
 #[async_trait::async_trait]
 impl crate::store::GroupCommit for Ingest {
     type Item = Pending;
     type Output = IngestOutcome;
+    type Then = Stored;
 
     fn max_batch(&self) -> usize {
         MAX_BATCH
     }
 
-    async fn commit(&self, batch: &mut [Pending]) -> Result<Vec<IngestOutcome>> {
+    async fn commit(&self, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome>, Stored)> {
+        let committed = commit(&self.0, batch).await?;
+        // The transports' own rows are settled before their callers hear of them, and before
+        // their messages' dispatch can begin.
+        for w in batch.iter_mut().filter_map(|p| p.write.as_mut()) {
+            w.committed();
+        }
+        // Held with the value each was written from, so that its dispatch need not parse it.
+        let written: std::collections::HashMap<&str, &Arc<NormalizedMessage>> =
+            batch.iter().map(|p| (p.msg.id.as_str(), &p.msg)).collect();
+        let mut messages = committed.messages;
+        for m in &mut messages {
+            m.parsed = written
+                .get(m.id.as_str())
+                .map(|msg| Parsed::Message(Arc::clone(msg)));
+        }
+        let then = Stored {
+            messages,
+            opened: committed.opened,
+            dispatch: committed.dispatch,
+        };
+        Ok((committed.outcomes, then))
+    }
+
+    /// Holds what was stored and starts its dispatch, the callers already answered: the next
+    /// batch, which may continue the same threads, is committed only after this.
+    fn then(&self, then: Stored) {
         let core = &self.0;
-        let committed = commit(core, batch).await?;
         // A newer message interrupts the run in flight of its thread where the transport asks.
-        for m in &committed.messages {
+        for m in &then.messages {
             if core.conversation.of(&m.transport).queue == QueueMode::Interrupt
                 && core.runs.interrupt(&(m.thread_id.clone(), m.agent.clone()))
             {
                 tracing::debug!(thread_id = %m.thread_id, agent = %m.agent, "run interrupted by a newer message");
             }
         }
-        // Held with the value each was written from, so that its dispatch need not parse it.
-        let stored: std::collections::HashSet<&str> =
-            committed.messages.iter().map(|m| m.id.as_str()).collect();
-        let written: std::collections::HashMap<&str, Parsed> = batch
-            .iter()
-            .filter(|p| stored.contains(p.msg.id.as_str()))
-            .map(|p| {
-                let msg = Parsed::Message(Arc::clone(&p.msg));
-                (p.msg.id.as_str(), msg)
-            })
-            .collect();
-        let opened: Vec<&str> = committed.opened.iter().map(String::as_str).collect();
-        super::history::hold(core, committed.messages, &written, &opened);
-        // The transports' own rows are settled before their messages' dispatch can begin.
-        for w in batch.iter_mut().filter_map(|p| p.write.as_mut()) {
-            w.committed();
-        }
-        for enqueued in committed.dispatch {
+        let opened: Vec<&str> = then.opened.iter().map(String::as_str).collect();
+        super::history::hold(core, then.messages, &opened);
+        for enqueued in then.dispatch {
             core.queue.hand_over(enqueued);
         }
-        Ok(committed.outcomes)
     }
 
     fn answer(&self, p: Pending, result: Result<IngestOutcome>) {
@@ -161,7 +194,35 @@ impl crate::store::GroupCommit for Ingest {
     }
 }
 
+/// The body `msg` is stored as, in thread `thread_id` (switchboard's), attachments referred to by
+/// digest only.
+fn stored_body(msg: &mut Arc<NormalizedMessage>, thread_id: &str) -> Result<String> {
+    let m = Arc::make_mut(msg);
+    thread_id.clone_into(&mut m.thread_id);
+    crate::blobs::strip_urls(&mut m.parts);
+    serde_json::to_string(&**msg).map_err(Error::corrupt)
+}
+
 async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
+    // The thread of a message met before is known, and its body written, before the writer is
+    // taken: the writer is held by one batch at a time. (A message presenting a policy state has
+    // it checked in the transaction, and its body written there.)
+    let known: Vec<Option<String>> = batch
+        .iter()
+        .map(|p| {
+            core.thread_ids
+                .get(&thread_key(&p.transport, &p.thread_key))
+        })
+        .collect();
+    let mut written: Vec<Option<String>> = Vec::with_capacity(batch.len());
+    for (p, known) in batch.iter_mut().zip(&known) {
+        written.push(match known {
+            Some(thread_id) if p.msg.policy_resolution.is_none() => {
+                Some(stored_body(&mut p.msg, thread_id)?)
+            }
+            _ => None,
+        });
+    }
     let now = core.clock.now_ms();
     let mut tx = core.db.begin().await?;
 
@@ -218,23 +279,23 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
         }
     }
 
-    // 2. Threads: map each wire thread key to switchboard's thread id.
-    let new_ids: Vec<String> = batch
+    // 2. Threads: map each wire thread key not known yet to switchboard's thread id.
+    let new_ids: Vec<Option<String>> = known
         .iter()
-        .map(|_| uuid::Uuid::now_v7().to_string())
+        .map(|k| k.is_none().then(|| uuid::Uuid::now_v7().to_string()))
         .collect();
     let wanted: Vec<(&str, &str, &str)> = batch
         .iter()
         .zip(&new_ids)
         .filter(|(p, _)| fresh.contains(&p.msg.id))
-        .map(|(p, id)| (p.transport.as_str(), p.thread_key.as_str(), id.as_str()))
+        .filter_map(|(p, id)| Some((p.transport.as_str(), p.thread_key.as_str(), id.as_deref()?)))
         .collect();
     let threads = messages::upsert_threads(&mut tx, &wanted, now).await?;
 
     // 3. Messages and their dispatch jobs.
     let mut outcomes = Vec::with_capacity(batch.len());
     let mut bodies = Vec::new();
-    for p in batch.iter_mut() {
+    for ((p, known), written) in batch.iter_mut().zip(&known).zip(&mut written) {
         if declined.contains(&p.msg.id) {
             outcomes.push(IngestOutcome {
                 message_id: String::new(),
@@ -257,14 +318,19 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
             });
             continue;
         }
-        let thread_id = threads
-            .get(&(p.transport.clone(), p.thread_key.clone()))
-            .cloned()
-            .ok_or_else(|| Error::Invalid("thread could not be stored".into()))?;
-        let msg = Arc::make_mut(&mut p.msg);
-        msg.thread_id = thread_id;
-        crate::blobs::strip_urls(&mut msg.parts);
-        bodies.push(serde_json::to_string(&p.msg).map_err(Error::corrupt)?);
+        let body = match written.take() {
+            Some(body) => body,
+            None => {
+                let thread_id = match known {
+                    Some(id) => id,
+                    None => threads
+                        .get(&(p.transport.clone(), p.thread_key.clone()))
+                        .ok_or_else(|| Error::Invalid("thread could not be stored".into()))?,
+                };
+                stored_body(&mut p.msg, thread_id)?
+            }
+        };
+        bodies.push(body);
         outcomes.push(IngestOutcome {
             message_id: p.msg.id.clone(),
             thread_id: p.msg.thread_id.clone(),
@@ -290,7 +356,8 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
     let stored: Vec<&Pending> = batch.iter().filter(|p| fresh.contains(&p.msg.id)).collect();
     // The first message of a thread created in this batch has no history: its dispatch can skip
     // looking for it. (Later messages of the same new thread do have one.)
-    let mut created: std::collections::HashSet<&str> = new_ids.iter().map(String::as_str).collect();
+    let mut created: std::collections::HashSet<&str> =
+        new_ids.iter().flatten().map(String::as_str).collect();
     let opened: Vec<String> = stored
         .iter()
         .map(|p| p.msg.thread_id.as_str())
@@ -350,6 +417,9 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
         });
     }
     tx.commit().await?;
+    for ((transport, key), id) in &threads {
+        core.thread_ids.put(&thread_key(transport, key), id.clone());
+    }
     Ok(Committed {
         outcomes,
         messages,

@@ -30,7 +30,7 @@ use tracing::Instrument as _;
 
 pub use chain::{inline_handles, relayed_from};
 pub use history::{Held, ThreadSeqs, Turn, Turns, turns};
-pub use ingest::{IngestOutcome, IngestWrite};
+pub use ingest::{IngestOutcome, IngestWrite, thread_ids};
 pub use policy::LinkOutcome;
 pub use runs::Runs;
 pub use transport::{AfterCommit, Delivery, Transport, TransportRegistry};
@@ -122,6 +122,8 @@ pub struct Core {
     pub turns: history::Turns,
     /// The `seq`s of each thread's turns, where this instance alone writes the database.
     pub threads: history::ThreadSeqs,
+    /// Switchboard's thread id of each wire thread met lately ([`thread_ids`]).
+    pub thread_ids: crate::store::recent::Recent<String>,
     /// Rate-limit counters.
     pub rates: crate::limits::Windows,
     /// The public base URL (policy parts' landing pages).

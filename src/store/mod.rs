@@ -237,6 +237,9 @@ pub trait GroupCommit: Send + Sync + 'static {
     type Item: Send + 'static;
     /// What one item's waiter learns of a commit that succeeded.
     type Output: Send + 'static;
+    /// What is left to do after a commit that its waiters need not wait for
+    /// ([`GroupCommit::then`]).
+    type Then: Send + 'static;
 
     /// The most items committed together.
     fn max_batch(&self) -> usize;
@@ -248,16 +251,20 @@ pub trait GroupCommit: Send + Sync + 'static {
         true
     }
 
-    /// Commits `batch` in one transaction and does what follows the commit; returns one output
-    /// per item, in order. On an error nothing was committed, and the items may be committed
-    /// again (one by one).
+    /// Commits `batch` in one transaction and does what its waiters must see done; returns one
+    /// output per item, in order, and what is left to do once they are answered. On an error
+    /// nothing was committed, and the items may be committed again (one by one).
     ///
     /// # Errors
     /// Database errors, or an item the batch cannot hold.
-    async fn commit(&self, batch: &mut [Self::Item]) -> Result<Vec<Self::Output>>;
+    async fn commit(&self, batch: &mut [Self::Item]) -> Result<(Vec<Self::Output>, Self::Then)>;
 
     /// Answers the waiter of `item`.
     fn answer(&self, item: Self::Item, result: Result<Self::Output>);
+
+    /// Does what is left after a commit ([`GroupCommit::commit`]), once its waiters are
+    /// answered: they are on their way while it runs, and the next batch waits for it.
+    fn then(&self, then: Self::Then);
 }
 
 /// The error a waiter of a failed group commit is told: what it did wrong, never internal
@@ -310,13 +317,19 @@ pub async fn group_commit<C: GroupCommit>(c: C, mut rx: tokio::sync::mpsc::Recei
         later.append(&mut held);
         held = later;
         match c.commit(&mut batch).await {
-            Ok(outputs) => answer_all(&c, batch, outputs),
+            Ok((outputs, then)) => {
+                answer_all(&c, batch, outputs);
+                c.then(then);
+            }
             Err(e) if batch.len() > 1 => {
                 tracing::warn!(error = %e, n = batch.len(), "group commit failed; committing one by one");
                 for item in batch {
                     let mut one = vec![item];
                     match c.commit(&mut one).await {
-                        Ok(outputs) => answer_all(&c, one, outputs),
+                        Ok((outputs, then)) => {
+                            answer_all(&c, one, outputs);
+                            c.then(then);
+                        }
                         Err(e) => fail_all(&c, one, &e),
                     }
                 }
@@ -646,6 +659,7 @@ mod tests {
     impl GroupCommit for Arc<Numbers> {
         type Item = Waiting;
         type Output = u32;
+        type Then = ();
 
         fn max_batch(&self) -> usize {
             8
@@ -655,7 +669,7 @@ mod tests {
             batch.iter().all(|(n, _)| n % 10 != item.0 % 10)
         }
 
-        async fn commit(&self, batch: &mut [Waiting]) -> Result<Vec<u32>> {
+        async fn commit(&self, batch: &mut [Waiting]) -> Result<(Vec<u32>, ())> {
             if batch.iter().any(|(n, _)| *n == 13) {
                 return Err(Error::Invalid("13".into()));
             }
@@ -663,12 +677,14 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push(batch.iter().map(|(n, _)| *n).collect());
-            Ok(batch.iter().map(|(n, _)| n * 2).collect())
+            Ok((batch.iter().map(|(n, _)| n * 2).collect(), ()))
         }
 
         fn answer(&self, item: Waiting, result: Result<u32>) {
             let _ = item.1.send(result);
         }
+
+        fn then(&self, (): ()) {}
     }
 
     #[tokio::test]

@@ -589,6 +589,8 @@ impl crate::store::GroupCommit for Writer {
     type Item = PendingWrite;
     /// Whether the update was written (not if the task changed since it was read).
     type Output = bool;
+    /// Its waiters read what it remembered: nothing is left for later.
+    type Then = ();
 
     fn max_batch(&self) -> usize {
         MAX_BATCH
@@ -601,14 +603,14 @@ impl crate::store::GroupCommit for Writer {
     }
 
     /// Commits a batch in one transaction; remembers and announces the tasks written.
-    async fn commit(&self, batch: &mut [PendingWrite]) -> crate::error::Result<Vec<bool>> {
+    async fn commit(&self, batch: &mut [PendingWrite]) -> crate::error::Result<(Vec<bool>, ())> {
         let now = self.clock.now_ms();
         let mut tx = self.db.begin().await?;
         let updates: Vec<&Update> = batch.iter().map(|p| &p.update).collect();
         let (written, pushes) = write_updates(&self.queue, &mut tx, &updates, now).await?;
         tx.commit().await?;
         self.queue.hand_over(pushes);
-        Ok(batch
+        let outputs = batch
             .iter()
             .map(|p| {
                 let row = &p.update.row;
@@ -619,12 +621,15 @@ impl crate::store::GroupCommit for Writer {
                 }
                 ok
             })
-            .collect())
+            .collect();
+        Ok((outputs, ()))
     }
 
     fn answer(&self, p: PendingWrite, result: crate::error::Result<bool>) {
         let _ = p.reply.send(result);
     }
+
+    fn then(&self, (): ()) {}
 }
 
 /// Who waits on which task, so a change wakes only the waiters of that task (one channel for
