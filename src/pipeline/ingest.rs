@@ -17,10 +17,10 @@ use crate::store::messages::{self, ExternalKey, NewMessage, Parsed};
 /// The most messages committed together.
 const MAX_BATCH: usize = 256;
 
-/// Switchboard's thread ids of the wire threads met lately, by transport and thread key
-/// ([`thread_key`]): a thread never changes id, so a message of a thread met before has its
-/// body written before its batch takes the database's writer, and the thread is not looked up
-/// in the batch. Bounded at 65,536 threads; a thread forgotten is looked up again.
+/// Switchboard's thread ids of the wire threads met lately, by transport and thread key: a
+/// thread never changes id, so a message of a thread met before has its body written before its
+/// batch takes the database's writer, and the thread is not looked up in the batch. Bounded at
+/// 65,536 threads; a thread forgotten is looked up again.
 #[must_use]
 pub fn thread_ids() -> crate::store::recent::Recent<String> {
     crate::store::recent::Recent::new(65_536, 16 << 20, 4 << 10)
