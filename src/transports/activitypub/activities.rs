@@ -39,13 +39,16 @@ pub(super) async fn on_create(
         // actor's own host, and must be the document at that IRI.
         Some(Value::String(iri)) => {
             if mapping::host_of(iri) != mapping::host_of(&auth.actor.id) {
-                return Err(Reject(403, "the object is not on the actor's host".into()));
+                return Err(Reject::new(403, "the object is not on the actor's host"));
             }
             fetched = match inner.fetch_object(iri).await {
                 Ok(doc) => doc,
                 Err(FetchError::Gone) => return Ok(false),
                 Err(FetchError::Temporary(e)) => {
-                    return Err(Reject(503, format!("the object could not be fetched: {e}")));
+                    return Err(Reject::new(
+                        503,
+                        format!("the object could not be fetched: {e}"),
+                    ));
                 }
                 Err(FetchError::Permanent(e)) => {
                     return Err(Reject::invalid(format!(
@@ -81,7 +84,7 @@ pub(super) async fn on_create(
     if author != Some(auth.actor.id.as_str())
         || mapping::host_of(note_id) != mapping::host_of(&auth.actor.id)
     {
-        return Err(Reject(403, "the note is not the actor's".into()));
+        return Err(Reject::new(403, "the note is not the actor's"));
     }
     let woken: Vec<_> = inner
         .agents
@@ -428,7 +431,7 @@ pub(super) async fn on_undo(inner: &Inner, activity: &Value, auth: &Auth) -> Res
                 return Ok(());
             }
             if o.get("actor").and_then(iri) != Some(auth.actor.id.as_str()) {
-                return Err(Reject(403, "undoing someone else's Follow".into()));
+                return Err(Reject::new(403, "undoing someone else's Follow"));
             }
             let agent = o
                 .get("object")
@@ -475,7 +478,7 @@ pub(super) async fn on_update(inner: &Inner, activity: &Value, auth: &Auth) -> R
         return Ok(());
     }
     if obj.get("attributedTo").and_then(iri) != Some(auth.actor.id.as_str()) {
-        return Err(Reject(403, "the object is not the actor's".into()));
+        return Err(Reject::new(403, "the object is not the actor's"));
     }
     store::update_object(
         &inner.db,

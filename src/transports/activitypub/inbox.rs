@@ -64,7 +64,7 @@ async fn agent_inbox(
 ) -> HttpResponse {
     let name = path.into_inner();
     if state.ap.inner.agents.get(&name).is_none() {
-        return render(Err(Reject(404, "no such agent".into())));
+        return render(Err(Reject::new(404, "no such agent")));
     }
     receive(&state, &req, body).await
 }
@@ -72,7 +72,11 @@ async fn agent_inbox(
 fn render(r: Result<(), Reject>) -> HttpResponse {
     match r {
         Ok(()) => HttpResponse::Accepted().finish(),
-        Err(Reject(status, reason)) => {
+        Err(Reject {
+            status,
+            reason,
+            retry_after_s,
+        }) => {
             if status >= 500 {
                 tracing::warn!(status, %reason, "inbox delivery failed");
             } else {
@@ -81,17 +85,8 @@ fn render(r: Result<(), Reject>) -> HttpResponse {
             let code = actix_web::http::StatusCode::from_u16(status)
                 .unwrap_or(actix_web::http::StatusCode::BAD_REQUEST);
             let mut b = HttpResponse::build(code);
-            if status == 503 {
-                b.insert_header(("Retry-After", "60"));
-            }
-            // A rate limit's reason ends with the seconds to wait.
-            if status == 429
-                && let Some(secs) = reason
-                    .rsplit(' ')
-                    .nth(1)
-                    .filter(|s| s.parse::<u64>().is_ok())
-            {
-                b.insert_header(("Retry-After", secs.to_owned()));
+            if let Some(secs) = retry_after_s.or((status == 503).then_some(60)) {
+                b.insert_header(("Retry-After", secs.to_string()));
             }
             b.json(json!({ "error": reason }))
         }
@@ -120,7 +115,7 @@ async fn receive(state: &HttpState, req: &HttpRequest, body: web::Bytes) -> Http
             .await
             {
                 Ok(r) => Ok(r),
-                Err(_) => Ok(Err(Reject(503, "processing took too long".into()))),
+                Err(_) => Ok(Err(Reject::new(503, "processing took too long"))),
             }
         })
         .await
@@ -150,15 +145,15 @@ async fn process(
         .to_owned();
     let actor_host = mapping::host_of(&actor_iri).ok_or_else(|| Reject::invalid("bad actor"))?;
     if mapping::host_of(&id).as_deref() != Some(actor_host.as_str()) {
-        return Err(Reject(
+        return Err(Reject::new(
             403,
-            "activity id and actor are on different hosts".into(),
+            "activity id and actor are on different hosts",
         ));
     }
     if inner.is_local(&actor_iri) {
-        return Err(Reject(
+        return Err(Reject::new(
             403,
-            "activities of local actors are not accepted".into(),
+            "activities of local actors are not accepted",
         ));
     }
     let auth =

@@ -175,7 +175,7 @@ pub(super) async fn authenticate(
                 return Ok(Verdict::AccountGone);
             }
             return Err(match e {
-                FetchError::Temporary(r) => Reject(503, format!("key fetch failed: {r}")),
+                FetchError::Temporary(r) => Reject::new(503, format!("key fetch failed: {r}")),
                 other => Reject::unauth(format!("key unavailable: {other}")),
             });
         }
