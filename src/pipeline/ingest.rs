@@ -91,21 +91,13 @@ pub(super) async fn writer(core: Arc<Core>, rx: mpsc::Receiver<Pending>) {
     crate::store::group_commit(Ingest(core), rx).await;
 }
 
-/// What a batch's commit stored.
-struct Committed {
-    outcomes: Vec<IngestOutcome>,
-    messages: Vec<crate::store::messages::StoredMessage>,
-    /// Dispatch jobs to start now, and those a debounce holds back.
-    dispatch: Vec<Enqueued>,
-    /// The threads the batch created.
-    opened: Vec<String>,
-}
-
 /// What follows an ingest commit once its callers are answered: the stored rows to hold (each
 /// with the message it was written from) and their dispatch jobs to start.
 pub(super) struct Stored {
     messages: Vec<crate::store::messages::StoredMessage>,
+    /// The threads the batch created.
     opened: Vec<String>,
+    /// Dispatch jobs to start now, and those a debounce holds back.
     dispatch: Vec<Enqueued>,
 }
 
@@ -126,21 +118,7 @@ impl crate::store::GroupCommit for Ingest {
         for w in batch.iter_mut().filter_map(|p| p.write.as_mut()) {
             w.committed();
         }
-        // Held with the value each was written from, so that its dispatch need not parse it.
-        let written: std::collections::HashMap<&str, &Arc<NormalizedMessage>> =
-            batch.iter().map(|p| (p.msg.id.as_str(), &p.msg)).collect();
-        let mut messages = committed.messages;
-        for m in &mut messages {
-            m.parsed = written
-                .get(m.id.as_str())
-                .map(|msg| Parsed::Message(Arc::clone(msg)));
-        }
-        let then = Stored {
-            messages,
-            opened: committed.opened,
-            dispatch: committed.dispatch,
-        };
-        Ok((committed.outcomes, then))
+        Ok(committed)
     }
 
     /// Holds what was stored and starts its dispatch, the callers already answered: the next
@@ -203,7 +181,7 @@ fn stored_body(msg: &mut Arc<NormalizedMessage>, thread_id: &str) -> Result<Stri
     serde_json::to_string(&**msg).map_err(Error::corrupt)
 }
 
-async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
+async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome>, Stored)> {
     // The thread of a message met before is known, and its body written, before the writer is
     // taken: the writer is held by one batch at a time. (A message presenting a policy state has
     // it checked in the transaction, and its body written there.)
@@ -379,11 +357,18 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
             body,
         })
         .collect();
-    let messages = messages::insert_many(&mut tx, &rows, now).await?;
+    let mut messages = messages::insert_many(&mut tx, &rows, now).await?;
     if messages.len() != rows.len() {
         return Err(Error::Invalid(
             "a message with this id is already stored".into(),
         ));
+    }
+    // Each held with the value it was written from, so that its dispatch need not parse it
+    // (the rows come back in the order given).
+    for (m, p) in messages.iter_mut().zip(&stored) {
+        if m.id == p.msg.id {
+            m.parsed = Some(Parsed::Message(Arc::clone(&p.msg)));
+        }
     }
     // Text-only messages of a transport with a debounce wait for more from their sender; the
     // others are dispatched at once.
@@ -420,10 +405,10 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<Committed> {
     for ((transport, key), id) in &threads {
         core.thread_ids.put(&thread_key(transport, key), id.clone());
     }
-    Ok(Committed {
-        outcomes,
+    let stored = Stored {
         messages,
-        dispatch,
         opened,
-    })
+        dispatch,
+    };
+    Ok((outcomes, stored))
 }
