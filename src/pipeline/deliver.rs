@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use tracing::Instrument as _;
 
-use super::dispatch::{Rows, load_many, lookup, message, payload, response};
+use super::dispatch::{Rows, load_batch, load_many, lookup, message, response};
 use super::{Core, DeliverJob, Delivery, TurnEndJob};
 use crate::error::{OutboundError, Result};
 use crate::message::{NormalizedResponse, Timestamp};
@@ -95,12 +95,7 @@ impl DeliverHandler {
 impl JobHandler for DeliverHandler {
     async fn handle(&self, owner: &str, batch: &[JobRow]) -> Result<()> {
         let core = &self.0;
-        let jobs: Vec<_> = batch.iter().map(payload::<DeliverJob>).collect();
-        let wanted: Vec<&str> = jobs
-            .iter()
-            .filter_map(|j| j.as_ref().ok().map(|j| j.response_id.as_str()))
-            .collect();
-        let rows = load_many(core, &wanted).await;
+        let (jobs, rows) = load_batch(core, batch, |j: &DeliverJob| j.response_id.as_str()).await;
         let responses: Vec<_> = jobs
             .iter()
             .map(|job| {
@@ -205,12 +200,7 @@ impl TurnEndHandler {
 impl JobHandler for TurnEndHandler {
     async fn handle(&self, owner: &str, batch: &[JobRow]) -> Result<()> {
         let core = &self.0;
-        let jobs: Vec<_> = batch.iter().map(payload::<TurnEndJob>).collect();
-        let wanted: Vec<&str> = jobs
-            .iter()
-            .filter_map(|j| j.as_ref().ok().map(|j| j.message_id.as_str()))
-            .collect();
-        let rows = load_many(core, &wanted).await;
+        let (jobs, rows) = load_batch(core, batch, |j: &TurnEndJob| j.message_id.as_str()).await;
         let results = join_all(jobs.iter().map(|job| self.run(job, &rows))).await;
         let now = core.clock.now_ms();
         let mut tx = core.db.begin().await?;

@@ -67,18 +67,13 @@ pub type Turns = crate::store::recent::Recent<Held, i64>;
 /// them in [`Core::recent`], and the next turns of their threads show them without reading
 /// anything but the index ([`Core::turns`]), or on SQLite not even that ([`ThreadSeqs`]).
 /// `opened` are the threads this commit created: they had no turn before.
-pub(super) fn hold(
-    core: &Core,
-    rows: Vec<StoredMessage>,
-    opened: &[&str],
-) -> Vec<Arc<StoredMessage>> {
+pub(super) fn hold(core: &Core, rows: Vec<StoredMessage>, opened: &[&str]) {
     let rows: Vec<Arc<StoredMessage>> = rows.into_iter().map(Arc::new).collect();
     for row in &rows {
         core.recent.put(&row.id, Arc::clone(row));
         core.turns.put(&row.seq, Held::Stored(Arc::clone(row)));
     }
     core.threads.note(&rows, opened);
-    rows
 }
 
 /// The `seq`s of each thread's turns, when this instance is the only one writing the database
@@ -386,17 +381,15 @@ pub(super) async fn windows(core: &Core, rows: &[&StoredMessage]) -> Result<Wind
 /// more than its window, so it can tell that turns were left out), oldest first by `seq`, then
 /// the answers to those turns stored after `row` (a message that waited for the run before it
 /// sees that run's answer): looked up only for the inbound turns whose answer is not among them.
-/// Its window is in `windows` when the batch looked it up; otherwise it is looked up here.
+/// Its window is among `found`, which its batch looked up for every turn that runs.
 async fn load(core: &Core, row: &StoredMessage, found: &Windows) -> Result<Vec<Arc<Turn>>> {
     let policy = core.history;
-    let own;
-    let window = match found.0.get(&row.seq) {
-        Some(w) => w,
-        None => {
-            own = windows(core, &[row]).await?;
-            own.0.get(&row.seq).ok_or(Error::Unavailable)?
-        }
-    };
+    let window = found.0.get(&row.seq).ok_or_else(|| {
+        Error::Invalid(format!(
+            "no history window was looked up for message {}",
+            row.id
+        ))
+    })?;
     let (seqs, later) = (&window.seqs, window.later.as_deref());
     let mut turns = held(core, seqs).await?;
     let answered: foldhash::HashSet<&str> = turns
