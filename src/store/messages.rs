@@ -486,10 +486,13 @@ pub async fn thread_windows(
     let mut out: Vec<Vec<i64>> = vec![Vec::new(); turns.len()];
     for (chunk_no, chunk) in turns.chunks(WINDOWS_PER_STATEMENT).enumerate() {
         let first = chunk_no * WINDOWS_PER_STATEMENT;
-        let keys: Vec<i64> = (first..first + chunk.len()).map(lim).collect();
         let mut args = vec![Arg::Int(lim(head)), Arg::Int(lim(tail))];
-        for ((thread_id, before), k) in chunk.iter().zip(&keys) {
-            args.extend([Arg::Int(*k), Arg::Text(thread_id), Arg::Int(*before)]);
+        for (i, (thread_id, before)) in chunk.iter().enumerate() {
+            args.extend([
+                Arg::Int(lim(first + i)),
+                Arg::Text(thread_id),
+                Arg::Int(*before),
+            ]);
         }
         let sql = format!(
             "SELECT w.k, m.seq FROM (VALUES {}) AS w (k, thread_id, before_seq) CROSS JOIN LATERAL (\
