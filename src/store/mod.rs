@@ -263,8 +263,11 @@ pub trait GroupCommit: Send + Sync + 'static {
     fn answer(&self, item: Self::Item, result: Result<Self::Output>);
 
     /// Does what is left after a commit ([`GroupCommit::commit`]), once its waiters are
-    /// answered: they are on their way while it runs, and the next batch waits for it.
-    fn then(&self, then: Self::Then);
+    /// answered: they are on their way while it runs, and the next batch waits for it. Nothing,
+    /// unless said otherwise.
+    fn then(&self, then: Self::Then) {
+        drop(then);
+    }
 }
 
 /// The error a waiter of a failed group commit is told: what it did wrong, never internal
@@ -683,8 +686,6 @@ mod tests {
         fn answer(&self, item: Waiting, result: Result<u32>) {
             let _ = item.1.send(result);
         }
-
-        fn then(&self, (): ()) {}
     }
 
     #[tokio::test]

@@ -628,8 +628,6 @@ impl crate::store::GroupCommit for Writer {
     fn answer(&self, p: PendingWrite, result: crate::error::Result<bool>) {
         let _ = p.reply.send(result);
     }
-
-    fn then(&self, (): ()) {}
 }
 
 /// Who waits on which task, so a change wakes only the waiters of that task (one channel for
