@@ -1,6 +1,13 @@
 //! Rate limits and backend concurrency per agent ([`crate::config::LimitsConfig`]): fixed-window
 //! counters per sender, per agent and (ActivityPub) per remote host, asked by the pipeline on
-//! every message after the access rules; and a cap on an agent's backend calls at once.
+//! every message after the access rules; the conversation budget of each automated party
+//! (a bot, another agent) with each agent, with its cooldown; and a cap on an agent's backend
+//! calls at once.
+//!
+//! Per sender and per host have built-in defaults ([`DEFAULT_PER_SENDER`], [`DEFAULT_PER_HOST`])
+//! on the open networks' transports; the budget of automated parties
+//! ([`DEFAULT_PER_AUTOMATED`]) holds on every transport. An operator's `"off"` removes any of
+//! them.
 //!
 //! On PostgreSQL the counters are rows shared by every instance (one upsert per bucket); on
 //! SQLite, which serves one instance, they are counted in memory.
@@ -10,7 +17,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::Semaphore;
 
-use crate::config::{DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_HOPS, LimitsConfig, Rate};
+use crate::config::{
+    DEFAULT_AUTOMATED_COOLDOWN_SECONDS, DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_HOPS,
+    DEFAULT_PER_AUTOMATED, DEFAULT_PER_HOST, DEFAULT_PER_SENDER, LimitsConfig, Rate,
+};
 use crate::error::Result;
 use crate::message::Sender;
 use crate::store::{Arg, Backend, Db};
@@ -18,9 +28,13 @@ use crate::store::{Arg, Backend, Db};
 /// One agent's limits, resolved over the global defaults.
 #[derive(Debug, Clone)]
 pub struct AgentLimits {
+    /// As configured: `None` takes the default on the open networks.
     per_sender: Option<Rate>,
     per_agent: Option<Rate>,
+    /// As configured: `None` takes the default on the open networks.
     per_host: Option<Rate>,
+    per_automated: Rate,
+    automated_cooldown_ms: i64,
     /// Permits for backend calls.
     pub calls: Arc<Semaphore>,
     /// Agent turns a multi-agent chain started by this agent may take.
@@ -41,6 +55,11 @@ impl AgentLimits {
             per_sender: c.per_sender,
             per_agent: c.per_agent,
             per_host: c.per_host,
+            per_automated: c.per_automated.unwrap_or(DEFAULT_PER_AUTOMATED),
+            automated_cooldown_ms: i64::from(
+                c.automated_cooldown_seconds
+                    .unwrap_or(DEFAULT_AUTOMATED_COOLDOWN_SECONDS),
+            ) * 1000,
             calls: Arc::new(Semaphore::new(
                 c.max_concurrent_calls
                     .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS),
@@ -50,21 +69,26 @@ impl AgentLimits {
     }
 
     /// The buckets a message from `sender` over `transport` to `agent` counts in, with their
-    /// rates.
-    fn buckets(&self, agent: &str, transport: &str, sender: &Sender) -> Vec<(String, Rate)> {
+    /// rates; `open` when the transport faces the open networks, where the built-in defaults
+    /// apply.
+    fn buckets(
+        &self,
+        agent: &str,
+        transport: &str,
+        open: bool,
+        sender: &Sender,
+    ) -> Vec<(String, Rate)> {
+        let or_default = |set: Option<Rate>, default: Rate| {
+            set.or(open.then_some(default)).filter(|r| !r.is_off())
+        };
         let mut out = Vec::new();
-        if let Some(rate) = self.per_agent {
+        if let Some(rate) = self.per_agent.filter(|r| !r.is_off()) {
             out.push((format!("agent:{agent}"), rate));
         }
-        if let Some(rate) = self.per_sender {
-            let who = sender
-                .identities
-                .as_deref()
-                .and_then(<[_]>::first)
-                .map_or(sender.address.as_str(), |e| e.subject.as_str());
-            out.push((format!("sender:{agent}:{who}"), rate));
+        if let Some(rate) = or_default(self.per_sender, DEFAULT_PER_SENDER) {
+            out.push((format!("sender:{agent}:{}", party(sender)), rate));
         }
-        if let Some(rate) = self.per_host
+        if let Some(rate) = or_default(self.per_host, DEFAULT_PER_HOST)
             && transport == "activitypub"
             && let Some((_, host)) = sender.address.trim_start_matches('@').split_once('@')
         {
@@ -72,6 +96,15 @@ impl AgentLimits {
         }
         out
     }
+}
+
+/// Who a sender is for its limits: its first verified identity, else its address.
+fn party(sender: &Sender) -> &str {
+    sender
+        .identities
+        .as_deref()
+        .and_then(<[_]>::first)
+        .map_or(sender.address.as_str(), |e| e.subject.as_str())
 }
 
 /// The counters.
@@ -105,11 +138,12 @@ impl Windows {
         limits: &AgentLimits,
         agent: &str,
         transport: &str,
+        open: bool,
         sender: &Sender,
         now_ms: i64,
     ) -> Result<Option<u64>> {
         let mut wait = None;
-        for (bucket, rate) in limits.buckets(agent, transport, sender) {
+        for (bucket, rate) in limits.buckets(agent, transport, open, sender) {
             let window_ms = i64::from(rate.per_seconds) * 1000;
             let start = now_ms - now_ms.rem_euclid(window_ms);
             let hits = self.count(&bucket, start, now_ms).await?;
@@ -119,6 +153,78 @@ impl Windows {
             }
         }
         Ok(wait)
+    }
+
+    /// Counts one message of the automated party `sender` to `agent` against its budget;
+    /// `true` when the agent must not answer it: the party went past its budget with this
+    /// message, or is still cooling down from an earlier one (such a message is not counted).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn over_budget(
+        &self,
+        limits: &AgentLimits,
+        agent: &str,
+        sender: &Sender,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let rate = limits.per_automated;
+        if rate.is_off() {
+            return Ok(false);
+        }
+        let who = party(sender);
+        let cool = format!("cool:{agent}:{who}");
+        if self.cooling_until(&cool).await? > now_ms {
+            return Ok(true);
+        }
+        let window_ms = i64::from(rate.per_seconds) * 1000;
+        let start = now_ms - now_ms.rem_euclid(window_ms);
+        let hits = self
+            .count(&format!("bot:{agent}:{who}"), start, now_ms)
+            .await?;
+        if hits <= u64::from(rate.requests) {
+            return Ok(false);
+        }
+        self.cool_until(&cool, now_ms.saturating_add(limits.automated_cooldown_ms))
+            .await?;
+        Ok(true)
+    }
+
+    /// The end of the cooldown kept under `bucket` (0 when none). On PostgreSQL a cooldown is
+    /// a row whose window starts where the cooldown ends.
+    async fn cooling_until(&self, bucket: &str) -> Result<i64> {
+        if self.db.backend() == Backend::Sqlite {
+            let local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+            return Ok(local.get(bucket).map_or(0, |(until, _)| *until));
+        }
+        #[derive(sqlx::FromRow, serde::Deserialize)]
+        struct Until {
+            until: Option<i64>,
+        }
+        let rows: Vec<Until> = self
+            .db
+            .fetch_all(
+                "SELECT MAX(window_start) AS until FROM rate_windows WHERE bucket = $1",
+                &[Arg::Text(bucket)],
+            )
+            .await?;
+        Ok(rows.first().and_then(|r| r.until).unwrap_or(0))
+    }
+
+    async fn cool_until(&self, bucket: &str, until: i64) -> Result<()> {
+        if self.db.backend() == Backend::Sqlite {
+            let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+            local.insert(bucket.to_owned(), (until, 0));
+            return Ok(());
+        }
+        self.db
+            .execute(
+                "INSERT INTO rate_windows (bucket, window_start, hits) VALUES ($1, $2, 1) \
+                 ON CONFLICT (bucket, window_start) DO NOTHING",
+                &[Arg::Text(bucket), Arg::Int(until)],
+            )
+            .await?;
+        Ok(())
     }
 
     async fn count(&self, bucket: &str, start: i64, now_ms: i64) -> Result<u64> {

@@ -466,12 +466,21 @@ impl A2aAgent {
         if let Some(task_id) = self.waiting_task(&msg.thread_id).await? {
             message["taskId"] = json!(task_id);
         }
-        if let Some(chain) = &msg.recipient_capabilities.agent_chain {
-            message["metadata"] = json!({"mentionable": {
-                "agent_chain": chain,
-                "on_behalf_of": msg.on_behalf_of(),
-            }});
-        }
+        // The chain always travels, so that the remote agent, and any agent its own backend
+        // calls in turn, is judged as a turn of an agent conversation (its hop limit, and the
+        // budget an agent gives other agents): a person's turn opens one at hop 1.
+        let chain = msg
+            .recipient_capabilities
+            .agent_chain
+            .unwrap_or(crate::message::AgentChain {
+                hop: 1,
+                max_hops: crate::config::DEFAULT_MAX_HOPS,
+                is_final: crate::config::DEFAULT_MAX_HOPS <= 1,
+            });
+        message["metadata"] = json!({"mentionable": {
+            "agent_chain": chain,
+            "on_behalf_of": msg.on_behalf_of(),
+        }});
         let stream = self.streaming && card.streaming;
         let method = if stream {
             "SendStreamingMessage"

@@ -50,7 +50,8 @@ pub use email::{
     AgentEmailConfig, DnsMode, EmailConfig, Postmaster, RelayTls, UnauthenticatedMail,
 };
 pub use limits::{
-    DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_HOPS, LimitsConfig, MAX_MAX_HOPS, Rate,
+    DEFAULT_AUTOMATED_COOLDOWN_SECONDS, DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_HOPS,
+    DEFAULT_PER_AUTOMATED, DEFAULT_PER_HOST, DEFAULT_PER_SENDER, LimitsConfig, MAX_MAX_HOPS, Rate,
 };
 pub use log::{LogConfig, LogFormat};
 pub use media::MediaConfig;

@@ -117,6 +117,13 @@ pub struct Sender {
     /// Verified principals behind this turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identities: Option<Vec<IdentityEvidence>>,
+    /// The sender is a program, not a person, as its transport's evidence says: an
+    /// ActivityPub actor of type `Service` or `Application` or flagged as a bot, an A2A caller
+    /// (an agent by definition), a mail from another agent's relay. Such a party gets a small
+    /// conversation budget with each agent, so that two bots never answer each other forever;
+    /// a person never does. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub automated: bool,
     /// Fields this version does not know.
     #[serde(flatten)]
     pub extra: Extra,
@@ -155,6 +162,7 @@ impl Sender {
             verified: true,
             key_id: None,
             identities: None,
+            automated: false,
             extra: Extra::new(),
         }
     }

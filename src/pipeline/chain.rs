@@ -31,6 +31,9 @@ pub(super) struct Sibling {
     pub(super) agent: String,
     /// The agents that answered in the chain so far (local names, oldest first).
     pub(super) chain: Vec<String>,
+    /// The sender of the turn that started the chain, whose evidence the sibling's own access
+    /// rules and rate limits judge the turn by.
+    pub(super) origin: Sender,
 }
 
 /// When `msg` is a turn relayed by switchboard from one local agent to another: the id of the
@@ -150,6 +153,7 @@ fn mentioned(
 pub(super) fn siblings(
     agents: &AgentRegistry,
     answered: &NormalizedMessage,
+    origin: &Sender,
     chain: &[String],
     agent: &Agent,
     response: &NormalizedResponse,
@@ -215,6 +219,7 @@ pub(super) fn siblings(
             msg,
             agent: sibling.name.clone(),
             chain: visited.clone(),
+            origin: origin.clone(),
         });
     }
     out

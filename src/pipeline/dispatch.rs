@@ -136,6 +136,8 @@ enum Dispatched {
     Taken,
     /// Its thread has a run in flight: the job is put back until that run ends.
     Deferred,
+    /// A safety rule holds the message: the agent is not called ([`super::Hold`]).
+    Held(super::Hold),
 }
 
 /// A dispatch job's result, and the lease a job kept to wait for its thread is renewed to.
@@ -165,10 +167,59 @@ fn failure_class(e: &OutboundError) -> &'static str {
     }
 }
 
+/// The outcome of a message a safety rule held ([`super::Hold`], recorded as its class).
+const HELD: &str = "held";
+
 /// Handles `dispatch` jobs.
 pub(super) struct DispatchHandler(pub(super) Arc<Core>);
 
 impl DispatchHandler {
+    /// The woken agent's own access rules and rate limits for a relayed turn, judged by
+    /// `origin`, the sender of the turn that started the chain; `Some` when they hold it.
+    async fn gate_relayed(
+        &self,
+        agent: &crate::agents::Agent,
+        transport: &str,
+        origin: &crate::message::Sender,
+    ) -> std::result::Result<Option<super::Hold>, OutboundError> {
+        let core = &self.0;
+        if let Err(denial) = agent.access.decide(origin) {
+            core.metrics.refused(&agent.name, transport, denial.label());
+            tracing::info!(
+                agent = %agent.name,
+                transport,
+                reason = denial.label(),
+                evidence = %crate::access::evidence_summary(origin),
+                "relayed turn refused by the woken agent's access rules"
+            );
+            return Ok(Some(super::Hold::Refused));
+        }
+        let open = core.transports.exposure(transport).open;
+        let over = core
+            .rates
+            .hit(
+                &agent.limits,
+                &agent.name,
+                transport,
+                open,
+                origin,
+                core.clock.now_ms(),
+            )
+            .await
+            .map_err(internal)?;
+        if over.is_some() {
+            core.metrics.refused(&agent.name, transport, "rate_limited");
+            tracing::info!(
+                agent = %agent.name,
+                transport,
+                evidence = %crate::access::evidence_summary(origin),
+                "relayed turn over the woken agent's rate limit"
+            );
+            return Ok(Some(super::Hold::RateLimited));
+        }
+        Ok(None)
+    }
+
     /// The earlier messages the turn of `row` takes in, or how its job ends without a call
     /// when the message is left to a later turn (`Err`). Only transports whose conversation
     /// settings merge at all pay for the look-ups.
@@ -236,6 +287,20 @@ impl DispatchHandler {
                 absorbed: Vec::new(),
             });
         }
+        if let Some(held) = job.held {
+            return Ok(Dispatched::Held(held));
+        }
+        // A turn relayed from another agent passes the woken agent's own gate, judged by the
+        // evidence of the sender who started the chain.
+        let origin = match job.origin.as_deref() {
+            Some(origin) if super::chain::relays(&msg.sender) => {
+                if let Some(held) = self.gate_relayed(&agent, &row.transport, origin).await? {
+                    return Ok(Dispatched::Held(held));
+                }
+                Some(origin)
+            }
+            _ => None,
+        };
         let absorbed = match self.conversation(row, &msg, new_thread).await? {
             Ok(absorbed) => absorbed,
             Err(done) => return Ok(done),
@@ -365,6 +430,7 @@ impl DispatchHandler {
         let siblings = super::chain::siblings(
             &self.0.agents,
             &msg,
+            origin.unwrap_or(&msg.sender),
             &job.chain,
             &agent,
             &response,
@@ -582,6 +648,10 @@ impl JobHandler for DispatchHandler {
                     counted.push(super::conversation::MERGED);
                 }
                 (Ok(Dispatched::Taken), _) => counted.push(super::conversation::MERGED),
+                (Ok(Dispatched::Held(held)), _) => {
+                    silent.push((id.clone(), HELD, Some(held.label()), id.clone()));
+                    counted.push(HELD);
+                }
                 (Ok(Dispatched::Interrupted), _) => {
                     silent.push((
                         id.clone(),
@@ -678,6 +748,8 @@ impl JobHandler for DispatchHandler {
             message_id: s.msg.id.clone(),
             new_thread: false,
             chain: s.chain.clone(),
+            held: None,
+            origin: Some(Box::new(s.origin.clone())),
         }))?;
         let woken = core
             .queue

@@ -81,6 +81,8 @@ pub(super) struct Pending {
     /// Why the policy state the message presents was refused, when it was (set by the commit
     /// that declined it; the waiter is told).
     pub(super) refused: Option<crate::policy::Refusal>,
+    /// Why the agent is not to be called for it, when a safety rule said so.
+    pub(super) held: Option<super::Hold>,
     pub(super) reply: oneshot::Sender<Result<(IngestOutcome, Option<Write>)>>,
 }
 
@@ -386,6 +388,8 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
             message_id: p.msg.id.clone(),
             new_thread: opens && delay == 0,
             chain: Vec::new(),
+            held: p.held,
+            origin: None,
         });
     }
     let mut dispatch = Vec::with_capacity(by_delay.len());

@@ -33,7 +33,7 @@ pub use history::{Held, ThreadSeqs, Turn, Turns, turns};
 pub use ingest::{IngestOutcome, IngestWrite, thread_ids};
 pub use policy::LinkOutcome;
 pub use runs::Runs;
-pub use transport::{AfterCommit, Delivery, Transport, TransportRegistry};
+pub use transport::{AfterCommit, Delivery, Exposure, Transport, TransportRegistry};
 
 use crate::agents::{Agent, AgentRegistry};
 use crate::blobs::BlobStore;
@@ -57,6 +57,44 @@ pub(crate) struct DispatchJob {
     /// chain so far (local names, oldest first), none of which is woken again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) chain: Vec<String>,
+    /// Why the agent is not called for this message, when a safety rule said so at ingest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) held: Option<Hold>,
+    /// For a relayed turn: the sender of the turn that started the chain, whose evidence the
+    /// woken agent's access rules and rate limits judge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) origin: Option<Box<Sender>>,
+}
+
+/// Why a stored message's agent is not called: the message is kept (and shown in its thread,
+/// with status `held` and this reason), its turn ends without an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) enum Hold {
+    /// An automated party went past its conversation budget with the agent
+    /// (`limits.per_automated`), or is cooling down from it.
+    #[serde(rename = "bot-loop")]
+    BotLoop,
+    /// The turn's agent chain, continued from another server, is past its hop limit.
+    #[serde(rename = "max-hops")]
+    MaxHops,
+    /// A relayed turn: the woken agent's access rules refuse the chain's original sender.
+    #[serde(rename = "refused")]
+    Refused,
+    /// A relayed turn: the chain's original sender is over the woken agent's rate limits.
+    #[serde(rename = "rate-limited")]
+    RateLimited,
+}
+
+impl Hold {
+    /// The reason as the read API, the logs and `switchboard_refused_total` name it.
+    pub(crate) const fn label(self) -> &'static str {
+        match self {
+            Self::BotLoop => "bot-loop",
+            Self::MaxHops => "max-hops",
+            Self::Refused => "refused",
+            Self::RateLimited => "rate-limited",
+        }
+    }
 }
 
 impl DispatchJob {
@@ -134,6 +172,49 @@ pub struct Core {
     pub conversation: crate::config::ConversationConfig,
     /// The runs in flight in this process, per thread and agent.
     pub runs: Runs,
+}
+
+impl Core {
+    /// Whether a message the agent's access rules and rate limits let in is still not to be
+    /// answered: a chain continued from another server past its hop limit, or an automated
+    /// party past its conversation budget (counted here). A transport that answers in the
+    /// sender's own request (A2A) counts only calls made within an agent chain: an answer there
+    /// cannot start another exchange by itself.
+    async fn hold(
+        &self,
+        agent: &Agent,
+        transport: &str,
+        exposure: transport::Exposure,
+        msg: &NormalizedMessage,
+        now_ms: i64,
+    ) -> Result<Option<Hold>> {
+        let chain = msg.recipient_capabilities.agent_chain;
+        let held = if chain.is_some_and(|c| c.hop > c.max_hops.min(agent.limits.max_hops)) {
+            Some(Hold::MaxHops)
+        } else if msg.sender.automated
+            && (!exposure.answers_in_request || chain.is_some())
+            && self
+                .rates
+                .over_budget(&agent.limits, &agent.name, &msg.sender, now_ms)
+                .await?
+        {
+            Some(Hold::BotLoop)
+        } else {
+            None
+        };
+        if let Some(h) = held {
+            self.metrics.refused(&agent.name, transport, h.label());
+            tracing::info!(
+                agent = %agent.name,
+                transport,
+                reason = h.label(),
+                hop = chain.map_or(0, |c| c.hop),
+                evidence = %crate::access::evidence_summary(&msg.sender),
+                "stored, not answered"
+            );
+        }
+        Ok(held)
+    }
 }
 
 /// The entry point transports hand verified messages to.
@@ -238,6 +319,8 @@ impl Pipeline {
             .resolve(&msg.recipient)
             .ok_or_else(|| Error::NotFound(format!("no agent {}", msg.recipient)))?;
         self.authorize(&agent, transport, &msg.sender)?;
+        let exposure = self.core.transports.exposure(transport);
+        let now_ms = self.core.clock.now_ms();
         if let Some(retry_after_s) = self
             .core
             .rates
@@ -245,8 +328,9 @@ impl Pipeline {
                 &agent.limits,
                 &agent.name,
                 transport,
+                exposure.open,
                 &msg.sender,
-                self.core.clock.now_ms(),
+                now_ms,
             )
             .await?
         {
@@ -262,6 +346,10 @@ impl Pipeline {
             );
             return Err(Error::RateLimited { retry_after_s });
         }
+        let held = self
+            .core
+            .hold(&agent, transport, exposure, &msg, now_ms)
+            .await?;
         let span = tracing::debug_span!(
             "ingest",
             message_id = %msg.id,
@@ -279,6 +367,7 @@ impl Pipeline {
             msg: Arc::new(msg),
             write,
             refused: None,
+            held,
             reply,
         };
         async {

@@ -102,6 +102,11 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Who may send on this transport, for the safety rules ([`crate::limits`]).
+    fn exposure(&self) -> Exposure {
+        Exposure::default()
+    }
+
     /// Whether [`Transport::unanswered`] does anything: only then does the pipeline schedule
     /// it (a `turn_end` job) for messages whose turn ends without a response.
     fn ends_turns(&self) -> bool {
@@ -125,6 +130,18 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// Who may send on a transport, for the safety rules.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Exposure {
+    /// Anyone on the open networks may send (ActivityPub, email, A2A): the built-in rate limits
+    /// apply ([`crate::config::DEFAULT_PER_SENDER`]). Not so for the operator's own API, whose
+    /// sender is whatever the holder of the operator's token says.
+    pub open: bool,
+    /// An answer goes back in the response to the sender's own request (A2A), never as a new
+    /// message the sender might answer again.
+    pub answers_in_request: bool,
+}
+
 /// The transports of this instance, by name.
 #[derive(Debug, Default, Clone)]
 pub struct TransportRegistry {
@@ -141,5 +158,13 @@ impl TransportRegistry {
     #[must_use]
     pub fn get(&self, name: &str) -> Option<Arc<dyn Transport>> {
         self.by_name.get(name).cloned()
+    }
+
+    /// The exposure of the transport called `name` (closed when there is none).
+    #[must_use]
+    pub fn exposure(&self, name: &str) -> Exposure {
+        self.by_name
+            .get(name)
+            .map_or_else(Exposure::default, |t| t.exposure())
     }
 }

@@ -1986,6 +1986,7 @@ async fn a_sender_over_its_rate_gets_451() {
 }
 
 mod durable;
+mod loops;
 mod multi_agent;
 mod policy;
 mod roles;

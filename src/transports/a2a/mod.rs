@@ -374,6 +374,14 @@ impl Transport for A2aTransport {
         NAME
     }
 
+    /// Anyone may call; an answer goes back in the caller's own request.
+    fn exposure(&self) -> crate::pipeline::Exposure {
+        crate::pipeline::Exposure {
+            open: true,
+            answers_in_request: true,
+        }
+    }
+
     async fn deliver(&self, d: &Delivery) -> Result<(), OutboundError> {
         let task_id = task_of(&d.original)?;
         let outcome = self

@@ -9,13 +9,49 @@ use serde_json::{Value, json};
 
 use super::html;
 use crate::message::{
-    AddressingRelay, Audience, AuthMethod, Avatar, EvidenceSource, Extra, IdentityEvidence,
-    MentionRelay, NormalizedMessage, Part, Proof, ReceivedVia, RecipientCapabilities, Sender,
-    SenderProfile, TextMime, Timestamp, TransportProof, Visibility,
+    AddressingRelay, AgentChain, Audience, AuthMethod, Avatar, EvidenceSource, Extra,
+    IdentityEvidence, MentionRelay, NormalizedMessage, Part, Proof, ReceivedVia,
+    RecipientCapabilities, Sender, SenderProfile, TextMime, Timestamp, TransportProof, Visibility,
 };
 
 /// The public collection, in its three spellings.
 pub const PUBLIC: &str = "https://www.w3.org/ns/activitystreams#Public";
+
+/// The namespace of switchboard's extension properties (`agentChain`).
+pub const MENTIONABLE_NS: &str = "https://mentionable.dev/ns#";
+
+/// Marks an agent's reply note with the hop its agent answered as in an agent conversation
+/// (`agentChain`: `hop`, `maxHops`; an extension property in [`MENTIONABLE_NS`]), so that
+/// another switchboard answering it continues the chain instead of starting a new one.
+pub fn mark_chain(note: &mut Value, chain: AgentChain) {
+    if let Some(m) = note.as_object_mut() {
+        m.insert(
+            "agentChain".into(),
+            json!({"hop": chain.hop, "maxHops": chain.max_hops}),
+        );
+    }
+}
+
+/// The chain a turn answering `note` continues, when the note carries an `agentChain`
+/// ([`mark_chain`]): the next hop, at most the note's `maxHops` (and never above what any
+/// configuration allows).
+#[must_use]
+pub fn chain_of(note: &Value) -> Option<AgentChain> {
+    let c = note.get("agentChain")?;
+    let hop = u32::try_from(c.get("hop")?.as_u64()?).ok()?;
+    let max_hops = u32::try_from(c.get("maxHops")?.as_u64()?)
+        .ok()?
+        .min(crate::config::MAX_MAX_HOPS);
+    if hop == 0 || max_hops == 0 {
+        return None;
+    }
+    let hop = hop.saturating_add(1);
+    Some(AgentChain {
+        hop,
+        max_hops,
+        is_final: hop >= max_hops,
+    })
+}
 
 /// The `@context` of everything we publish.
 #[must_use]
@@ -29,6 +65,8 @@ pub fn context() -> Value {
             "sensitive": "as:sensitive",
             "conversation": "http://ostatus.org#conversation",
             "ostatus": "http://ostatus.org#",
+            "mentionable": MENTIONABLE_NS,
+            "agentChain": "mentionable:agentChain",
         }
     ])
 }
@@ -554,6 +592,26 @@ fn profile_of(doc: &Value, actor_id: &str) -> SenderProfile {
     }
 }
 
+/// Whether an actor document describes a program rather than a person: its `type` is `Service`
+/// or `Application` (how Mastodon, Misskey, GoToSocial and switchboard itself publish bots and
+/// instance actors), or it carries a bot flag some servers add (`bot`, `isBot`: true).
+#[must_use]
+pub fn is_automated(doc: &Value) -> bool {
+    let typed = many(doc.get("type"))
+        .into_iter()
+        .filter_map(Value::as_str)
+        .any(|t| {
+            matches!(
+                t,
+                "Service" | "Application" | "as:Service" | "as:Application"
+            )
+        });
+    let flagged = ["bot", "isBot"]
+        .iter()
+        .any(|k| doc.get(*k).and_then(Value::as_bool) == Some(true));
+    typed || flagged
+}
+
 /// The NormalizedMessage of a woken note: the verified actor as sender, with one piece of
 /// identity evidence (the actor IRI, vouched for by this server's verification of its
 /// signature or proof), and ActivityPub's reply capabilities.
@@ -594,6 +652,7 @@ pub fn note_message(n: WokenNote<'_>) -> NormalizedMessage {
             verified: true,
             key_id: Some(n.key_id.to_owned()),
             identities: Some(vec![evidence]),
+            automated: is_automated(n.actor_doc),
             extra: Extra::new(),
         },
         recipient: n.recipient.to_owned(),
@@ -605,7 +664,7 @@ pub fn note_message(n: WokenNote<'_>) -> NormalizedMessage {
                 envelope_fields: vec!["to".into(), "cc".into()],
                 also_inline: true,
             }),
-            agent_chain: None,
+            agent_chain: n.activity.get("object").and_then(chain_of),
             formats: vec!["text/html".into(), "text/plain".into()],
             attachments: true,
             streaming: false,
@@ -905,5 +964,72 @@ mod tests {
         // Headings are not on Mastodon's allow-list; raw HTML never passes through.
         assert!(!html.contains("<h1"), "{html}");
         assert!(!html.contains("<img"), "{html}");
+    }
+
+    #[test]
+    fn bots_are_told_from_people_by_their_actor_documents() {
+        for doc in [
+            json!({"type": "Service"}),
+            json!({"type": "Application"}),
+            json!({"type": ["Service", "schema:Thing"]}),
+            json!({"type": "Person", "bot": true}),
+            json!({"type": "Person", "isBot": true}),
+        ] {
+            assert!(is_automated(&doc), "{doc}");
+        }
+        for doc in [
+            json!({"type": "Person"}),
+            json!({"type": "Group"}),
+            json!({"type": "Person", "bot": false}),
+            json!({"type": "Person", "bot": "yes"}),
+            json!({}),
+        ] {
+            assert!(!is_automated(&doc), "{doc}");
+        }
+    }
+
+    #[test]
+    fn a_reply_carries_its_hop_and_an_answer_to_it_continues_the_chain() {
+        let mut note = json!({"type": "Note"});
+        mark_chain(
+            &mut note,
+            AgentChain {
+                hop: 1,
+                max_hops: 3,
+                is_final: false,
+            },
+        );
+        assert_eq!(note["agentChain"], json!({"hop": 1, "maxHops": 3}));
+        assert_eq!(
+            chain_of(&note),
+            Some(AgentChain {
+                hop: 2,
+                max_hops: 3,
+                is_final: false,
+            })
+        );
+        let last = json!({"agentChain": {"hop": 2, "maxHops": 3}});
+        assert_eq!(
+            chain_of(&last).map(|c| (c.hop, c.is_final)),
+            Some((3, true))
+        );
+        // Past the limit: the hop says so, and the pipeline holds the turn.
+        let past = json!({"agentChain": {"hop": 3, "maxHops": 3}});
+        assert_eq!(chain_of(&past).map(|c| c.hop), Some(4));
+        // Nonsense is no chain; an absurd limit is capped.
+        for bad in [
+            json!({}),
+            json!({"agentChain": {"hop": 0, "maxHops": 3}}),
+            json!({"agentChain": {"hop": "1", "maxHops": 3}}),
+            json!({"agentChain": {"hop": 1}}),
+            json!({"agentChain": {"hop": -1, "maxHops": 3}}),
+        ] {
+            assert_eq!(chain_of(&bad), None, "{bad}");
+        }
+        let huge = json!({"agentChain": {"hop": 1, "maxHops": 4_000_000_000_u64}});
+        assert_eq!(
+            chain_of(&huge).map(|c| c.max_hops),
+            Some(crate::config::MAX_MAX_HOPS)
+        );
     }
 }

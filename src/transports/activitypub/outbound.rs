@@ -325,6 +325,16 @@ impl Inner {
             .ed25519(&Inner::ed_key_name(&agent.name))
             .await
             .map_err(temp)?;
+        // The hop this answer is in its agent conversation: the turn's own, or the first.
+        let chain =
+            d.original
+                .recipient_capabilities
+                .agent_chain
+                .unwrap_or(crate::message::AgentChain {
+                    hop: 1,
+                    max_hops: agent.limits.max_hops,
+                    is_final: agent.limits.max_hops <= 1,
+                });
         let mut creates = Vec::with_capacity(groups.len());
         let mut attachments = Some(attachments);
         let mut previous: Option<String> = None;
@@ -350,7 +360,8 @@ impl Inner {
                 published: &published,
             };
             // Attachments go with the first note, the one answering the original.
-            let note = mapping::reply_note(&plan, attachments.take().unwrap_or_default());
+            let mut note = mapping::reply_note(&plan, attachments.take().unwrap_or_default());
+            mapping::mark_chain(&mut note, chain);
             let mut create = mapping::create_of(&note);
             proof::attach(
                 &mut create,
@@ -461,6 +472,14 @@ impl Inner {
 impl Transport for ActivityPub {
     fn name(&self) -> &str {
         NAME
+    }
+
+    /// Any server may deliver; an answer is a new note its author may answer.
+    fn exposure(&self) -> crate::pipeline::Exposure {
+        crate::pipeline::Exposure {
+            open: true,
+            answers_in_request: false,
+        }
     }
 
     fn sends_in_jobs(&self) -> bool {

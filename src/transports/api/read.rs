@@ -325,7 +325,11 @@ pub(super) async fn get_response(
             let view = message_view(&db, &id).await?;
             if matches!(
                 view.status.status,
-                Status::NoReply | Status::Failed | Status::Merged | Status::Interrupted
+                Status::NoReply
+                    | Status::Failed
+                    | Status::Merged
+                    | Status::Interrupted
+                    | Status::Held
             ) {
                 return Ok(Found::Never(view.status));
             }

@@ -10,8 +10,8 @@ use crate::store::threads::DeliveryRow;
 /// What a message's status is derived from.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Facts<'a> {
-    /// `no_reply`, `failed`, `merged` or `interrupted`, when its dispatch ended without a
-    /// response.
+    /// `no_reply`, `failed`, `merged`, `interrupted` or `held`, when its dispatch ended without
+    /// a response.
     pub outcome: Option<&'a str>,
     /// The class of a failure.
     pub error_class: Option<&'a str>,
@@ -29,6 +29,7 @@ fn view(status: Status) -> StatusView {
     StatusView {
         status,
         error_class: None,
+        reason: None,
     }
 }
 
@@ -70,6 +71,13 @@ pub fn derive(f: &Facts<'_>) -> StatusView {
         (Some("failed"), _) | (None, Some("dead")) => StatusView {
             status: Status::Failed,
             error_class: Some(f.error_class.unwrap_or("agent_error").to_owned()),
+            reason: None,
+        },
+        // A held message's reason is recorded as its class.
+        (Some("held"), _) => StatusView {
+            status: Status::Held,
+            error_class: None,
+            reason: f.error_class.map(str::to_owned),
         },
         (Some("interrupted"), _) => view(Status::Interrupted),
         _ => view(Status::NoReply),

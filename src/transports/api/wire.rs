@@ -124,6 +124,9 @@ pub enum Status {
     Delivered,
     /// The response could not be delivered.
     DeliveryFailed,
+    /// A safety rule held the message (see `reason`): it is stored, its agent was not called,
+    /// there will be no response.
+    Held,
 }
 
 /// A message's status.
@@ -135,6 +138,12 @@ pub struct StatusView {
     /// `agent_refused` (it refused the request) or `agent_error` (any other lasting failure).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_class: Option<String>,
+    /// For `held`: the rule that held it: `bot-loop` (an automated party past its conversation
+    /// budget with the agent), `max-hops` (an agent conversation continued from another server
+    /// past its hop limit), `refused` or `rate-limited` (a turn relayed by another agent that
+    /// the woken agent's own access rules or rate limits refuse).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// `GET /api/v1/messages/{id}`: a message to an agent and where it is.

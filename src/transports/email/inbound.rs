@@ -513,6 +513,9 @@ impl Inbound {
             verified,
             key_id: key_id.filter(|_| verified),
             identities: identity.map(|e| vec![e]),
+            // Only an agent's mail carries an agent conversation's hop; automatic mail of any
+            // other kind is never answered at all (RFC 3834, `no_reply`).
+            automated: mail.agent_chain.is_some(),
             extra: Extra::new(),
         };
         NormalizedMessage {
@@ -528,7 +531,7 @@ impl Inbound {
                 mention_relay: MentionRelay::RecipientField(RecipientFieldRelay {
                     fields: vec!["to".into(), "cc".into()],
                 }),
-                agent_chain: None,
+                agent_chain: mail.agent_chain,
                 formats: vec!["text/plain".into(), "text/html".into()],
                 attachments: true,
                 streaming: false,

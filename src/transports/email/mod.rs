@@ -509,6 +509,14 @@ impl Transport for EmailTransport {
         NAME
     }
 
+    /// Anyone may send mail; an answer is a new mail the sender may answer.
+    fn exposure(&self) -> crate::pipeline::Exposure {
+        crate::pipeline::Exposure {
+            open: true,
+            answers_in_request: false,
+        }
+    }
+
     async fn deliver(&self, d: &Delivery) -> std::result::Result<(), OutboundError> {
         if d.response.parts.is_empty() {
             return Ok(());
@@ -608,8 +616,27 @@ impl Transport for EmailTransport {
             html,
             files,
         };
-        let unsigned =
+        let mut unsigned =
             outbound::build_reply(&input).map_err(|e| OutboundError::permanent(e.to_string()))?;
+        // The hop this answer is in its agent conversation: the turn's own, or the first.
+        let chain =
+            d.original
+                .recipient_capabilities
+                .agent_chain
+                .unwrap_or(crate::message::AgentChain {
+                    hop: 1,
+                    max_hops: crate::config::DEFAULT_MAX_HOPS,
+                    is_final: false,
+                });
+        unsigned.splice(
+            0..0,
+            format!(
+                "{}: {}\r\n",
+                parse::CHAIN_HEADER,
+                parse::chain_header(chain)
+            )
+            .into_bytes(),
+        );
         let key = self
             .keys
             .rsa(&dkim_key_name(&self.selector))

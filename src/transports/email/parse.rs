@@ -96,6 +96,45 @@ pub struct ParsedMail {
     pub no_reply: Option<&'static str>,
     /// A delivery status notification: `Some(failed)`, the final status of its first recipient.
     pub dsn: Option<Dsn>,
+    /// The agent conversation an answer to this mail continues, when another switchboard's
+    /// agent sent it ([`CHAIN_HEADER`]).
+    pub agent_chain: Option<crate::message::AgentChain>,
+}
+
+/// The header an agent's mail carries its hop in an agent conversation by
+/// (`hop=1; max-hops=3`), so that another switchboard answering it continues the chain.
+pub const CHAIN_HEADER: &str = "X-Mentionable-Agent-Chain";
+
+/// The value of [`CHAIN_HEADER`] for a mail written at `chain`'s hop.
+#[must_use]
+pub fn chain_header(chain: crate::message::AgentChain) -> String {
+    format!("hop={}; max-hops={}", chain.hop, chain.max_hops)
+}
+
+/// The chain a turn answering a mail whose [`CHAIN_HEADER`] is `value` continues: the next hop,
+/// at most the mail's `max-hops` (never above what any configuration allows).
+#[must_use]
+pub fn chain_of(value: &str) -> Option<crate::message::AgentChain> {
+    let (mut hop, mut max_hops) = (None, None);
+    for param in value.split(';') {
+        let (k, v) = param.split_once('=')?;
+        let v: u32 = v.trim().parse().ok()?;
+        match k.trim().to_ascii_lowercase().as_str() {
+            "hop" => hop = Some(v),
+            "max-hops" => max_hops = Some(v.min(crate::config::MAX_MAX_HOPS)),
+            _ => {}
+        }
+    }
+    let (hop, max_hops) = (hop?, max_hops?);
+    if hop == 0 || max_hops == 0 {
+        return None;
+    }
+    let hop = hop.saturating_add(1);
+    Some(crate::message::AgentChain {
+        hop,
+        max_hops,
+        is_final: hop >= max_hops,
+    })
 }
 
 /// What a delivery status notification (RFC 3464) says.
@@ -463,6 +502,7 @@ pub fn parse_with<'x>(
         attachments,
         no_reply: no_reply_reason(&headers, mail_from),
         dsn: dsn(&msg),
+        agent_chain: header(&headers, CHAIN_HEADER).and_then(chain_of),
     };
     Ok((parsed, msg))
 }
@@ -819,5 +859,28 @@ mod tests {
         assert!(d.failed);
         assert!(d.detail.contains("5.1.1"), "{}", d.detail);
         assert_eq!(p.no_reply, Some("null sender"));
+    }
+
+    #[test]
+    fn an_agents_mail_carries_its_hop_and_an_answer_continues_it() {
+        let chain = crate::message::AgentChain {
+            hop: 1,
+            max_hops: 3,
+            is_final: false,
+        };
+        let value = chain_header(chain);
+        assert_eq!(value, "hop=1; max-hops=3");
+        let next = chain_of(&value).unwrap();
+        assert_eq!((next.hop, next.max_hops, next.is_final), (2, 3, false));
+        assert_eq!(chain_of("Max-Hops=3;hop=2").map(|c| c.is_final), Some(true));
+        for bad in ["", "hop=1", "hop=x; max-hops=3", "hop=0; max-hops=3", "hop"] {
+            assert_eq!(chain_of(bad), None, "{bad}");
+        }
+        let raw = format!(
+            "{CHAIN_HEADER}: {value}\r\nFrom: a@x.example\r\nTo: b@y.example\r\n\
+             Subject: s\r\n\r\nhi\r\n"
+        );
+        let parsed = parse(raw.as_bytes(), "a@x.example", 10).unwrap();
+        assert_eq!(parsed.agent_chain.map(|c| c.hop), Some(2));
     }
 }

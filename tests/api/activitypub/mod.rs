@@ -17,6 +17,7 @@ mod handle_domain;
 mod inbox;
 mod interop;
 mod interop_rs;
+mod loops;
 mod multi_agent;
 pub(crate) mod remote;
 mod verification;

@@ -151,6 +151,19 @@ impl Remote {
         id
     }
 
+    /// Publishes an actor with the fixture key, as a bot (`type: Service`).
+    pub(crate) fn add_bot(&self, name: &str) -> String {
+        let id = self.add_actor(name);
+        let path = format!("/users/{name}");
+        let mut doc: Value = {
+            let docs = self.docs.lock().unwrap();
+            serde_json::from_str(&docs[&path].1).unwrap()
+        };
+        doc["type"] = json!("Service");
+        self.set(&path, 200, &doc);
+        id
+    }
+
     /// Serves `doc` at `path` with `status`.
     pub(crate) fn set(&self, path: &str, status: u16, doc: &Value) {
         self.docs
