@@ -469,14 +469,12 @@ impl A2aAgent {
         // The chain always travels, so that the remote agent, and any agent its own backend
         // calls in turn, is judged as a turn of an agent conversation (its hop limit, and the
         // budget an agent gives other agents): a person's turn opens one at hop 1.
-        let chain = msg
-            .recipient_capabilities
-            .agent_chain
-            .unwrap_or(crate::message::AgentChain {
-                hop: 1,
-                max_hops: crate::config::DEFAULT_MAX_HOPS,
-                is_final: crate::config::DEFAULT_MAX_HOPS <= 1,
-            });
+        let chain =
+            msg.recipient_capabilities
+                .agent_chain
+                .unwrap_or(crate::message::AgentChain::first(
+                    crate::config::DEFAULT_MAX_HOPS,
+                ));
         message["metadata"] = json!({"mentionable": {
             "agent_chain": chain,
             "on_behalf_of": msg.on_behalf_of(),

@@ -771,6 +771,18 @@ pub struct AgentChain {
     pub is_final: bool,
 }
 
+impl AgentChain {
+    /// The first hop of a chain of at most `max_hops`: the answer to a person.
+    #[must_use]
+    pub const fn first(max_hops: u32) -> Self {
+        Self {
+            hop: 1,
+            max_hops,
+            is_final: max_hops <= 1,
+        }
+    }
+}
+
 /// An agent's answer to one NormalizedMessage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NormalizedResponse {

@@ -183,41 +183,14 @@ impl DispatchHandler {
         origin: &crate::message::Sender,
     ) -> std::result::Result<Option<super::Hold>, OutboundError> {
         let core = &self.0;
-        if let Err(denial) = agent.access.decide(origin) {
-            core.metrics.refused(&agent.name, transport, denial.label());
-            tracing::info!(
-                agent = %agent.name,
-                transport,
-                reason = denial.label(),
-                evidence = %crate::access::evidence_summary(origin),
-                "relayed turn refused by the woken agent's access rules"
-            );
+        if core.authorize(agent, transport, origin).is_err() {
             return Ok(Some(super::Hold::Refused));
         }
-        let open = core.transports.exposure(transport).open;
         let over = core
-            .rates
-            .hit(
-                &agent.limits,
-                &agent.name,
-                transport,
-                open,
-                origin,
-                core.clock.now_ms(),
-            )
+            .over_rate(agent, transport, origin)
             .await
             .map_err(internal)?;
-        if over.is_some() {
-            core.metrics.refused(&agent.name, transport, "rate_limited");
-            tracing::info!(
-                agent = %agent.name,
-                transport,
-                evidence = %crate::access::evidence_summary(origin),
-                "relayed turn over the woken agent's rate limit"
-            );
-            return Ok(Some(super::Hold::RateLimited));
-        }
-        Ok(None)
+        Ok(over.map(|_| super::Hold::RateLimited))
     }
 
     /// The earlier messages the turn of `row` takes in, or how its job ends without a call

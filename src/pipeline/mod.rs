@@ -175,6 +175,52 @@ pub struct Core {
 }
 
 impl Core {
+    /// As [`Pipeline::authorize`]: every path into an agent passes here, relayed turns too.
+    fn authorize(&self, agent: &Agent, transport: &str, sender: &Sender) -> Result<()> {
+        let Err(denial) = agent.access.decide(sender) else {
+            return Ok(());
+        };
+        self.metrics.refused(&agent.name, transport, denial.label());
+        tracing::info!(
+            agent = %agent.name,
+            transport,
+            reason = denial.label(),
+            evidence = %crate::access::evidence_summary(sender),
+            "refused by the agent's access rules"
+        );
+        Err(Error::Refused {
+            authenticated: sender.identities.as_ref().is_some_and(|i| !i.is_empty()),
+        })
+    }
+
+    /// Counts a message from `sender` to `agent` in the agent's rate limits (the built-in
+    /// defaults where `transport` faces the open networks); `Some(seconds)` to wait when it is
+    /// over one of them, counted and logged.
+    async fn over_rate(
+        &self,
+        agent: &Agent,
+        transport: &str,
+        sender: &Sender,
+    ) -> Result<Option<u64>> {
+        let open = self.transports.exposure(transport).open;
+        let now_ms = self.clock.now_ms();
+        let over = self
+            .rates
+            .hit(&agent.limits, &agent.name, transport, open, sender, now_ms)
+            .await?;
+        if let Some(retry_after_s) = over {
+            self.metrics.refused(&agent.name, transport, "rate_limited");
+            tracing::info!(
+                agent = %agent.name,
+                transport,
+                retry_after_s,
+                evidence = %crate::access::evidence_summary(sender),
+                "over the agent's rate limit"
+            );
+        }
+        Ok(over)
+    }
+
     /// Whether a message the agent's access rules and rate limits let in is still not to be
     /// answered: a chain continued from another server past its hop limit, or an automated
     /// party past its conversation budget (counted here). A transport that answers in the
@@ -284,22 +330,7 @@ impl Pipeline {
     /// # Errors
     /// [`Error::Refused`] when the rules refuse the sender.
     pub fn authorize(&self, agent: &Agent, transport: &str, sender: &Sender) -> Result<()> {
-        let Err(denial) = agent.access.decide(sender) else {
-            return Ok(());
-        };
-        self.core
-            .metrics
-            .refused(&agent.name, transport, denial.label());
-        tracing::info!(
-            agent = %agent.name,
-            transport,
-            reason = denial.label(),
-            evidence = %crate::access::evidence_summary(sender),
-            "refused by the agent's access rules"
-        );
-        Err(Error::Refused {
-            authenticated: sender.identities.as_ref().is_some_and(|i| !i.is_empty()),
-        })
+        self.core.authorize(agent, transport, sender)
     }
 
     async fn submit(
@@ -321,29 +352,7 @@ impl Pipeline {
         self.authorize(&agent, transport, &msg.sender)?;
         let exposure = self.core.transports.exposure(transport);
         let now_ms = self.core.clock.now_ms();
-        if let Some(retry_after_s) = self
-            .core
-            .rates
-            .hit(
-                &agent.limits,
-                &agent.name,
-                transport,
-                exposure.open,
-                &msg.sender,
-                now_ms,
-            )
-            .await?
-        {
-            self.core
-                .metrics
-                .refused(&agent.name, transport, "rate_limited");
-            tracing::info!(
-                agent = %agent.name,
-                transport,
-                retry_after_s,
-                evidence = %crate::access::evidence_summary(&msg.sender),
-                "over the agent's rate limit"
-            );
+        if let Some(retry_after_s) = self.core.over_rate(&agent, transport, &msg.sender).await? {
             return Err(Error::RateLimited { retry_after_s });
         }
         let held = self

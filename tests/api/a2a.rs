@@ -735,7 +735,13 @@ on_both_engines!(a_resend_while_running_joins_its_task);
 /// older version, is unit-tested in `transports::a2a::tasks`: the race it guards against is too
 /// narrow to show up here reliably.)
 async fn concurrent_blocking_sends_all_complete(engine: Engine) {
-    let t = spawn_app(engine, |c, _| c.a2a.blocking_timeout_ms = 5_000).await;
+    // 200 at once from one anonymous caller: past the built-in per-sender limit, which this
+    // operator removes.
+    let t = spawn_app(engine, |c, _| {
+        c.a2a.blocking_timeout_ms = 5_000;
+        c.limits.per_sender = Some(switchboard::config::Rate::OFF);
+    })
+    .await;
     let sends = (0..200).map(|i| {
         let t = &t;
         async move {

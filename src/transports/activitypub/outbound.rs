@@ -326,15 +326,11 @@ impl Inner {
             .await
             .map_err(temp)?;
         // The hop this answer is in its agent conversation: the turn's own, or the first.
-        let chain =
-            d.original
-                .recipient_capabilities
-                .agent_chain
-                .unwrap_or(crate::message::AgentChain {
-                    hop: 1,
-                    max_hops: agent.limits.max_hops,
-                    is_final: agent.limits.max_hops <= 1,
-                });
+        let chain = d
+            .original
+            .recipient_capabilities
+            .agent_chain
+            .unwrap_or(crate::message::AgentChain::first(agent.limits.max_hops));
         let mut creates = Vec::with_capacity(groups.len());
         let mut attachments = Some(attachments);
         let mut previous: Option<String> = None;

@@ -619,15 +619,9 @@ impl Transport for EmailTransport {
         let mut unsigned =
             outbound::build_reply(&input).map_err(|e| OutboundError::permanent(e.to_string()))?;
         // The hop this answer is in its agent conversation: the turn's own, or the first.
-        let chain =
-            d.original
-                .recipient_capabilities
-                .agent_chain
-                .unwrap_or(crate::message::AgentChain {
-                    hop: 1,
-                    max_hops: crate::config::DEFAULT_MAX_HOPS,
-                    is_final: false,
-                });
+        let chain = d.original.recipient_capabilities.agent_chain.unwrap_or(
+            crate::message::AgentChain::first(crate::config::DEFAULT_MAX_HOPS),
+        );
         unsigned.splice(
             0..0,
             format!(
