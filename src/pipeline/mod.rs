@@ -86,7 +86,8 @@ pub(crate) enum Hold {
 }
 
 impl Hold {
-    /// The reason as the read API, the logs and `switchboard_refused_total` name it.
+    /// The reason as the read API and the logs name it (and `switchboard_refused_total` for a
+    /// budget or a hop limit; a refused relayed turn is counted with the access rules' reason).
     pub(crate) const fn label(self) -> &'static str {
         match self {
             Self::BotLoop => "bot-loop",
