@@ -152,6 +152,7 @@ fn config(db: &str) -> Config {
     c.net.allow_private_addresses = true;
     c.queue.poll_interval_ms = 50;
     c.email.enabled = false;
+    loadgen::unlimited(&mut c.limits);
     c
 }
 

@@ -250,6 +250,8 @@ async fn start(dir: &std::path::Path, port: u16, stream: bool) -> switchboard::A
     config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
     config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
     config.email.enabled = false;
+    // One caller at full speed: the built-in per-sender limit (docs/safety.md) would refuse it.
+    config.limits.per_sender = Some(switchboard::config::Rate::OFF);
     config.net.allow_private_addresses = true;
     config.database.url = Secret::new(format!(
         "sqlite://{}",

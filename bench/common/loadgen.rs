@@ -20,6 +20,14 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+/// Removes the built-in per-sender and per-host rate limits (docs/safety.md) from a benchmarked
+/// server's `limits`: a benchmark is one sender at full speed, which they would refuse, and the
+/// peers it is compared with limit nothing.
+pub fn unlimited(limits: &mut switchboard::config::LimitsConfig) {
+    limits.per_sender = Some(switchboard::config::Rate::OFF);
+    limits.per_host = Some(switchboard::config::Rate::OFF);
+}
+
 /// One HTTP request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HttpRequest {
