@@ -88,7 +88,10 @@ pub enum Reject {
     /// `aud` is not the endpoint the assertion was sent to.
     #[error("wrong-audience")]
     WrongAudience,
-    /// `exp - iat` is over [`MAX_LIFETIME_S`] (or not positive).
+    /// `exp` is not after `iat`.
+    #[error("invalid-lifetime")]
+    InvalidLifetime,
+    /// `exp - iat` is over [`MAX_LIFETIME_S`].
     #[error("ttl-exceeded")]
     TtlExceeded,
     /// `iat` or `nbf` is in the future beyond the skew.
@@ -131,6 +134,7 @@ impl Reject {
             Self::InvalidSignature => "invalid-signature",
             Self::MissingClaim => "missing-claim",
             Self::WrongAudience => "wrong-audience",
+            Self::InvalidLifetime => "invalid-lifetime",
             Self::TtlExceeded => "ttl-exceeded",
             Self::NotYetValid => "not-yet-valid",
             Self::Expired => "expired",
@@ -454,7 +458,10 @@ impl TrustVerifier {
             return Err(Reject::WrongAudience);
         }
         let lifetime = exp.saturating_sub(iat);
-        if lifetime <= 0 || lifetime > MAX_LIFETIME_S {
+        if lifetime <= 0 {
+            return Err(Reject::InvalidLifetime);
+        }
+        if lifetime > MAX_LIFETIME_S {
             return Err(Reject::TtlExceeded);
         }
         let now = self.clock.now_s();

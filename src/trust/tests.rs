@@ -270,8 +270,18 @@ async fn ttl_exceeded() {
         c.insert("exp".into(), json!(NOW_S + 601));
     })
     .await;
-    rejects(Reject::TtlExceeded, |c| {
+}
+
+/// An assertion that expires when or before it was issued has no lifetime at all: another
+/// fault than a lifetime too long.
+#[tokio::test]
+async fn invalid_lifetime() {
+    rejects(Reject::InvalidLifetime, |c| {
         c.insert("exp".into(), json!(NOW_S));
+    })
+    .await;
+    rejects(Reject::InvalidLifetime, |c| {
+        c.insert("exp".into(), json!(NOW_S - 1));
     })
     .await;
 }
