@@ -57,6 +57,33 @@ pub fn absolute_kid(did: &str, kid: &str) -> String {
     }
 }
 
+/// Whether `s` is a non-empty URI fragment (RFC 3986 §3.5): `pchar`, `/` and `?` only, each `%`
+/// followed by two hex digits.
+#[must_use]
+pub fn is_fragment(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = |j: usize| b.get(j).is_some_and(u8::is_ascii_hexdigit);
+                if !(hex(i + 1) && hex(i + 2)) {
+                    return false;
+                }
+                i += 3;
+                continue;
+            }
+            c if c.is_ascii_alphanumeric() => {}
+            // unreserved, sub-delims, ":" and "@" (pchar), "/" and "?".
+            b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+'
+            | b',' | b';' | b'=' | b':' | b'@' | b'/' | b'?' => {}
+            _ => return false,
+        }
+        i += 1;
+    }
+    !b.is_empty()
+}
+
 /// Why a DID document could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DocumentError {
@@ -165,5 +192,24 @@ mod tests {
             ),
             Err(DocumentError::WrongId)
         );
+    }
+
+    #[test]
+    fn a_fragment_is_rfc_3986_fragment_syntax() {
+        for ok in [
+            "assert-1",
+            "k%20y",
+            "a/b?c",
+            "key:1@x",
+            "!$&'()*+,;=-._~",
+            "%Af",
+        ] {
+            assert!(is_fragment(ok), "{ok:?}");
+        }
+        for bad in [
+            "", "%zz", "%", "%a", "a%g0", "a#b", "a b", "k[1]", "é", "a\u{0}b", "<k>",
+        ] {
+            assert!(!is_fragment(bad), "{bad:?}");
+        }
     }
 }

@@ -350,7 +350,7 @@ impl TrustVerifier {
             let fragment = abs
                 .strip_prefix(&issuer.cfg.issuer)
                 .and_then(|r| r.strip_prefix('#'));
-            if fragment.is_none_or(str::is_empty) {
+            if !fragment.is_some_and(did::is_fragment) {
                 return Err(Reject::KidNotAuthorized);
             }
             abs

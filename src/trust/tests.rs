@@ -392,7 +392,18 @@ async fn kid_not_authorized() {
         // (nothing listens where the DID points, so a fetch would fail otherwise).
         let mut c = claims("did");
         c.insert("iss".into(), json!("did:web:127.0.0.1%3A1"));
-        for kid in ["did:web:other.example#k", "key-1", "did:web:127.0.0.1%3A1#"] {
+        for kid in [
+            "did:web:other.example#k",
+            "key-1",
+            "did:web:127.0.0.1%3A1#",
+            // Not RFC 3986 fragment syntax.
+            "#%zz",
+            "did:web:127.0.0.1%3A1#%zz",
+            "#%4",
+            "#a#b",
+            "#a b",
+            "#k[0]",
+        ] {
             let jws = sign(&key, SUBJECT_TYP, kid, &c);
             assert_eq!(
                 f.verifier.verify(&jws, &expected()).await.map(|_| ()),
