@@ -6,13 +6,16 @@
 //! [`TrustVerifier::verify_all`] returns to `sender.identities`.
 //!
 //! The order of the checks is fixed, and nothing is fetched for an issuer that is not trusted:
-//! the JWS's form, `typ`, `alg`, the issuer, the `kid`'s shape, the keys (the DID document of a
-//! `did:web` issuer, a JWKS or static keys; `kid` must be listed, under `assertionMethod` for a
-//! DID), the signature, the claims present, `aud`, the lifetime and time window, method,
-//! subject and assurance against the issuer's allowances, a continuation's task, and last the
-//! single use of `(iss, jti)` in the database.
+//! the JWS's form, `typ`, `alg`, the issuer, the `kid`'s shape (for a DID, a fragment of it in
+//! RFC 3986 syntax), the keys (the DID document of a `did:web` issuer, a JWKS or static keys;
+//! `kid` must be listed, under `assertionMethod` for a DID, by a verification method the
+//! identity profile allows: controlled by the issuer, of type `JsonWebKey`, with a public
+//! Ed25519 or P-256 JWK as its only key material), the signature, the claims present, `aud`, the
+//! lifetime and time window, method, subject and assurance against the issuer's allowances, a
+//! continuation's task, and last the single use of `(iss, jti)` in the database.
 
 pub mod did;
+pub mod jwk;
 #[cfg(test)]
 mod tests;
 
@@ -73,7 +76,9 @@ pub enum Reject {
     /// `iss` is not a configured issuer.
     #[error("untrusted-issuer")]
     UntrustedIssuer,
-    /// `kid` is missing, not the issuer's, or not among its assertion keys.
+    /// `kid` is missing, not the issuer's, not among its assertion keys, or names a key the
+    /// identity profile does not allow (a verification method of another controller or type,
+    /// with other key material, or a JWK that is private or unusable).
     #[error("kid-not-authorized")]
     KidNotAuthorized,
     /// The issuer's keys could not be fetched or read.
@@ -232,10 +237,10 @@ impl TrustVerifier {
                     .iter()
                     .filter_map(|k| {
                         let v = serde_json::to_value(k).ok()?;
-                        match serde_json::from_value(v) {
+                        match jwk::public_key(&v) {
                             Ok(jwk) => Some(jwk),
                             Err(e) => {
-                                tracing::warn!(issuer = %c.issuer, error = %e, "trust.issuers: an unreadable static key is ignored");
+                                tracing::warn!(issuer = %c.issuer, error = %e, "trust.issuers: an unusable static key is ignored");
                                 None
                             }
                         }
@@ -358,7 +363,9 @@ impl TrustVerifier {
             kid.to_owned()
         };
         let jwk = self.key(issuer, &kid).await?;
-        let key = DecodingKey::from_jwk(&jwk).map_err(|_| Reject::KeyFetchFailed)?;
+        // Checked as a public key already (`jwk::public_key`); one the JWT library still cannot
+        // read is no more usable.
+        let key = DecodingKey::from_jwk(&jwk).map_err(|_| Reject::KidNotAuthorized)?;
         let mut v = Validation::new(alg);
         v.validate_exp = false;
         v.validate_nbf = false;
@@ -373,8 +380,9 @@ impl TrustVerifier {
             .await
     }
 
-    /// The issuer's key named `kid`: from its DID document (listed under `assertionMethod`),
-    /// else its static keys, else its JWKS; refetched once when `kid` is not found.
+    /// The issuer's key named `kid`: from its DID document (listed under `assertionMethod` by a
+    /// verification method the profile allows), else its static keys, else its JWKS (a public
+    /// key the profile allows); refetched once when `kid` is not found.
     async fn key(&self, issuer: &Issuer, kid: &str) -> Result<Jwk, Reject> {
         let iss = &issuer.cfg.issuer;
         if iss.starts_with("did:web:") {
@@ -390,6 +398,10 @@ impl TrustVerifier {
                 match did::assertion_key(&doc, iss, kid) {
                     Ok(Some(jwk)) => return Ok(jwk),
                     Ok(None) => {}
+                    Err(did::DocumentError::Method(e)) => {
+                        tracing::info!(issuer = %iss, kid, error = %e, "verification method not allowed");
+                        return Err(Reject::KidNotAuthorized);
+                    }
                     Err(e) => {
                         tracing::info!(issuer = %iss, error = %e, "DID document unusable");
                         return Err(Reject::KeyFetchFailed);
@@ -407,10 +419,20 @@ impl TrustVerifier {
                     tracing::info!(issuer = %iss, error = %e, "JWKS fetch failed");
                     Reject::KeyFetchFailed
                 })?;
-                let set: JwkSet =
+                let set: Value =
                     serde_json::from_slice(&body).map_err(|_| Reject::KeyFetchFailed)?;
-                if let Some(jwk) = set.find(kid) {
-                    return Ok(jwk.clone());
+                let keys = set
+                    .get("keys")
+                    .and_then(Value::as_array)
+                    .ok_or(Reject::KeyFetchFailed)?;
+                if let Some(key) = keys
+                    .iter()
+                    .find(|k| k.get("kid").and_then(Value::as_str) == Some(kid))
+                {
+                    return jwk::public_key(key).map_err(|e| {
+                        tracing::info!(issuer = %iss, kid, error = %e, "JWKS key not allowed");
+                        Reject::KidNotAuthorized
+                    });
                 }
             }
         }

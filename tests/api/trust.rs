@@ -59,7 +59,7 @@ fn connector() -> Connector {
         "@context": ["https://www.w3.org/ns/did/v1"],
         "id": did,
         "verificationMethod": [{
-            "id": format!("{did}#assert-1"), "type": "JsonWebKey2020", "controller": did,
+            "id": format!("{did}#assert-1"), "type": "JsonWebKey", "controller": did,
             "publicKeyJwk": {"kty": "OKP", "crv": "Ed25519", "x": x},
         }],
         "assertionMethod": ["#assert-1"],
