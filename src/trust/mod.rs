@@ -11,8 +11,9 @@
 //! `kid` must be listed, under `assertionMethod` for a DID, by a verification method the
 //! identity profile allows: controlled by the issuer, of type `JsonWebKey`, with a public
 //! Ed25519 or P-256 JWK as its only key material), the signature, the claims present, `aud`, the
-//! lifetime and time window, method, subject and assurance against the issuer's allowances, a
-//! continuation's task, and last the single use of `(iss, jti)` in the database.
+//! lifetime and time window, method, subject and assurance against the issuer's allowances (a
+//! continuation's are those of the subject assertion that opened its task), a continuation's
+//! task, and last the single use of `(iss, jti)` in the database.
 
 pub mod did;
 pub mod jwk;
@@ -160,6 +161,9 @@ pub struct Expected<'a> {
     pub audiences: &'a [String],
     /// The task a later turn continues; `None` for a first turn (no continuation accepted).
     pub task_id: Option<&'a str>,
+    /// The evidence of the turn that opened that task: a continuation assertion vouches for the
+    /// subject of a `signed-attestation` in it, from the same issuer (empty on a first turn).
+    pub opening: &'a [IdentityEvidence],
     /// The transport the assertion came over (the evidence's `source.transport`).
     pub transport: &'a str,
 }
@@ -440,7 +444,8 @@ impl TrustVerifier {
     }
 
     /// The claim checks after the signature, in order: presence, audience, lifetime, time
-    /// window, the issuer's allowances, a continuation's task.
+    /// window, the issuer's allowances (for a continuation, after finding the subject assertion
+    /// that opened its task, whose method and assurance it carries on), a continuation's task.
     fn check_claims(
         &self,
         issuer: &Issuer,
@@ -450,7 +455,16 @@ impl TrustVerifier {
     ) -> Result<Checked, Reject> {
         let sub = str_claim(claims, "sub")?.to_owned();
         let jti = str_claim(claims, "jti")?.to_owned();
-        let method = str_claim(claims, "mentionable_method")?.to_owned();
+        // A continuation never needs one: its method is that of the task's opening assertion.
+        let method_claim = if continuation {
+            match claims.get("mentionable_method") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(m)) => Some(m.as_str()),
+                Some(_) => return Err(Reject::Malformed),
+            }
+        } else {
+            Some(str_claim(claims, "mentionable_method")?)
+        };
         let iat = int_claim(claims, "iat")?.ok_or(Reject::MissingClaim)?;
         let exp = int_claim(claims, "exp")?.ok_or(Reject::MissingClaim)?;
         let nbf = int_claim(claims, "nbf")?;
@@ -493,6 +507,28 @@ impl TrustVerifier {
         if now > exp.saturating_add(SKEW_S) {
             return Err(Reject::Expired);
         }
+        // A continuation vouches for the subject its task was opened for, by the same issuer:
+        // its method and assurance are that subject assertion's.
+        let opening = if continuation {
+            let opening = expected
+                .opening
+                .iter()
+                .find(|e| {
+                    matches!(e.proof, Proof::SignedAttestation(_))
+                        && e.issuer == issuer.cfg.issuer
+                        && e.subject == sub
+                })
+                .ok_or(Reject::InvalidSubject)?;
+            Some((opening.method.as_str(), opening.assurance.as_str()))
+        } else {
+            None
+        };
+        let method = match (opening, method_claim) {
+            (Some((opened, _)), Some(m)) if m != opened => return Err(Reject::InvalidMethod),
+            (Some((opened, _)), _) => opened.to_owned(),
+            (None, Some(m)) => m.to_owned(),
+            (None, None) => return Err(Reject::MissingClaim),
+        };
         if !issuer.cfg.methods.contains(&method) {
             return Err(Reject::InvalidMethod);
         }
@@ -505,16 +541,23 @@ impl TrustVerifier {
         {
             return Err(Reject::InvalidSubject);
         }
+        let opened = opening.map(|(_, a)| a);
         let assurance = match claims.get("mentionable_assurance") {
-            None | Some(Value::Null) => issuer
-                .cfg
-                .assurance
-                .first()
-                .cloned()
-                .ok_or(Reject::InvalidAssurance)?,
-            Some(Value::String(a)) if issuer.cfg.assurance.contains(a) => a.clone(),
+            None | Some(Value::Null) => match opened {
+                Some(a) => a.to_owned(),
+                None => issuer
+                    .cfg
+                    .assurance
+                    .first()
+                    .cloned()
+                    .ok_or(Reject::InvalidAssurance)?,
+            },
+            Some(Value::String(a)) if opened.is_none_or(|o| o == a) => a.clone(),
             Some(_) => return Err(Reject::InvalidAssurance),
         };
+        if !issuer.cfg.assurance.contains(&assurance) {
+            return Err(Reject::InvalidAssurance);
+        }
         if let (Some(task), Some(want)) = (&task, expected.task_id)
             && task != want
         {

@@ -176,6 +176,7 @@ fn expected() -> Expected<'static> {
     Expected {
         audiences: &AUDS,
         task_id: None,
+        opening: &[],
         transport: "a2a",
     }
 }
@@ -514,12 +515,28 @@ async fn replayed() {
 async fn continuations_name_their_task() {
     let f = fixture().await;
     let auds = vec![AUD.to_owned()];
-    let later = Expected {
-        audiences: &auds,
-        task_id: Some("task-1"),
-        transport: "a2a",
-    };
     for key in keys() {
+        // The subject assertion that opened the task.
+        let opened = f
+            .verifier
+            .verify(
+                &sign(
+                    &key,
+                    SUBJECT_TYP,
+                    key.kid,
+                    &claims(&format!("open-{}", key.kid)),
+                ),
+                &expected(),
+            )
+            .await
+            .unwrap();
+        let opening = [opened];
+        let later = Expected {
+            audiences: &auds,
+            task_id: Some("task-1"),
+            opening: &opening,
+            transport: "a2a",
+        };
         let mut c = claims(&format!("cont-{}", key.kid));
         c.insert("mentionable_task_id".into(), json!("task-1"));
         let jws = sign(&key, CONTINUATION_TYP, key.kid, &c);
@@ -538,6 +555,77 @@ async fn continuations_name_their_task() {
             f.verifier.verify(&jws, &later).await.map(|_| ()),
             Err(Reject::MissingClaim)
         );
+    }
+}
+
+/// The profile's continuations carry no `mentionable_method`: the method and assurance are
+/// those of the subject assertion that opened the task, whose issuer and subject the
+/// continuation must name.
+#[tokio::test]
+async fn a_continuation_carries_on_the_subject_that_opened_its_task() {
+    let f = fixture().await;
+    let auds = vec![AUD.to_owned()];
+    for key in keys() {
+        let mut first = claims(&format!("open-{}", key.kid));
+        first.insert("mentionable_assurance".into(), json!("platform"));
+        let opened = f
+            .verifier
+            .verify(&sign(&key, SUBJECT_TYP, key.kid, &first), &expected())
+            .await
+            .unwrap();
+        let opening = [opened];
+        let later = Expected {
+            audiences: &auds,
+            task_id: Some("task-1"),
+            opening: &opening,
+            transport: "a2a",
+        };
+        let continuation = |jti: &str| {
+            let mut c = claims(&format!("{jti}-{}", key.kid));
+            c.remove("mentionable_method");
+            c.insert("mentionable_task_id".into(), json!("task-1"));
+            c
+        };
+        let check = |c: &Map<String, Value>| {
+            let jws = sign(&key, CONTINUATION_TYP, key.kid, c);
+            let verifier = f.verifier.clone();
+            async move { verifier.verify(&jws, &later).await }
+        };
+        let ev = check(&continuation("plain")).await.unwrap();
+        assert_eq!(ev.subject, "slack:T1/U42");
+        assert_eq!(ev.issuer, ISS);
+        assert_eq!(
+            ev.method.as_str(),
+            "slack",
+            "the opening assertion's method"
+        );
+        assert_eq!(ev.assurance.as_str(), "platform", "and its assurance");
+        // Naming the same method and assurance is fine; naming others is not.
+        let mut c = continuation("same");
+        c.insert("mentionable_method".into(), json!("slack"));
+        c.insert("mentionable_assurance".into(), json!("platform"));
+        assert!(check(&c).await.is_ok());
+        let mut c = continuation("method");
+        c.insert("mentionable_method".into(), json!("discord"));
+        assert_eq!(check(&c).await.map(|_| ()), Err(Reject::InvalidMethod));
+        let mut c = continuation("assurance");
+        c.insert("mentionable_assurance".into(), json!("verified"));
+        assert_eq!(check(&c).await.map(|_| ()), Err(Reject::InvalidAssurance));
+        // Another subject than the task's.
+        let mut c = continuation("sub");
+        c.insert("sub".into(), json!("slack:T1/U43"));
+        assert_eq!(check(&c).await.map(|_| ()), Err(Reject::InvalidSubject));
+        // A task whose first turn carried no assertion of this issuer.
+        let mut other = opening[0].clone();
+        other.issuer = "https://elsewhere.example".into();
+        for opening in [&[][..], &[other][..]] {
+            let task = Expected { opening, ..later };
+            let jws = sign(&key, CONTINUATION_TYP, key.kid, &continuation("none"));
+            assert_eq!(
+                f.verifier.verify(&jws, &task).await.map(|_| ()),
+                Err(Reject::InvalidSubject)
+            );
+        }
     }
 }
 
