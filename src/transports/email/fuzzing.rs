@@ -360,6 +360,11 @@ fn check_parsed(mail: &ParsedMail) {
             panic!("{what} address without @: {:?}", m.address);
         };
         assert!(
+            !m.address.contains(char::is_control),
+            "{what} address with a control character: {:?}",
+            m.address
+        );
+        assert!(
             !local.is_empty() && !domain.is_empty(),
             "{what} {:?}",
             m.address
@@ -371,6 +376,7 @@ fn check_parsed(mail: &ParsedMail) {
     }
     for a in mail.to.iter().chain(&mail.cc) {
         assert_eq!(*a, a.to_ascii_lowercase(), "To/Cc addresses are lowercased");
+        assert!(!a.contains(char::is_control), "To/Cc address {a:?}");
     }
     for (what, v) in [
         ("Subject", &mail.subject),
