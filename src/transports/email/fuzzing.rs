@@ -455,6 +455,7 @@ fn check_auth(mail: &ParsedMail, auth: &AuthOutcome) {
 mod tests {
     use super::*;
     use crate::fuzzing::seeds;
+    use crate::transports::email::inbound::{Vouched, what_auth_vouches_for};
 
     #[test]
     fn the_signed_seed_passes_dkim_and_dmarc_under_the_harness_key() {
@@ -472,5 +473,31 @@ mod tests {
         forged[at] = b'X';
         let (_, auth) = email_outcome(&forged).unwrap();
         assert_eq!(auth.dkim_pass, None, "{}", auth.results);
+    }
+
+    /// Kept by the `email_message` fuzz target: the first From address is no mailbox, and
+    /// DMARC passed on a later one. The message goes on as from its envelope sender, which DMARC
+    /// never checked, so the pass vouches for nobody: no `email-dmarc` evidence, and the From is
+    /// not authenticated.
+    #[test]
+    fn a_dmarc_pass_without_a_usable_from_vouches_for_nobody() {
+        let (_, raw) = seeds("email_message")
+            .into_iter()
+            .find(|(name, _)| name == "found-dmarc-on-a-later-from.eml")
+            .unwrap();
+        let (mail, auth) = email_outcome(&raw).unwrap();
+        assert!(
+            auth.dmarc_pass,
+            "the input still passes DMARC: {}",
+            auth.results
+        );
+        assert_eq!(mail.from, None);
+        assert_eq!(
+            what_auth_vouches_for(&mail, &auth),
+            Vouched {
+                dmarc: false,
+                from_authenticated: false
+            }
+        );
     }
 }
