@@ -6,13 +6,17 @@
 //! [`TrustVerifier::verify_all`] returns to `sender.identities`.
 //!
 //! The order of the checks is fixed, and nothing is fetched for an issuer that is not trusted:
-//! the JWS's form, `typ`, `alg`, the issuer, the `kid`'s shape, the keys (the DID document of a
-//! `did:web` issuer, a JWKS or static keys; `kid` must be listed, under `assertionMethod` for a
-//! DID), the signature, the claims present, `aud`, the lifetime and time window, method,
-//! subject and assurance against the issuer's allowances, a continuation's task, and last the
-//! single use of `(iss, jti)` in the database.
+//! the JWS's form, `typ`, `alg`, the issuer, the `kid`'s shape (for a DID, a fragment of it in
+//! RFC 3986 syntax), the keys (the DID document of a `did:web` issuer, a JWKS or static keys;
+//! `kid` must be listed, under `assertionMethod` for a DID, by a verification method the
+//! identity profile allows: controlled by the issuer, of type `JsonWebKey`, with a public
+//! Ed25519 or P-256 JWK as its only key material), the signature, the claims present, `aud`, the
+//! lifetime and time window, method, subject and assurance against the issuer's allowances (a
+//! continuation's are those of the subject assertion that opened its task), a continuation's
+//! task, and last the single use of `(iss, jti)` in the database.
 
 pub mod did;
+pub mod jwk;
 #[cfg(test)]
 mod tests;
 
@@ -73,7 +77,9 @@ pub enum Reject {
     /// `iss` is not a configured issuer.
     #[error("untrusted-issuer")]
     UntrustedIssuer,
-    /// `kid` is missing, not the issuer's, or not among its assertion keys.
+    /// `kid` is missing, not the issuer's, not among its assertion keys, or names a key the
+    /// identity profile does not allow (a verification method of another controller or type,
+    /// with other key material, or a JWK that is private or unusable).
     #[error("kid-not-authorized")]
     KidNotAuthorized,
     /// The issuer's keys could not be fetched or read.
@@ -88,7 +94,10 @@ pub enum Reject {
     /// `aud` is not the endpoint the assertion was sent to.
     #[error("wrong-audience")]
     WrongAudience,
-    /// `exp - iat` is over [`MAX_LIFETIME_S`] (or not positive).
+    /// `exp` is not after `iat`.
+    #[error("invalid-lifetime")]
+    InvalidLifetime,
+    /// `exp - iat` is over [`MAX_LIFETIME_S`].
     #[error("ttl-exceeded")]
     TtlExceeded,
     /// `iat` or `nbf` is in the future beyond the skew.
@@ -131,6 +140,7 @@ impl Reject {
             Self::InvalidSignature => "invalid-signature",
             Self::MissingClaim => "missing-claim",
             Self::WrongAudience => "wrong-audience",
+            Self::InvalidLifetime => "invalid-lifetime",
             Self::TtlExceeded => "ttl-exceeded",
             Self::NotYetValid => "not-yet-valid",
             Self::Expired => "expired",
@@ -151,6 +161,9 @@ pub struct Expected<'a> {
     pub audiences: &'a [String],
     /// The task a later turn continues; `None` for a first turn (no continuation accepted).
     pub task_id: Option<&'a str>,
+    /// The evidence of the turn that opened that task: a continuation assertion vouches for the
+    /// subject of a `signed-attestation` in it, from the same issuer (empty on a first turn).
+    pub opening: &'a [IdentityEvidence],
     /// The transport the assertion came over (the evidence's `source.transport`).
     pub transport: &'a str,
 }
@@ -228,10 +241,10 @@ impl TrustVerifier {
                     .iter()
                     .filter_map(|k| {
                         let v = serde_json::to_value(k).ok()?;
-                        match serde_json::from_value(v) {
+                        match jwk::public_key(&v) {
                             Ok(jwk) => Some(jwk),
                             Err(e) => {
-                                tracing::warn!(issuer = %c.issuer, error = %e, "trust.issuers: an unreadable static key is ignored");
+                                tracing::warn!(issuer = %c.issuer, error = %e, "trust.issuers: an unusable static key is ignored");
                                 None
                             }
                         }
@@ -346,7 +359,7 @@ impl TrustVerifier {
             let fragment = abs
                 .strip_prefix(&issuer.cfg.issuer)
                 .and_then(|r| r.strip_prefix('#'));
-            if fragment.is_none_or(str::is_empty) {
+            if !fragment.is_some_and(did::is_fragment) {
                 return Err(Reject::KidNotAuthorized);
             }
             abs
@@ -354,7 +367,9 @@ impl TrustVerifier {
             kid.to_owned()
         };
         let jwk = self.key(issuer, &kid).await?;
-        let key = DecodingKey::from_jwk(&jwk).map_err(|_| Reject::KeyFetchFailed)?;
+        // Checked as a public key already (`jwk::public_key`); one the JWT library still cannot
+        // read is no more usable.
+        let key = DecodingKey::from_jwk(&jwk).map_err(|_| Reject::KidNotAuthorized)?;
         let mut v = Validation::new(alg);
         v.validate_exp = false;
         v.validate_nbf = false;
@@ -369,8 +384,9 @@ impl TrustVerifier {
             .await
     }
 
-    /// The issuer's key named `kid`: from its DID document (listed under `assertionMethod`),
-    /// else its static keys, else its JWKS; refetched once when `kid` is not found.
+    /// The issuer's key named `kid`: from its DID document (listed under `assertionMethod` by a
+    /// verification method the profile allows), else its static keys, else its JWKS (a public
+    /// key the profile allows); refetched once when `kid` is not found.
     async fn key(&self, issuer: &Issuer, kid: &str) -> Result<Jwk, Reject> {
         let iss = &issuer.cfg.issuer;
         if iss.starts_with("did:web:") {
@@ -386,6 +402,10 @@ impl TrustVerifier {
                 match did::assertion_key(&doc, iss, kid) {
                     Ok(Some(jwk)) => return Ok(jwk),
                     Ok(None) => {}
+                    Err(did::DocumentError::Method(e)) => {
+                        tracing::info!(issuer = %iss, kid, error = %e, "verification method not allowed");
+                        return Err(Reject::KidNotAuthorized);
+                    }
                     Err(e) => {
                         tracing::info!(issuer = %iss, error = %e, "DID document unusable");
                         return Err(Reject::KeyFetchFailed);
@@ -403,10 +423,20 @@ impl TrustVerifier {
                     tracing::info!(issuer = %iss, error = %e, "JWKS fetch failed");
                     Reject::KeyFetchFailed
                 })?;
-                let set: JwkSet =
+                let set: Value =
                     serde_json::from_slice(&body).map_err(|_| Reject::KeyFetchFailed)?;
-                if let Some(jwk) = set.find(kid) {
-                    return Ok(jwk.clone());
+                let keys = set
+                    .get("keys")
+                    .and_then(Value::as_array)
+                    .ok_or(Reject::KeyFetchFailed)?;
+                if let Some(key) = keys
+                    .iter()
+                    .find(|k| k.get("kid").and_then(Value::as_str) == Some(kid))
+                {
+                    return jwk::public_key(key).map_err(|e| {
+                        tracing::info!(issuer = %iss, kid, error = %e, "JWKS key not allowed");
+                        Reject::KidNotAuthorized
+                    });
                 }
             }
         }
@@ -414,7 +444,8 @@ impl TrustVerifier {
     }
 
     /// The claim checks after the signature, in order: presence, audience, lifetime, time
-    /// window, the issuer's allowances, a continuation's task.
+    /// window, the issuer's allowances (for a continuation, after finding the subject assertion
+    /// that opened its task, whose method and assurance it carries on), a continuation's task.
     fn check_claims(
         &self,
         issuer: &Issuer,
@@ -424,7 +455,16 @@ impl TrustVerifier {
     ) -> Result<Checked, Reject> {
         let sub = str_claim(claims, "sub")?.to_owned();
         let jti = str_claim(claims, "jti")?.to_owned();
-        let method = str_claim(claims, "mentionable_method")?.to_owned();
+        // A continuation never needs one: its method is that of the task's opening assertion.
+        let method_claim = if continuation {
+            match claims.get("mentionable_method") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(m)) => Some(m.as_str()),
+                Some(_) => return Err(Reject::Malformed),
+            }
+        } else {
+            Some(str_claim(claims, "mentionable_method")?)
+        };
         let iat = int_claim(claims, "iat")?.ok_or(Reject::MissingClaim)?;
         let exp = int_claim(claims, "exp")?.ok_or(Reject::MissingClaim)?;
         let nbf = int_claim(claims, "nbf")?;
@@ -454,7 +494,10 @@ impl TrustVerifier {
             return Err(Reject::WrongAudience);
         }
         let lifetime = exp.saturating_sub(iat);
-        if lifetime <= 0 || lifetime > MAX_LIFETIME_S {
+        if lifetime <= 0 {
+            return Err(Reject::InvalidLifetime);
+        }
+        if lifetime > MAX_LIFETIME_S {
             return Err(Reject::TtlExceeded);
         }
         let now = self.clock.now_s();
@@ -464,6 +507,28 @@ impl TrustVerifier {
         if now > exp.saturating_add(SKEW_S) {
             return Err(Reject::Expired);
         }
+        // A continuation vouches for the subject its task was opened for, by the same issuer:
+        // its method and assurance are that subject assertion's.
+        let opening = if continuation {
+            let opening = expected
+                .opening
+                .iter()
+                .find(|e| {
+                    matches!(e.proof, Proof::SignedAttestation(_))
+                        && e.issuer == issuer.cfg.issuer
+                        && e.subject == sub
+                })
+                .ok_or(Reject::InvalidSubject)?;
+            Some((opening.method.as_str(), opening.assurance.as_str()))
+        } else {
+            None
+        };
+        let method = match (opening, method_claim) {
+            (Some((opened, _)), Some(m)) if m != opened => return Err(Reject::InvalidMethod),
+            (Some((opened, _)), _) => opened.to_owned(),
+            (None, Some(m)) => m.to_owned(),
+            (None, None) => return Err(Reject::MissingClaim),
+        };
         if !issuer.cfg.methods.contains(&method) {
             return Err(Reject::InvalidMethod);
         }
@@ -476,16 +541,23 @@ impl TrustVerifier {
         {
             return Err(Reject::InvalidSubject);
         }
+        let opened = opening.map(|(_, a)| a);
         let assurance = match claims.get("mentionable_assurance") {
-            None | Some(Value::Null) => issuer
-                .cfg
-                .assurance
-                .first()
-                .cloned()
-                .ok_or(Reject::InvalidAssurance)?,
-            Some(Value::String(a)) if issuer.cfg.assurance.contains(a) => a.clone(),
+            None | Some(Value::Null) => match opened {
+                Some(a) => a.to_owned(),
+                None => issuer
+                    .cfg
+                    .assurance
+                    .first()
+                    .cloned()
+                    .ok_or(Reject::InvalidAssurance)?,
+            },
+            Some(Value::String(a)) if opened.is_none_or(|o| o == a) => a.clone(),
             Some(_) => return Err(Reject::InvalidAssurance),
         };
+        if !issuer.cfg.assurance.contains(&assurance) {
+            return Err(Reject::InvalidAssurance);
+        }
         if let (Some(task), Some(want)) = (&task, expected.task_id)
             && task != want
         {

@@ -1,4 +1,5 @@
-//! Each reject reason, with Ed25519 and P-256 keys derived from fixed seeds.
+//! Each reject reason, with Ed25519 and P-256 keys derived from fixed seeds; `did:web` issuers'
+//! documents come from a small HTTP server on loopback.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -108,6 +109,11 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_with(Vec::new()).await
+}
+
+/// [`fixture`] trusting `extra` issuers too.
+async fn fixture_with(extra: Vec<TrustedIssuerConfig>) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(&DatabaseConfig {
         url: Secret::new(format!("sqlite://{}", dir.path().join("t.db").display())),
@@ -125,11 +131,15 @@ async fn fixture() -> Fixture {
     let shared: SharedClock = clock.clone();
     let http = HttpClient::new(net, shared.clone()).unwrap();
     let [ed, p] = keys();
-    let cfg = TrustConfig {
+    // A static key that is no key: its x is empty.
+    let mut empty_x = ed.jwk.clone();
+    empty_x.insert("x".into(), String::new());
+    empty_x.insert("kid".into(), "empty-x".into());
+    let mut cfg = TrustConfig {
         issuers: vec![
             TrustedIssuerConfig {
                 issuer: ISS.into(),
-                keys: vec![ed.jwk, p.jwk],
+                keys: vec![ed.jwk, p.jwk, empty_x],
                 methods: vec!["slack".into()],
                 assurance: vec!["verified".into(), "platform".into()],
                 subject_prefixes: vec!["slack:T1/".into()],
@@ -151,6 +161,7 @@ async fn fixture() -> Fixture {
             },
         ],
     };
+    cfg.issuers.extend(extra);
     let metrics = Arc::new(Metrics::new());
     Fixture {
         verifier: TrustVerifier::new(&cfg, true, http, shared, db, metrics.clone()),
@@ -165,6 +176,7 @@ fn expected() -> Expected<'static> {
     Expected {
         audiences: &AUDS,
         task_id: None,
+        opening: &[],
         transport: "a2a",
     }
 }
@@ -270,8 +282,18 @@ async fn ttl_exceeded() {
         c.insert("exp".into(), json!(NOW_S + 601));
     })
     .await;
-    rejects(Reject::TtlExceeded, |c| {
+}
+
+/// An assertion that expires when or before it was issued has no lifetime at all: another
+/// fault than a lifetime too long.
+#[tokio::test]
+async fn invalid_lifetime() {
+    rejects(Reject::InvalidLifetime, |c| {
         c.insert("exp".into(), json!(NOW_S));
+    })
+    .await;
+    rejects(Reject::InvalidLifetime, |c| {
+        c.insert("exp".into(), json!(NOW_S - 1));
     })
     .await;
 }
@@ -382,7 +404,18 @@ async fn kid_not_authorized() {
         // (nothing listens where the DID points, so a fetch would fail otherwise).
         let mut c = claims("did");
         c.insert("iss".into(), json!("did:web:127.0.0.1%3A1"));
-        for kid in ["did:web:other.example#k", "key-1", "did:web:127.0.0.1%3A1#"] {
+        for kid in [
+            "did:web:other.example#k",
+            "key-1",
+            "did:web:127.0.0.1%3A1#",
+            // Not RFC 3986 fragment syntax.
+            "#%zz",
+            "did:web:127.0.0.1%3A1#%zz",
+            "#%4",
+            "#a#b",
+            "#a b",
+            "#k[0]",
+        ] {
             let jws = sign(&key, SUBJECT_TYP, kid, &c);
             assert_eq!(
                 f.verifier.verify(&jws, &expected()).await.map(|_| ()),
@@ -482,12 +515,28 @@ async fn replayed() {
 async fn continuations_name_their_task() {
     let f = fixture().await;
     let auds = vec![AUD.to_owned()];
-    let later = Expected {
-        audiences: &auds,
-        task_id: Some("task-1"),
-        transport: "a2a",
-    };
     for key in keys() {
+        // The subject assertion that opened the task.
+        let opened = f
+            .verifier
+            .verify(
+                &sign(
+                    &key,
+                    SUBJECT_TYP,
+                    key.kid,
+                    &claims(&format!("open-{}", key.kid)),
+                ),
+                &expected(),
+            )
+            .await
+            .unwrap();
+        let opening = [opened];
+        let later = Expected {
+            audiences: &auds,
+            task_id: Some("task-1"),
+            opening: &opening,
+            transport: "a2a",
+        };
         let mut c = claims(&format!("cont-{}", key.kid));
         c.insert("mentionable_task_id".into(), json!("task-1"));
         let jws = sign(&key, CONTINUATION_TYP, key.kid, &c);
@@ -506,6 +555,225 @@ async fn continuations_name_their_task() {
             f.verifier.verify(&jws, &later).await.map(|_| ()),
             Err(Reject::MissingClaim)
         );
+    }
+}
+
+/// The profile's continuations carry no `mentionable_method`: the method and assurance are
+/// those of the subject assertion that opened the task, whose issuer and subject the
+/// continuation must name.
+#[tokio::test]
+async fn a_continuation_carries_on_the_subject_that_opened_its_task() {
+    let f = fixture().await;
+    let auds = vec![AUD.to_owned()];
+    for key in keys() {
+        let mut first = claims(&format!("open-{}", key.kid));
+        first.insert("mentionable_assurance".into(), json!("platform"));
+        let opened = f
+            .verifier
+            .verify(&sign(&key, SUBJECT_TYP, key.kid, &first), &expected())
+            .await
+            .unwrap();
+        let opening = [opened];
+        let later = Expected {
+            audiences: &auds,
+            task_id: Some("task-1"),
+            opening: &opening,
+            transport: "a2a",
+        };
+        let continuation = |jti: &str| {
+            let mut c = claims(&format!("{jti}-{}", key.kid));
+            c.remove("mentionable_method");
+            c.insert("mentionable_task_id".into(), json!("task-1"));
+            c
+        };
+        let check = |c: &Map<String, Value>| {
+            let jws = sign(&key, CONTINUATION_TYP, key.kid, c);
+            let verifier = f.verifier.clone();
+            async move { verifier.verify(&jws, &later).await }
+        };
+        let ev = check(&continuation("plain")).await.unwrap();
+        assert_eq!(ev.subject, "slack:T1/U42");
+        assert_eq!(ev.issuer, ISS);
+        assert_eq!(
+            ev.method.as_str(),
+            "slack",
+            "the opening assertion's method"
+        );
+        assert_eq!(ev.assurance.as_str(), "platform", "and its assurance");
+        // Naming the same method and assurance is fine; naming others is not.
+        let mut c = continuation("same");
+        c.insert("mentionable_method".into(), json!("slack"));
+        c.insert("mentionable_assurance".into(), json!("platform"));
+        assert!(check(&c).await.is_ok());
+        let mut c = continuation("method");
+        c.insert("mentionable_method".into(), json!("discord"));
+        assert_eq!(check(&c).await.map(|_| ()), Err(Reject::InvalidMethod));
+        let mut c = continuation("assurance");
+        c.insert("mentionable_assurance".into(), json!("verified"));
+        assert_eq!(check(&c).await.map(|_| ()), Err(Reject::InvalidAssurance));
+        // Another subject than the task's.
+        let mut c = continuation("sub");
+        c.insert("sub".into(), json!("slack:T1/U43"));
+        assert_eq!(check(&c).await.map(|_| ()), Err(Reject::InvalidSubject));
+        // A task whose first turn carried no assertion of this issuer.
+        let mut other = opening[0].clone();
+        other.issuer = "https://elsewhere.example".into();
+        for opening in [&[][..], &[other][..]] {
+            let task = Expected { opening, ..later };
+            let jws = sign(&key, CONTINUATION_TYP, key.kid, &continuation("none"));
+            assert_eq!(
+                f.verifier.verify(&jws, &task).await.map(|_| ()),
+                Err(Reject::InvalidSubject)
+            );
+        }
+    }
+}
+
+/// A static key that is no usable key is never used: its kid names nothing.
+#[tokio::test]
+async fn an_unusable_static_key_is_not_authorized() {
+    let f = fixture().await;
+    for key in keys() {
+        let jws = sign(&key, SUBJECT_TYP, "empty-x", &claims(key.kid));
+        assert_eq!(
+            f.verifier.verify(&jws, &expected()).await.map(|_| ()),
+            Err(Reject::KidNotAuthorized),
+            "{:?}",
+            key.alg
+        );
+    }
+}
+
+/// Serves `doc` (rendered once the DID, which holds the port, is known) at every path, to any
+/// number of requests; returns the DID.
+async fn did_server(doc: impl FnOnce(&str) -> Value) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let did = format!(
+        "did:web:127.0.0.1%3A{}",
+        listener.local_addr().unwrap().port()
+    );
+    let body = doc(&did).to_string();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/did+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    did
+}
+
+/// The verification methods of a DID document, each `{kind}-{kid}` for each test key: one the
+/// identity profile allows (`good`), and one for each way a method can be refused.
+fn methods(did: &str) -> (Vec<Value>, Vec<String>) {
+    let mut methods = Vec::new();
+    let mut refused: Vec<String> = [
+        "other-controller",
+        "no-controller",
+        "json-web-key-2020",
+        "no-type",
+        "multibase",
+        "base58",
+        "pem",
+        "no-jwk",
+        "empty-x",
+        "rsa",
+    ]
+    .map(String::from)
+    .into();
+    refused.extend(jwk::PRIVATE_MEMBERS.iter().map(|m| format!("private-{m}")));
+    for key in keys() {
+        let jwk = serde_json::to_value(&key.jwk).unwrap();
+        for kind in std::iter::once("good").chain(refused.iter().map(String::as_str)) {
+            let mut m = json!({"id": format!("#{kind}-{}", key.kid), "type": "JsonWebKey",
+                               "controller": did, "publicKeyJwk": jwk});
+            let remove = |m: &mut Value, member: &str| {
+                m.as_object_mut().unwrap().remove(member);
+            };
+            match kind {
+                "good" => {}
+                "other-controller" => m["controller"] = json!("did:web:other.example"),
+                "no-controller" => remove(&mut m, "controller"),
+                "json-web-key-2020" => m["type"] = json!("JsonWebKey2020"),
+                "no-type" => remove(&mut m, "type"),
+                "multibase" => {
+                    m["publicKeyMultibase"] =
+                        json!("z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK")
+                }
+                "base58" => {
+                    m["publicKeyBase58"] = json!("B12NYF8RrR3h41TDCTJojY59usg3mbtbjnFs7Eud1Y6u")
+                }
+                "pem" => m["publicKeyPem"] = json!("-----BEGIN PUBLIC KEY-----"),
+                "no-jwk" => remove(&mut m, "publicKeyJwk"),
+                "empty-x" => m["publicKeyJwk"]["x"] = json!(""),
+                "rsa" => m["publicKeyJwk"] = json!({"kty": "RSA", "n": jwk["x"], "e": "AQAB"}),
+                // The seed itself is the private key of both test keys.
+                private => {
+                    let member = private.trim_start_matches("private-");
+                    m["publicKeyJwk"][member] = json!(b64(&[7; 32]));
+                }
+            }
+            methods.push(m);
+        }
+    }
+    (methods, refused)
+}
+
+/// Each way a `did:web` issuer's verification method departs from the identity profile makes
+/// its kid `kid-not-authorized`: another controller or type, other key material, private JWK
+/// members, a JWK that is no usable key.
+#[tokio::test]
+async fn verification_methods_the_profile_does_not_allow_are_not_authorized() {
+    let mut refused = Vec::new();
+    let did = did_server(|did| {
+        let (methods, kinds) = methods(did);
+        refused = kinds;
+        let ids: Vec<Value> = methods.iter().map(|m| m["id"].clone()).collect();
+        json!({"@context": ["https://www.w3.org/ns/did/v1"], "id": did,
+               "verificationMethod": methods, "assertionMethod": ids})
+    })
+    .await;
+    let f = fixture_with(vec![TrustedIssuerConfig {
+        issuer: did.clone(),
+        methods: vec!["slack".into()],
+        assurance: vec!["verified".into()],
+        ..TrustedIssuerConfig::default()
+    }])
+    .await;
+    for key in keys() {
+        let mut c = claims(&format!("good-{}", key.kid));
+        c.insert("iss".into(), json!(did));
+        let good = sign(&key, SUBJECT_TYP, &format!("#good-{}", key.kid), &c);
+        assert!(
+            f.verifier.verify(&good, &expected()).await.is_ok(),
+            "{:?}",
+            key.alg
+        );
+        for kind in &refused {
+            c.insert("jti".into(), json!(format!("{kind}-{}", key.kid)));
+            let kid = format!("{did}#{kind}-{}", key.kid);
+            let jws = sign(&key, SUBJECT_TYP, &kid, &c);
+            assert_eq!(
+                f.verifier.verify(&jws, &expected()).await.map(|_| ()),
+                Err(Reject::KidNotAuthorized),
+                "{kind} {:?}",
+                key.alg
+            );
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! Trusted connector issuers over A2A: a connector forwards its verified user as a signed
 //! subject assertion in message metadata; the agent sees `signed-attestation` evidence, an
-//! unknown issuer costs no request, access rules can admit on it, and an assertion is used
-//! once across instances and restarts.
+//! unknown issuer costs no request, access rules can admit on it, an assertion is used once
+//! across instances and restarts, and a later turn of a task carries the subject that opened it
+//! on with a continuation assertion.
 
 use std::sync::{Arc, Mutex};
 
@@ -14,7 +15,10 @@ use switchboard::config::{
     AccessConfig, AccessDefault, AccessRule, AgentConfig, BackendConfig, Config,
     TrustedIssuerConfig,
 };
-use switchboard::trust::{IDENTITY_EXTENSION, LEGACY_IDENTITY_EXTENSION, SUBJECT_TYP};
+use switchboard::message::{NormalizedMessage, NormalizedResponse, Part, ResponseState};
+use switchboard::trust::{
+    CONTINUATION_TYP, IDENTITY_EXTENSION, LEGACY_IDENTITY_EXTENSION, SUBJECT_TYP,
+};
 
 use crate::helpers::{
     Engine, RecordingAgent, TestApp, TestDb, on_both_engines, serve_route, spawn_app, spawn_on,
@@ -59,7 +63,7 @@ fn connector() -> Connector {
         "@context": ["https://www.w3.org/ns/did/v1"],
         "id": did,
         "verificationMethod": [{
-            "id": format!("{did}#assert-1"), "type": "JsonWebKey2020", "controller": did,
+            "id": format!("{did}#assert-1"), "type": "JsonWebKey", "controller": did,
             "publicKeyJwk": {"kty": "OKP", "crv": "Ed25519", "x": x},
         }],
         "assertionMethod": ["#assert-1"],
@@ -86,6 +90,23 @@ impl Connector {
         let claims = json!({
             "iss": iss, "sub": sub, "aud": aud, "iat": now, "exp": now + 300,
             "jti": uuid::Uuid::now_v7().to_string(), "mentionable_method": "slack",
+        });
+        jsonwebtoken::encode(&h, &claims, &EncodingKey::from_ed_der(&self.pkcs8)).unwrap()
+    }
+
+    /// A task-continuation assertion for `aud` and `task`, as the profile's connectors write
+    /// them: no `mentionable_method`.
+    fn continuation(&self, aud: &str, sub: &str, task: &str) -> String {
+        let now = {
+            use switchboard::clock::Clock as _;
+            switchboard::clock::SystemClock.now_s()
+        };
+        let mut h = Header::new(Algorithm::EdDSA);
+        h.typ = Some(CONTINUATION_TYP.into());
+        h.kid = Some(format!("{}#assert-1", self.did));
+        let claims = json!({
+            "iss": self.did, "sub": sub, "aud": aud, "iat": now, "exp": now + 300,
+            "jti": uuid::Uuid::now_v7().to_string(), "mentionable_task_id": task,
         });
         jsonwebtoken::encode(&h, &claims, &EncodingKey::from_ed_der(&self.pkcs8)).unwrap()
     }
@@ -270,3 +291,101 @@ async fn an_attestation_admits_a_sender_once_across_instances(engine: Engine) {
 }
 
 on_both_engines!(an_attestation_admits_a_sender_once_across_instances);
+
+/// Records what it is given and asks for more: every task it answers waits for input.
+#[derive(Debug, Default)]
+struct AskingAgent {
+    seen: Mutex<Vec<NormalizedMessage>>,
+}
+
+#[async_trait::async_trait]
+impl switchboard::agents::AgentBackend for AskingAgent {
+    async fn respond(
+        &self,
+        msg: &NormalizedMessage,
+    ) -> Result<Option<NormalizedResponse>, switchboard::error::OutboundError> {
+        self.seen.lock().unwrap().push(msg.clone());
+        let mut r = NormalizedResponse::reply_to(msg, vec![Part::text("and then?")]);
+        r.state = Some(ResponseState::InputRequired);
+        Ok(Some(r))
+    }
+}
+
+/// A later turn of a task carries a continuation assertion without `mentionable_method`: it
+/// becomes evidence with the method and assurance of the subject assertion that opened the
+/// task; one for another subject is dropped.
+async fn a_continuation_carries_the_tasks_subject_on(engine: Engine) {
+    let conn = connector();
+    let asker = Arc::new(AskingAgent::default());
+    let backend = asker.clone();
+    let t = spawn_app(engine, |c, o| {
+        conn.trusted(c);
+        c.agents.push(agent("asker", None));
+        o.agents.push(("asker".into(), backend));
+    })
+    .await;
+    let aud = format!("{}/agents/asker/a2a", t.base);
+    let jws = conn.assertion(&conn.did, &aud, "slack:T1/U42");
+    let (status, body) = send(&t, "asker", json!({IDENTITY_EXTENSION: [jws]})).await;
+    assert_eq!(status, 200, "{body}");
+    let task = body["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let context = body["result"]["task"]["contextId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_for(10, "the task to wait for input", || async {
+        let got: Value = t
+            .http
+            .post(format!("{}/agents/asker/a2a", t.base))
+            .header("A2A-Version", "1.0")
+            .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (got["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED").then_some(())
+    })
+    .await;
+
+    let carried = conn.continuation(&aud, "slack:T1/U42", &task);
+    let other_subject = conn.continuation(&aud, "slack:T1/U43", &task);
+    let resp = t
+        .http
+        .post(format!("{}/agents/asker/a2a", t.base))
+        .header("A2A-Version", "1.0")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": {
+            "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+                        "taskId": task, "contextId": context, "parts": [{"text": "more"}],
+                        "metadata": {IDENTITY_EXTENSION: [carried, other_subject]}},
+            "configuration": {"returnImmediately": true}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let seen = wait_for(10, "2 turns at the agent", || async {
+        let seen = asker.seen.lock().unwrap().clone();
+        (seen.len() >= 2).then_some(seen)
+    })
+    .await;
+    let ids = seen[1].sender.identities.clone().unwrap();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let ev = serde_json::to_value(&ids[0]).unwrap();
+    assert_eq!(ev["subject"], "slack:T1/U42", "{ev}");
+    assert_eq!(ev["issuer"], conn.did);
+    assert_eq!(ev["method"], "slack", "the opening assertion's method");
+    assert_eq!(ev["assurance"], "verified");
+    assert_eq!(ev["claims"]["mentionable_task_id"], task.as_str());
+    let metrics = t.metrics().await;
+    for line in [
+        "switchboard_attestations_total{outcome=\"verified\"} 2",
+        "switchboard_attestations_total{outcome=\"invalid-subject\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+}
+
+on_both_engines!(a_continuation_carries_the_tasks_subject_on);

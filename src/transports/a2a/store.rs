@@ -222,6 +222,26 @@ pub async fn agent_of_context(db: &Db, owner: &str, context_id: &str) -> Result<
     Ok(row.map(|r| r.agent))
 }
 
+/// The stored body (a NormalizedMessage's JSON) of the inbound message that holds the dedupe
+/// key `(transport, external_id)`, if it is still stored.
+///
+/// # Errors
+/// Database errors.
+pub async fn inbound_body(db: &Db, transport: &str, external_id: &str) -> Result<Option<String>> {
+    #[derive(sqlx::FromRow, serde::Deserialize)]
+    struct BodyRow {
+        body: String,
+    }
+    let row: Option<BodyRow> = db
+        .fetch_optional(
+            "SELECT m.body FROM inbound_seen s JOIN messages m ON m.id = s.message_id \
+             WHERE s.transport = $1 AND s.external_id = $2",
+            &[Arg::Text(transport), Arg::Text(external_id)],
+        )
+        .await?;
+    Ok(row.map(|r| r.body))
+}
+
 /// Events of a task after `seq`, in order.
 ///
 /// # Errors

@@ -59,6 +59,28 @@ pub const BOUNCE_PREFIX: &str = "bounces+";
 /// The text of `550 5.7.1` when an agent's access rules refuse the sender.
 const REFUSED_BY_ACCESS: &str = "Sender not authorized for this recipient";
 
+/// What a message's authentication results vouch for about the sender it goes on as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Vouched {
+    /// DMARC passed for the From address the message goes on as (`email-dmarc` evidence).
+    pub dmarc: bool,
+    /// The From address is the sender's own: aligned DKIM, or a DMARC pass (DKIM or SPF
+    /// aligned).
+    pub from_authenticated: bool,
+}
+
+/// DMARC vouches for the From header's address only. A message without a usable From (none, or
+/// a first address that is no mailbox, while DMARC may have passed on a later one) goes on as
+/// from its envelope sender, which DMARC never checked: it gets no `email-dmarc` evidence and its
+/// From is not authenticated.
+pub(super) fn what_auth_vouches_for(mail: &ParsedMail, auth: &AuthOutcome) -> Vouched {
+    let from = mail.from.is_some();
+    Vouched {
+        dmarc: from && auth.dmarc_pass,
+        from_authenticated: from && (auth.dmarc_pass || auth.dkim_aligned),
+    }
+}
+
 impl Inbound {
     /// The recipient `address` names, if it is ours: in the mail domain a bounce address or an
     /// agent (an agent named like a role keeps its mail), else a role address of any served
@@ -421,9 +443,8 @@ impl Inbound {
             }),
             extra: Extra::new(),
         };
-        // DMARC vouches for the From header's address; a message without one routes by its
-        // envelope sender, which DMARC never checked, so it gets no email-dmarc evidence.
-        let (auth_method, identity) = if auth.dmarc_pass && mail.from.is_some() {
+        let vouched = what_auth_vouches_for(mail, auth);
+        let (auth_method, identity) = if vouched.dmarc {
             let mut claims = Extra::new();
             claims.insert("dmarc".into(), json!(auth.dmarc));
             let aligned_by = if auth.dmarc_via_spf { "spf" } else { "dkim" };
@@ -487,8 +508,7 @@ impl Inbound {
             "thread_index_guid": mail.thread_index_guid,
             "thread_key": thread.key,
             "agent_address": self.email_address(agent),
-            // From is the sender's own: aligned DKIM, or a DMARC pass (DKIM or SPF aligned).
-            "from_authenticated": mail.from.is_some() && (auth.dmarc_pass || auth.dkim_aligned),
+            "from_authenticated": vouched.from_authenticated,
             "authentication_results": auth.results,
             "size": size,
             "body": body.map(|d| json!({"algo": "sha256", "digest": d, "mime": "message/rfc822"})),

@@ -38,6 +38,11 @@ pub enum ParseError {
     /// and authenticated (DMARC) by another.
     #[error("more than one From header")]
     ManyFrom,
+    /// The (first) `From` address holds control characters (a NUL in its domain, say): no
+    /// mailbox can be written so, and it would go on into the sender's address and DMARC's
+    /// domain.
+    #[error("the From address holds control characters")]
+    ControlInFrom,
 }
 
 /// A mailbox: display name and address.
@@ -338,10 +343,12 @@ pub fn thread_index_guid(value: &str) -> Option<String> {
     (bytes.len() >= 22 && (bytes.len() - 22) % 5 == 0).then(|| hex::encode(&bytes[6..22]))
 }
 
+/// The mailbox `addr` names: none without a local part and a domain, or with a control
+/// character in either.
 fn mailbox(addr: &mail_parser::Addr<'_>) -> Option<Mailbox> {
     let address = addr.address.as_deref()?.trim();
     let (local, domain) = address.rsplit_once('@')?;
-    if local.is_empty() || domain.is_empty() {
+    if local.is_empty() || domain.is_empty() || address.contains(char::is_control) {
         return None;
     }
     Some(Mailbox {
@@ -445,13 +452,16 @@ pub fn parse_with<'x>(
         return Err(ParseError::ManyFrom);
     }
     // The first From address, as DMARC takes it: a first one that is no mailbox is no sender,
-    // rather than leaving a later address to stand for it unauthenticated.
-    let from: Vec<Mailbox> = msg
-        .from()
-        .and_then(|a| a.first())
-        .and_then(mailbox)
-        .into_iter()
-        .collect();
+    // rather than leaving a later address to stand for it unauthenticated; one with control
+    // characters is no address at all, and the message is refused.
+    let first_from = msg.from().and_then(|a| a.first());
+    if first_from
+        .and_then(|a| a.address.as_deref())
+        .is_some_and(|a| a.contains(char::is_control))
+    {
+        return Err(ParseError::ControlInFrom);
+    }
+    let from: Vec<Mailbox> = first_from.and_then(mailbox).into_iter().collect();
     let full_text = msg
         .body_text(0)
         .map(Cow::into_owned)
@@ -797,6 +807,41 @@ mod tests {
                 .address,
             "a@fuzz.test"
         );
+    }
+
+    /// Found by the `email_message` fuzz target: a From domain with a NUL (and a non-ASCII
+    /// capital) went on as the sender's address. A From address with control characters is
+    /// refused (`550 5.6.0`); other addresses with them are dropped.
+    #[test]
+    fn a_from_address_with_control_characters_is_refused() {
+        let raw = include_bytes!(
+            "../../../fuzz/corpus/email_message/found-unicode-case-in-from-domain.eml"
+        );
+        assert_eq!(
+            parse(raw, "list-owner@fuzz.test", 10).unwrap_err(),
+            ParseError::ControlInFrom
+        );
+        for from in [
+            "a@fuzz\x01.test",
+            "A <a@fuzz.test\x7f>",
+            "a\x00b@fuzz.test",
+            "a@fuzz.test\x00, b@fuzz.test",
+        ] {
+            let raw = crlf(&format!("From: {from}\nMessage-ID: <c@x>\n\nHi\n"));
+            check_raw(&raw).unwrap();
+            assert_eq!(
+                parse(&raw, "a@fuzz.test", 10).unwrap_err(),
+                ParseError::ControlInFrom,
+                "{from:?}"
+            );
+        }
+        let raw = crlf(
+            "From: a@fuzz.test\nReply-To: r@fuzz\x01.test\nTo: helper@agents.test, x@agents\x00.test\nMessage-ID: <d@x>\n\nHi\n",
+        );
+        let p = parse(&raw, "a@fuzz.test", 10).unwrap();
+        assert_eq!(p.from.unwrap().address, "a@fuzz.test");
+        assert_eq!(p.reply_to, None);
+        assert_eq!(p.to, vec!["helper@agents.test"]);
     }
 
     /// Found by the `email_message` fuzz target: NULs inside a Message-ID were kept.

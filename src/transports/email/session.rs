@@ -1,7 +1,9 @@
 //! The SMTP session as a state machine that holds no socket: bytes go in through
 //! [`Session::ingest`], reply lines come out in a buffer the caller writes, and the returned
-//! [`Flow`] says whether to read on, start TLS or close. Commands are parsed by `smtp-proto`.
-//! What needs the rest of the server (whether a recipient is ours, what becomes of a finished
+//! [`Flow`] says whether to read on, start TLS or close. Command lines are framed by the
+//! session's own reader (`line`: CRLF-terminated, no bare CR or LF, at most 4,096 bytes) and
+//! only then parsed, one whole line at a time, by `smtp-proto`, so a command is answered the
+//! same however the reads split its bytes. What needs the rest of the server (whether a recipient is ours, what becomes of a finished
 //! message) is asked of a [`Receiver`]; the connection loop ([`super::connection`]) does the
 //! reading and writing, the timeouts, the TLS handshake and the shutdown.
 //!
@@ -18,7 +20,6 @@
 use std::borrow::Cow;
 use std::net::SocketAddr;
 
-use smtp_proto::request::receiver::RequestReceiver;
 use smtp_proto::{
     EXT_8BIT_MIME, EXT_ENHANCED_STATUS_CODES, EXT_PIPELINING, EXT_SIZE, EXT_SMTP_UTF8,
     EXT_START_TLS, EhloResponse, Request,
@@ -28,10 +29,12 @@ use super::smtp::{DataBudget, Held, Rcpt, Reply, SessionEnvelope};
 use crate::config::EmailConfig;
 
 mod data;
+mod line;
 #[cfg(test)]
 mod tests;
 
 use data::DataReader;
+use line::{Line, LineReader};
 
 /// Session limits.
 #[derive(Debug, Clone)]
@@ -107,7 +110,7 @@ pub enum Flow {
 pub struct Session<'a, R> {
     settings: &'a Settings,
     receiver: &'a R,
-    parser: RequestReceiver,
+    lines: LineReader,
     mode: Mode,
     state: State,
 }
@@ -165,7 +168,7 @@ impl<'a, R: Receiver> Session<'a, R> {
         Self {
             settings,
             receiver,
-            parser: RequestReceiver::default(),
+            lines: LineReader::default(),
             mode: Mode::Command,
             state: State {
                 peer,
@@ -199,7 +202,7 @@ impl<'a, R: Receiver> Session<'a, R> {
         self.state.tls = true;
         self.state.helo = None;
         self.state.reset();
-        self.parser = RequestReceiver::default();
+        self.lines = LineReader::default();
         self.mode = Mode::Command;
     }
 
@@ -260,12 +263,25 @@ impl<'a, R: Receiver> Session<'a, R> {
                 }
                 Mode::Command => {
                     let max_commands = limits.max_commands;
-                    let req = match self.parser.ingest(&mut iter) {
+                    let Some(line) = self.lines.next(&mut iter) else {
+                        return Flow::Read;
+                    };
+                    let parsed = match line {
+                        Line::Command(line) => {
+                            Request::parse(&mut line.iter()).map_err(|e| syntax_reply(&e))
+                        }
+                        Line::BareLineEnding => Err(Reply::new(
+                            500,
+                            [5, 5, 2],
+                            "Syntax error: a command line ends with CRLF and holds no other CR or LF",
+                        )),
+                        Line::TooLong => Err(Reply::new(500, [5, 5, 2], "Line is too long")),
+                    };
+                    let req = match parsed {
                         Ok(req) => req,
-                        Err(smtp_proto::Error::NeedsMoreData { .. }) => return Flow::Read,
-                        Err(e) => {
+                        Err(reply) => {
                             self.state.commands += 1;
-                            syntax_reply(&e).write(out);
+                            reply.write(out);
                             if self.state.flooding(max_commands, out) {
                                 return Flow::Close;
                             }
@@ -444,7 +460,7 @@ impl State {
     }
 }
 
-/// The reply to a command that does not parse.
+/// The reply to a whole command line that does not parse.
 fn syntax_reply(e: &smtp_proto::Error) -> Reply {
     use smtp_proto::Error as E;
     match e {
@@ -470,8 +486,11 @@ fn syntax_reply(e: &smtp_proto::Error) -> Reply {
             ),
         ),
         E::ResponseTooLong => Reply::new(500, [5, 5, 2], "Line is too long"),
-        E::NeedsMoreData { .. } | E::InvalidResponse { .. } => {
-            Reply::new(500, [5, 5, 2], "Syntax error")
+        // The line is whole, so a parser that wants more found a known command's arguments
+        // cut short (`MAIL FROM` with no colon).
+        E::NeedsMoreData { .. } => {
+            Reply::new(501, [5, 5, 2], "Syntax error in parameters or arguments")
         }
+        E::InvalidResponse { .. } => Reply::new(500, [5, 5, 2], "Syntax error"),
     }
 }

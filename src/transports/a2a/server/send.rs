@@ -13,7 +13,7 @@ use super::stream::open_stream;
 use super::tasks::{render_task, task_result, visible_task};
 use super::turn::{
     addressed_agent, attach_attestations, history_message, not_ingested, refusal, store_parts,
-    turn_message,
+    turn_key, turn_message,
 };
 use crate::error::Error;
 use crate::transports::a2a::NAME;
@@ -229,7 +229,7 @@ pub(super) async fn send(
                 )
                 .await?;
         }
-        let external_id = format!("{}:{turn}", row.id);
+        let external_id = turn_key(&row.id, turn);
         // The first stream event is the task as it was resumed.
         let snapshot = row.clone();
         if let Err(e) = state.pipeline.ingest(NAME, &external_id, nm).await {
@@ -340,7 +340,7 @@ pub(super) async fn send(
         call.agent.is_none(),
         push,
     );
-    let external_id = format!("{}:1", row.id);
+    let external_id = turn_key(&row.id, 1);
     let (_, new_task) = state
         .pipeline
         .ingest_with(NAME, &external_id, nm, new_task)

@@ -7,12 +7,12 @@ use super::A2aState;
 use super::call::Call;
 use crate::error::Error;
 use crate::message::{
-    BytesRef, Extra, FilePart, MentionRelay, NoRelay, NormalizedMessage, Part, ReceivedVia,
-    RecipientCapabilities,
+    BytesRef, Extra, FilePart, IdentityEvidence, MentionRelay, NoRelay, NormalizedMessage, Part,
+    ReceivedVia, RecipientCapabilities,
 };
 use crate::transports::a2a::NAME;
 use crate::transports::a2a::mapping::{self, InPart};
-use crate::transports::a2a::store::TaskRow;
+use crate::transports::a2a::store::{self as sql, TaskRow};
 use crate::transports::a2a::tasks::internal;
 use crate::transports::a2a::wire::{self, RpcError, WireMessage};
 use crate::trust::Expected;
@@ -136,10 +136,47 @@ pub(super) fn not_ingested(e: &Error) -> RpcError {
     }
 }
 
+/// The dedupe key of turn `n` (from 1) of task `task_id`.
+pub(super) fn turn_key(task_id: &str, n: usize) -> String {
+    format!("{task_id}:{n}")
+}
+
+/// The identity evidence the first turn of task `task_id` was stored with, which a
+/// continuation assertion on a later turn vouches for again. None when that turn is no longer
+/// stored or cannot be read (logged), so that continuations are then dropped.
+async fn opening_identities(state: &A2aState, task_id: &str) -> Vec<IdentityEvidence> {
+    /// The part of a stored NormalizedMessage read here.
+    #[derive(serde::Deserialize)]
+    struct Opening {
+        sender: OpeningSender,
+    }
+    #[derive(serde::Deserialize)]
+    struct OpeningSender {
+        #[serde(default)]
+        identities: Option<Vec<IdentityEvidence>>,
+    }
+    let body = match sql::inbound_body(state.engine.db(), NAME, &turn_key(task_id, 1)).await {
+        Ok(Some(body)) => body,
+        Ok(None) => return Vec::new(),
+        Err(e) => {
+            tracing::warn!(task = task_id, error = %e, "the task's first turn could not be read");
+            return Vec::new();
+        }
+    };
+    match serde_json::from_str::<Opening>(&body) {
+        Ok(o) => o.sender.identities.unwrap_or_default(),
+        Err(e) => {
+            tracing::warn!(task = task_id, error = %e, "the task's first turn could not be read");
+            Vec::new()
+        }
+    }
+}
+
 /// Appends to the turn's sender the evidence of the identity assertions its message forwards
 /// (checked by [`crate::trust`]; `aud` must be the endpoint the message came to, the agent's or
 /// the hub's); assertions that fail are dropped there. `later_turn`: the message continues
-/// task `row`, so a continuation assertion for it is accepted.
+/// task `row`, so a continuation assertion for it is accepted, for the subject a subject
+/// assertion on the task's first turn vouched for.
 pub(super) async fn attach_attestations(
     state: &A2aState,
     call: &Call,
@@ -161,9 +198,15 @@ pub(super) async fn attach_attestations(
     if call.agent.is_none() {
         audiences.push(format!("{}/a2a", state.public_url));
     }
+    let opening = if later_turn {
+        opening_identities(state, &row.id).await
+    } else {
+        Vec::new()
+    };
     let expected = Expected {
         audiences: &audiences,
         task_id: later_turn.then_some(row.id.as_str()),
+        opening: &opening,
         transport: NAME,
     };
     let evidence = state.trust.verify_all(&assertions, &expected).await;
