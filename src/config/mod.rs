@@ -20,6 +20,7 @@ mod email;
 mod limits;
 mod log;
 mod media;
+mod moderation;
 mod net;
 mod policy;
 mod queue;
@@ -55,6 +56,7 @@ pub use limits::{
 };
 pub use log::{LogConfig, LogFormat};
 pub use media::MediaConfig;
+pub use moderation::{BlockConfig, ModerationConfig};
 pub use net::NetConfig;
 pub use policy::PolicyConfig;
 pub use queue::{JobKindConfig, QueueConfig};
@@ -107,6 +109,8 @@ pub struct Config {
     pub policy: PolicyConfig,
     /// Inbound debounce and what a message does while its thread has a run in flight.
     pub conversation: ConversationConfig,
+    /// Blocked senders and where reports go.
+    pub moderation: ModerationConfig,
 }
 
 impl Default for Config {
@@ -137,6 +141,7 @@ impl Default for Config {
             trust: TrustConfig::default(),
             policy: PolicyConfig::default(),
             conversation: ConversationConfig::default(),
+            moderation: ModerationConfig::default(),
         }
     }
 }
@@ -212,6 +217,7 @@ impl Config {
         self.trust.check(&mut problems);
         self.policy.check(&mut problems);
         self.conversation.check(&mut problems);
+        self.moderation.check(&names, &mut problems);
         // A blocking A2A call or an inbox delivery must be able to finish inside the request
         // deadline, after a body that took as long as it may.
         let (server, longest) = (
