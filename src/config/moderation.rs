@@ -48,7 +48,9 @@ impl ModerationConfig {
                 .filter(|p| p.is_some())
                 .count();
             if given != 1 {
-                problems.push(format!("{at}: give exactly one of sender, domain and issuer"));
+                problems.push(format!(
+                    "{at}: give exactly one of sender, domain and issuer"
+                ));
             }
             if [&b.sender, &b.domain, &b.issuer]
                 .iter()
@@ -65,7 +67,9 @@ impl ModerationConfig {
         if let Some(to) = &self.reports_to
             && crate::message::Address::parse(to).is_none_or(|a| a.handle)
         {
-            problems.push(format!("moderation.reports_to: {to:?} is not a mail address"));
+            problems.push(format!(
+                "moderation.reports_to: {to:?} is not a mail address"
+            ));
         }
     }
 }
