@@ -104,7 +104,7 @@ fn rule_matches(rule: &AccessRule, e: &IdentityEvidence) -> bool {
 
 /// `pattern` with `*` standing for any run of characters (none included), matched over the
 /// whole of `text`.
-fn glob(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
     let mut pieces = pattern.split('*');
     let Some(first) = pieces.next() else {
         return text.is_empty();

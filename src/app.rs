@@ -168,6 +168,8 @@ impl Application {
         for t in opts.transports {
             registry.register(t);
         }
+        let blocks = Arc::new(crate::moderation::Blocks::new(&config.moderation.blocks));
+        blocks.refresh(&db).await?;
         let pipeline = Pipeline::new(Core {
             db: db.clone(),
             clock,
@@ -192,6 +194,7 @@ impl Application {
                 .saturating_mul(1000),
             conversation: config.conversation.clone(),
             runs: crate::pipeline::Runs::default(),
+            blocks: Arc::clone(&blocks),
         });
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -212,6 +215,7 @@ impl Application {
             }
         }
         workers.push(queue.spawn_housekeeping(shutdown_rx.clone()));
+        workers.push(blocks.spawn_refresh(db.clone(), shutdown_rx.clone()));
         let mut routes = Vec::new();
         let mut listeners = Vec::new();
         for m in &modules {

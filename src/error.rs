@@ -45,6 +45,9 @@ pub enum Error {
         /// may help; with one, it will not.
         authenticated: bool,
     },
+    /// A block refuses this sender (`[[moderation.blocks]]` or one added at run time).
+    #[error("this sender is blocked")]
+    Blocked,
     /// Over a rate limit (`[limits]`); the peer may try again after the given seconds.
     #[error("rate limited; retry after {retry_after_s} s")]
     RateLimited {
@@ -97,7 +100,7 @@ impl Error {
         match self {
             Self::Invalid(_) => ErrorKind::Invalid,
             Self::Unauthenticated => ErrorKind::Unauthenticated,
-            Self::Forbidden | Self::Refused { .. } => ErrorKind::Forbidden,
+            Self::Forbidden | Self::Refused { .. } | Self::Blocked => ErrorKind::Forbidden,
             Self::NotFound(_) => ErrorKind::NotFound,
             Self::RateLimited { .. } => ErrorKind::RateLimited,
             Self::TooLarge(_) => ErrorKind::TooLarge,

@@ -17,6 +17,7 @@ pub mod limits;
 pub mod markdown;
 pub mod message;
 pub mod metrics;
+pub mod moderation;
 pub mod net;
 pub mod ops;
 pub mod pipeline;

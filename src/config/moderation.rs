@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 pub struct ModerationConfig {
     /// Senders refused; the operator API and console add more at run time (stored in the
     /// database, shared by every instance).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub blocks: Vec<BlockConfig>,
     /// A mail address every inbound report is forwarded to, besides being stored.
     pub reports_to: Option<String>,

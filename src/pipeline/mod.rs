@@ -42,6 +42,7 @@ use crate::error::{Error, Result};
 use crate::keys::Keys;
 use crate::message::{HistoryPolicy, NormalizedMessage, Sender};
 use crate::metrics::Metrics;
+use crate::moderation::Who;
 use crate::queue::{JobHandler, Queue};
 use crate::store::Db;
 
@@ -173,9 +174,32 @@ pub struct Core {
     pub conversation: crate::config::ConversationConfig,
     /// The runs in flight in this process, per thread and agent.
     pub runs: Runs,
+    /// Senders refused before anything of theirs is stored.
+    pub blocks: Arc<crate::moderation::Blocks>,
 }
 
 impl Core {
+    /// As [`Pipeline::blocked`].
+    fn blocked(
+        &self,
+        agent: Option<&str>,
+        transport: &str,
+        who: &Who,
+    ) -> Option<crate::moderation::Block> {
+        let block = self.blocks.find(agent, who)?;
+        self.metrics
+            .refused(agent.unwrap_or("*"), transport, "blocked");
+        tracing::info!(
+            agent = agent.unwrap_or("*"),
+            transport,
+            block = %block.id,
+            kind = block.kind.as_str(),
+            pattern = %block.pattern,
+            "refused: the sender is blocked"
+        );
+        Some(block)
+    }
+
     /// As [`Pipeline::authorize`]: every path into an agent passes here, relayed turns too.
     fn authorize(&self, agent: &Agent, transport: &str, sender: &Sender) -> Result<()> {
         let Err(denial) = agent.access.decide(sender) else {
@@ -334,6 +358,30 @@ impl Pipeline {
         self.core.authorize(agent, transport, sender)
     }
 
+    /// Whether a block refuses `who` for `agent` (for every agent when `agent` is `None`: a
+    /// transport that does not know the recipient yet asks about server-wide blocks); a
+    /// refusal is counted (`switchboard_refused_total`, reason `blocked`, agent `*` for a
+    /// server-wide check) and logged with the block. Ingest asks on every message; a transport
+    /// asks earlier to refuse natively before reading more. Returns the block that refuses.
+    #[must_use]
+    pub fn blocked(
+        &self,
+        agent: Option<&str>,
+        transport: &str,
+        who: &Who,
+    ) -> Option<crate::moderation::Block> {
+        if !self.core.blocks.any() {
+            return None;
+        }
+        self.core.blocked(agent, transport, who)
+    }
+
+    /// The blocks in force, to list and change.
+    #[must_use]
+    pub fn blocks(&self) -> &Arc<crate::moderation::Blocks> {
+        &self.core.blocks
+    }
+
     async fn submit(
         &self,
         transport: &str,
@@ -350,6 +398,14 @@ impl Pipeline {
             .agents
             .resolve(&msg.recipient)
             .ok_or_else(|| Error::NotFound(format!("no agent {}", msg.recipient)))?;
+        if self.core.blocks.any()
+            && self
+                .core
+                .blocked(Some(&agent.name), transport, &Who::of(&msg.sender))
+                .is_some()
+        {
+            return Err(Error::Blocked);
+        }
         self.authorize(&agent, transport, &msg.sender)?;
         let exposure = self.core.transports.exposure(transport);
         let now_ms = self.core.clock.now_ms();

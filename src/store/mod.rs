@@ -12,6 +12,7 @@
 
 pub mod attestations;
 pub mod blobs;
+pub mod blocks;
 pub mod jobs;
 pub mod keys;
 pub mod messages;

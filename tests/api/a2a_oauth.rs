@@ -273,3 +273,153 @@ async fn access_rules_refuse_a2a_callers_by_evidence(engine: Engine) {
     }
 }
 on_both_engines!(access_rules_refuse_a2a_callers_by_evidence);
+
+/// Blocks over A2A callers, by their evidence: a block on the caller's subject for one agent
+/// answers 403 there (and only there), before the message is stored; one added at run time on
+/// the evidence's issuer through the operator API refuses at once, and removing it lets the
+/// caller in again. The file's blocks are listed and cannot be removed through the API.
+async fn blocks_refuse_a2a_callers_by_subject_and_issuer(engine: Engine) {
+    let idp = Arc::new(Idp::default());
+    let url = serve_route!(idp.clone(), post, "/introspect", introspect);
+    let recorder = Arc::new(RecordingAgent::default());
+    let rec = recorder.clone();
+    let t = spawn_app(engine, move |c, o| {
+        for name in ["open", "guarded"] {
+            c.agents.push(AgentConfig {
+                access: None,
+                name: name.into(),
+                display_name: None,
+                summary: None,
+                backend: BackendConfig::Echo,
+                email: None,
+                a2a: Some(AgentA2aConfig {
+                    skills: vec![],
+                    auth: A2aAuthConfig::Oauth {
+                        issuers: vec![],
+                        introspection: Some(IntrospectionConfig {
+                            url: url.clone(),
+                            client_id: "switchboard".into(),
+                            client_secret: Secret::new("s3cret"),
+                            audience: Some(AUD.into()),
+                            cache_seconds: 60,
+                        }),
+                        token_url: None,
+                        metadata_url: None,
+                        leeway_seconds: 5,
+                    },
+                }),
+            });
+        }
+        c.moderation.blocks.push(switchboard::config::BlockConfig {
+            sender: Some("CLIENT-7".into()),
+            agent: Some("guarded".into()),
+            reason: Some("abuse".into()),
+            ..Default::default()
+        });
+        o.agents.push(("open".into(), rec));
+    })
+    .await;
+    let stored = || async {
+        let db = t.open_db().await;
+        switchboard::store::messages::counts(&db)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.direction == "in")
+            .map(|c| c.n)
+            .sum::<i64>()
+    };
+    let (status, _, body) = a2a_send(&t, "guarded", Some("opaque-good"), "hello").await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    let (status, _, body) = a2a_send(&t, "open", Some("opaque-good"), "hello").await;
+    assert_eq!(status, 200, "{body}");
+    let seen = wait_for(10, "the open agent's message", || async {
+        let seen = recorder.seen.lock().unwrap().clone();
+        (!seen.is_empty()).then_some(seen)
+    })
+    .await;
+    assert_eq!(stored().await, 1, "the refused message was stored");
+    let issuer = seen[0].sender.identities.as_ref().unwrap()[0]
+        .issuer
+        .clone();
+
+    // The API lists the file's block, refuses to remove it, and adds one on the issuer.
+    let api = |path: &str| format!("{}/api/v1/{path}", t.base);
+    let listed: serde_json::Value = t
+        .http
+        .get(api("blocks"))
+        .bearer_auth("test-token")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["blocks"][0]["id"], "config-0", "{listed}");
+    assert_eq!(listed["blocks"][0]["source"], "config", "{listed}");
+    let r = t
+        .http
+        .delete(api("blocks/config-0"))
+        .bearer_auth("test-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    for bad in [
+        json!({"kind": "nickname", "pattern": "x"}),
+        json!({"kind": "issuer", "pattern": "  "}),
+        json!({"kind": "issuer", "pattern": "x", "agent": "nobody"}),
+    ] {
+        let r = t
+            .http
+            .post(api("blocks"))
+            .bearer_auth("test-token")
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+    }
+    let r = t
+        .http
+        .post(api("blocks"))
+        .json(&json!({"kind": "issuer", "pattern": issuer}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "adding a block needs the token");
+    let r = t
+        .http
+        .post(api("blocks"))
+        .bearer_auth("test-token")
+        .json(&json!({"kind": "issuer", "pattern": issuer, "reason": "compromised"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let block: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(block["source"], "api", "{block}");
+    let (status, _, body) = a2a_send(&t, "open", Some("opaque-good"), "again").await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(stored().await, 1);
+
+    let r = t
+        .http
+        .delete(api(&format!("blocks/{}", block["id"].as_str().unwrap())))
+        .bearer_auth("test-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let (status, _, body) = a2a_send(&t, "open", Some("opaque-good"), "let in").await;
+    assert_eq!(status, 200, "{body}");
+    let metrics = t.metrics().await;
+    for (agent, n) in [("guarded", 1), ("open", 1)] {
+        let line = format!(
+            "switchboard_refused_total{{agent=\"{agent}\",transport=\"a2a\",reason=\"blocked\"}} {n}"
+        );
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+}
+on_both_engines!(blocks_refuse_a2a_callers_by_subject_and_issuer);

@@ -417,3 +417,68 @@ async fn console_needs_its_token() {
     c.console.token = Some(Secret::new("x"));
     c.check().unwrap();
 }
+
+/// The blocks page in Chromium: a block typed into the form refuses its sender at once (the
+/// operator API's message from that domain answers 403), is listed beside the file's, and its
+/// Unblock button lets the sender in again; the file's block has no button.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_from_the_console_in_chromium() {
+    if !interop("console") {
+        return;
+    }
+    let t = spawn_app(Engine::Sqlite, |c, _| {
+        c.console.token = Some(Secret::new(TOKEN));
+        c.moderation.blocks.push(switchboard::config::BlockConfig {
+            domain: Some("spam.example".into()),
+            reason: Some("from the file".into()),
+            ..Default::default()
+        });
+    })
+    .await;
+    let console = format!("http://{}/console", t.app().metrics_addr());
+    let send = |key: &'static str| {
+        let t = &t;
+        async move {
+            t.http
+                .post(format!("{}/api/v1/messages", t.base))
+                .bearer_auth("test-token")
+                .json(&json!({"external_id": key, "message": {
+                    "sender": {"address": "eve@mail.example", "auth_method": "none", "verified": false},
+                    "recipient": t.agent("echo"),
+                    "parts": [{"kind": "text", "mime": "text/plain", "content": "hi"}]}}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(send("c-1").await, 202);
+    let b = Browser::start().await;
+    b.go(&format!("{console}/blocks")).await;
+    b.type_into("#token", TOKEN).await;
+    b.click("button[type=submit]").await;
+    b.source_with("Last answer").await;
+    b.go(&format!("{console}/blocks")).await;
+    let page = b.source_with("Block a sender").await;
+    assert!(
+        page.contains("spam.example") && page.contains("in the file"),
+        "{page}"
+    );
+    b.type_into("#pattern", "mail.example").await;
+    b.type_into("#reason", "typed in the console").await;
+    b.click("#block").await;
+    let page = b.source_with("typed in the console").await;
+    assert!(page.contains("Unblock"), "{page}");
+    b.screenshot("blocks").await;
+    assert_eq!(send("c-2").await, 403);
+
+    b.click("tr[data-block]:not([data-block^=config]) button")
+        .await;
+    wait_for(10, "the block to go", || async {
+        let page = b.source().await;
+        (page.contains("Block a sender") && !page.contains("typed in the console")).then_some(())
+    })
+    .await;
+    assert_eq!(send("c-3").await, 202);
+}

@@ -1985,6 +1985,7 @@ async fn a_sender_over_its_rate_gets_451() {
     app.stop().await;
 }
 
+mod blocks;
 mod durable;
 mod loops;
 mod multi_agent;

@@ -227,3 +227,57 @@ async fn two_switchboards_calling_each_other_over_a2a_stop(engine: Engine) {
         "switchboard_refused_total{agent=\"y\",transport=\"a2a\",reason=\"bot-loop\"} 1"
     ));
 }
+
+/// A block added through one instance's operator API is stored in the shared database: the
+/// instance that took it refuses the sender at once, another within the refresh interval, and
+/// the refusal is `Error::Blocked` before anything is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_added_on_one_instance_holds_on_every_instance() {
+    use crate::helpers::{TestDb, fresh_db, postgres_url, spawn_on};
+    if postgres_url().is_none() {
+        eprintln!("SWITCHBOARD_TEST_POSTGRES_URL is not set: shared-blocks test skipped");
+        return;
+    }
+    let mut db = fresh_db(Engine::Postgres).await;
+    let url = db.url.clone();
+    let a = spawn_on(db.take(), |_, _| {}).await;
+    let b = spawn_on(TestDb::url_only(url), |_, _| {}).await;
+    let send = |t: &TestApp, n: u32| {
+        let p = t.app().pipeline().clone();
+        let m = message(&t.agent("echo"), &format!("t{n}"), "hello");
+        async move { p.ingest("test", &format!("e{n}"), m).await }
+    };
+    assert!(send(&b, 1).await.is_ok());
+    let r = a
+        .http
+        .post(format!("{}/api/v1/blocks", a.base))
+        .bearer_auth("test-token")
+        .json(&serde_json::json!({"kind": "domain", "pattern": "remote.example"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    assert!(matches!(
+        send(&a, 2).await,
+        Err(switchboard::Error::Blocked)
+    ));
+    let mut n = 10;
+    wait_for(15, "the other instance to refuse", || {
+        n += 1;
+        let attempt = send(&b, n);
+        async move { matches!(attempt.await, Err(switchboard::Error::Blocked)).then_some(()) }
+    })
+    .await;
+    let stored = count(
+        &a,
+        "SELECT COUNT(*) AS n FROM messages WHERE direction = 'in'",
+        &[],
+    )
+    .await;
+    // The first message, and those b took before it read the block.
+    assert_eq!(
+        stored,
+        1 + i64::from(n - 11),
+        "a refused message was stored"
+    );
+}

@@ -10,6 +10,7 @@ use super::reject::Reject;
 use super::verify::Auth;
 use super::{Inner, NAME, store};
 use crate::message::Part;
+use crate::moderation::Who;
 use crate::pipeline::Pipeline;
 
 pub(super) async fn forget_actor(inner: &Inner, actor: &str) -> Result<(), Reject> {
@@ -133,8 +134,15 @@ pub(super) async fn on_create(
             max_reply_chars,
             now: inner.clock.now(),
         });
-        // An agent whose access rules refuse the actor is skipped: the inbox still answers
-        // 202, and the sender is told only when the agent's `refusal_reply` says so.
+        // An agent that blocks the actor is skipped silently; one whose access rules refuse it
+        // is skipped too: the inbox still answers 202, and the sender is told only when the
+        // agent's `refusal_reply` says so.
+        if pipeline
+            .blocked(Some(&agent.name), NAME, &Who::of(&msg.sender))
+            .is_some()
+        {
+            continue;
+        }
         if pipeline.authorize(agent, NAME, &msg.sender).is_err() {
             refusal_reply(inner, agent, activity_id, msg).await;
             continue;

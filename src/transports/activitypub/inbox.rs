@@ -13,10 +13,12 @@ use std::time::Duration;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 
+use super::NAME;
 use super::mapping::{self, iri, str_of};
 use super::reject::Reject;
 use super::verify::{self, Incoming, Verdict};
 use super::{HttpState, Inner, activities, store};
+use crate::moderation::{BlockKind, Who};
 use crate::pipeline::Pipeline;
 
 pub(super) fn routes(cfg: &mut web::ServiceConfig, limit: usize) {
@@ -156,6 +158,20 @@ async fn process(
             "activities of local actors are not accepted",
         ));
     }
+    // A server-wide block: a blocked instance is refused (403) before any of it is fetched or
+    // verified; a blocked actor's activity is dropped unread (202: the actor learns nothing).
+    // The actor is not verified yet, but a request that names a blocked actor falsely loses
+    // nothing the actor itself could have had.
+    if let Some(block) = pipeline.blocked(
+        None,
+        NAME,
+        &Who::domain(&actor_host).with_sender(&actor_iri),
+    ) {
+        return match block.kind {
+            BlockKind::Domain => Err(Reject::new(403, "this instance is blocked")),
+            BlockKind::Sender | BlockKind::Issuer => Ok(()),
+        };
+    }
     let auth =
         match verify::authenticate(inner, incoming, body, &activity, &kind, &actor_iri).await? {
             Verdict::Authenticated(auth) => auth,
@@ -165,6 +181,13 @@ async fn process(
                 return Ok(());
             }
         };
+    // Its handle is known only now (`@name@host`, as operators write blocks).
+    if pipeline
+        .blocked(None, NAME, &Who::default().with_sender(&auth.actor.address))
+        .is_some()
+    {
+        return Ok(());
+    }
     // A replay is acknowledged without being processed again, but only once its sender is
     // authenticated: an unsigned request learns nothing about which ids arrived.
     if store::seen(&inner.db, &id).await? {

@@ -8,6 +8,7 @@
 //! any of the federated protocols) and is off unless `api.token` is set. Messages ingested here
 //! are operator-asserted: the operator vouches for the sender fields.
 
+mod blocks;
 pub mod console;
 pub mod openapi;
 mod read;
@@ -164,7 +165,13 @@ impl TransportModule for Api {
                     )
                     .route("/api/v1/agents", web::get().to(read::list_agents))
                     .route("/api/v1/threads", web::get().to(read::list_threads))
-                    .route("/api/v1/threads/{id}", web::get().to(read::get_thread));
+                    .route("/api/v1/threads/{id}", web::get().to(read::get_thread))
+                    .route("/api/v1/blocks", web::get().to(blocks::list_blocks))
+                    .route("/api/v1/blocks", web::post().to(blocks::add_block))
+                    .route(
+                        "/api/v1/blocks/{id}",
+                        web::delete().to(blocks::remove_block),
+                    );
             })),
             ..Started::default()
         })

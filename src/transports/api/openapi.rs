@@ -7,9 +7,11 @@ use schemars::{JsonSchema, Schema};
 use serde_json::{Value, json};
 
 use super::wire::{
-    Accepted, AgentList, ApiError, MessageView, PostMessage, StatusView, ThreadDetail, ThreadPage,
+    Accepted, AgentList, ApiError, BlockList, MessageView, PostMessage, StatusView, ThreadDetail,
+    ThreadPage,
 };
 use crate::message::NormalizedResponse;
+use crate::moderation::{Block, NewBlock};
 
 fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
     g.subschema_for::<T>()
@@ -50,6 +52,9 @@ pub fn document() -> String {
     let message = schema::<MessageView>(&mut g);
     let response = schema::<NormalizedResponse>(&mut g);
     let status = schema::<StatusView>(&mut g);
+    let blocks = schema::<BlockList>(&mut g);
+    let block = schema::<Block>(&mut g);
+    let new_block = schema::<NewBlock>(&mut g);
     let id = path_param("id", "Switchboard's id of the message.");
     let doc = json!({
         "openapi": "3.1.0",
@@ -125,6 +130,37 @@ pub fn document() -> String {
                     "200": json_body(&thread, "The thread."),
                     "401": unauthorized,
                     "404": not_found("No such thread.")
+                }
+            }},
+            "/api/v1/blocks": {
+                "get": {
+                    "operationId": "listBlocks",
+                    "summary": "The senders refused: the configuration file's blocks and those added at run time",
+                    "responses": {
+                        "200": json_body(&blocks, "Every block in force."),
+                        "401": unauthorized
+                    }
+                },
+                "post": {
+                    "operationId": "addBlock",
+                    "summary": "Refuse a sender, for the whole server or one agent (stored; every instance within 5 s)",
+                    "requestBody": { "required": true, "content": { "application/json": { "schema": new_block } } },
+                    "responses": {
+                        "201": json_body(&block, "The stored block (the same block twice is stored once)."),
+                        "400": json_body(&error, "An unknown kind, an empty pattern, an unknown agent."),
+                        "401": unauthorized
+                    }
+                }
+            },
+            "/api/v1/blocks/{id}": { "delete": {
+                "operationId": "removeBlock",
+                "summary": "Remove a block added at run time",
+                "parameters": [ path_param("id", "The block's id.") ],
+                "responses": {
+                    "204": { "description": "Removed." },
+                    "401": unauthorized,
+                    "404": not_found("No stored block has this id."),
+                    "409": json_body(&error, "The block is in the configuration file.")
                 }
             }}
         },

@@ -55,6 +55,14 @@ pub struct AgentView {
     pub backend: String,
 }
 
+/// `GET /api/v1/blocks`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct BlockList {
+    /// Every block in force: the configuration file's first, then those added at run time,
+    /// oldest first.
+    pub blocks: Vec<crate::moderation::Block>,
+}
+
 /// `GET /api/v1/agents`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct AgentList {

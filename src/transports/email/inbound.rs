@@ -24,6 +24,7 @@ use crate::message::{
     FilePart, IdentityEvidence, MentionRelay, NormalizedMessage, Part, Proof, ReceivedVia,
     RecipientCapabilities, RecipientFieldRelay, Sender, TransportProof,
 };
+use crate::moderation::Who;
 use crate::pipeline::Pipeline;
 use crate::queue::Queue;
 
@@ -55,6 +56,10 @@ impl std::fmt::Debug for Inbound {
 
 /// The local part of a VERP bounce address: `bounces+{response id}`.
 pub const BOUNCE_PREFIX: &str = "bounces+";
+
+/// The text of `550 5.7.1` when a block refuses the sender (it says no more than that access
+/// is denied).
+const BLOCKED: &str = "Access denied";
 
 /// The text of `550 5.7.1` when an agent's access rules refuse the sender.
 const REFUSED_BY_ACCESS: &str = "Sender not authorized for this recipient";
@@ -244,6 +249,7 @@ impl Inbound {
         match self.store(env, raw, &mail, &auth, &accepting, &[]).await {
             Ok(id) => Reply::new(250, [2, 0, 0], format!("Message queued as {id}")),
             Err(crate::Error::Refused { .. }) => Reply::new(550, [5, 7, 1], REFUSED_BY_ACCESS),
+            Err(crate::Error::Blocked) => Reply::new(550, [5, 7, 1], BLOCKED),
             Err(crate::Error::RateLimited { .. }) => {
                 Reply::new(451, [4, 7, 1], "Too many messages; try again later")
             }
@@ -331,9 +337,16 @@ impl Inbound {
             let rows = MailRows {
                 blobs: std::mem::take(&mut new_blobs),
             };
-            // Recipients whose access rules refuse this sender are skipped; the mail is
-            // refused only when every recipient refuses it.
-            if let Err(e) = self.pipeline.authorize(agent, NAME, &msg.sender) {
+            // Recipients that block this sender or whose access rules refuse it are skipped;
+            // the mail is refused only when every recipient refuses it.
+            let blocked = self
+                .pipeline
+                .blocked(Some(&agent.name), NAME, &Who::of(&msg.sender))
+                .map(|_| crate::Error::Blocked);
+            if let Some(e) = blocked.map_or_else(
+                || self.pipeline.authorize(agent, NAME, &msg.sender).err(),
+                Some,
+            ) {
                 refused.get_or_insert(e);
                 new_blobs = rows.blobs;
                 continue;
@@ -619,8 +632,24 @@ impl roles::ToAgent for Inbound {
     }
 }
 
-/// The session asks the inbound side about recipients and hands it finished messages.
+/// The session asks the inbound side about senders and recipients and hands it finished
+/// messages.
 impl Receiver for Inbound {
+    /// A server-wide block over the envelope sender (its address or domain) refuses it at once,
+    /// `550 5.7.1`; an agent's own blocks and the `From` address are judged after `DATA`. The
+    /// null sender of bounces is never refused here.
+    async fn mail(&self, from: &str) -> Result<(), Reply> {
+        if from.is_empty()
+            || self
+                .pipeline
+                .blocked(None, NAME, &Who::default().with_sender(from))
+                .is_none()
+        {
+            return Ok(());
+        }
+        Err(Reply::new(550, [5, 7, 1], BLOCKED))
+    }
+
     /// A mailbox of ours (an agent, a bounce address, a role address of a served domain, the
     /// bare `postmaster`), else `550 5.1.1`; an address in another domain is relaying, which
     /// this server never does: `550 5.7.1`.

@@ -85,6 +85,13 @@ pub trait Receiver: Sync {
     /// recipient it names, or the reply that refuses it.
     fn rcpt(&self, address: &str) -> impl Future<Output = Result<Rcpt, Reply>> + Send;
 
+    /// Whether mail from `from` (the MAIL FROM path, without its angle brackets; empty for the
+    /// null sender) is taken at all: `Err` is the reply that refuses it. Everyone by default.
+    fn mail(&self, from: &str) -> impl Future<Output = Result<(), Reply>> + Send {
+        let _ = from;
+        async { Ok(()) }
+    }
+
     /// A complete message (dot-stuffing undone, the final dot gone) with the envelope it came
     /// with; the reply is what the client is told after the final dot.
     fn message(
@@ -395,8 +402,14 @@ impl State {
                 } else if from.size > limits.max_message_bytes {
                     Reply::new(552, [5, 3, 4], "Message too big for system")
                 } else {
-                    self.mail_from = Some(from.address.trim().to_owned());
-                    Reply::new(250, [2, 1, 0], "OK")
+                    let from = from.address.trim();
+                    match receiver.mail(from).await {
+                        Ok(()) => {
+                            self.mail_from = Some(from.to_owned());
+                            Reply::new(250, [2, 1, 0], "OK")
+                        }
+                        Err(refusal) => refusal,
+                    }
                 }
             }
             Request::Rcpt { to } => {

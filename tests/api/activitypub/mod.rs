@@ -8,6 +8,7 @@
 //! `remote` is the fake remote server and the signing helpers; every other module is one group
 //! of scenarios, and this one holds the setup they share.
 
+mod blocks;
 mod chunking;
 mod contexts;
 mod delivery;

@@ -31,6 +31,7 @@ use super::card::RenderedCard;
 use super::tasks::TaskEngine;
 use super::wire::{self, RpcError};
 use crate::config::{A2aAuthConfig, A2aConfig};
+use crate::moderation::Who;
 use crate::pipeline::Pipeline;
 use crate::trust::TrustVerifier;
 
@@ -70,9 +71,20 @@ impl A2aState {
         self.policies.get(&agent.to_lowercase()).unwrap_or(&PUBLIC)
     }
 
-    /// Refuses a caller the agent's policy does not admit.
+    /// Refuses a caller the agent's policy does not admit (401), or that a block over its
+    /// evidence's subject or issuer refuses (403, before any of its calls is served).
     fn admit(&self, caller: &Caller, agent: &str) -> Result<(), RpcError> {
         if caller.admitted_by(self.policy(agent)) {
+            if self
+                .pipeline
+                .blocked(Some(agent), super::NAME, &Who::of(&caller.sender))
+                .is_some()
+            {
+                return Err(RpcError::new(
+                    wire::FORBIDDEN,
+                    "this agent does not accept messages from this caller",
+                ));
+            }
             Ok(())
         } else {
             Err(RpcError::new(

@@ -122,6 +122,12 @@ pub(super) fn not_ingested(e: &Error) -> RpcError {
     if let Error::RateLimited { retry_after_s } = e {
         return RpcError::new(wire::RATE_LIMITED, retry_after_s.to_string());
     }
+    if let Error::Blocked = e {
+        return RpcError::new(
+            wire::FORBIDDEN,
+            "this agent does not accept messages from this caller",
+        );
+    }
     if let Error::Refused { authenticated } = e {
         let code = if *authenticated {
             wire::FORBIDDEN

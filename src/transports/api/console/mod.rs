@@ -1,12 +1,15 @@
 //! The operator's web console at `/console` on the private metrics listener: server-rendered
 //! pages over the same reads as the operator API (agents, conversations across transports, one
 //! message with its attempts, the queue with its dead jobs), a form that sends a test message,
+//! the blocks in force with forms that add and remove them,
 //! and live counters polled by a small embedded script. No build step: the stylesheet and the
 //! script are embedded in the binary.
 //!
 //! When `console.token` is set, every page needs the session cookie the sign-in form sets (or
 //! the token as a bearer header); without one it is served only on a loopback listener (the
 //! configuration check refuses anything else).
+
+mod blocks;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -102,7 +105,13 @@ pub fn configure(cfg: &mut web::ServiceConfig, console: Console) {
         .route("/console/queue/retry", web::post().to(queue_retry))
         .route("/console/queue/purge", web::post().to(queue_purge))
         .route("/console/send", web::get().to(send_page))
-        .route("/console/send", web::post().to(send));
+        .route("/console/send", web::post().to(send))
+        .route("/console/blocks", web::get().to(blocks::blocks_page))
+        .route("/console/blocks", web::post().to(blocks::add_block))
+        .route(
+            "/console/blocks/remove",
+            web::post().to(blocks::remove_block),
+        );
 }
 
 fn see_other(to: &str) -> HttpResponse {
@@ -126,6 +135,7 @@ fn page(active: &str, title: &str, main: &str) -> HttpResponse {
         ("/console/threads", "Conversations"),
         ("/console/queue", "Queue"),
         ("/console/send", "Send a test message"),
+        ("/console/blocks", "Blocks"),
     ] {
         let on = if name == active { " class=\"on\"" } else { "" };
         let _ = write!(nav, "<a href=\"{href}\"{on}>{name}</a>");

@@ -1,0 +1,93 @@
+//! `/api/v1/blocks`: the senders refused, listed, added and removed at run time. What is added
+//! here is stored in the database, so every instance sharing it refuses the same senders
+//! ([`crate::moderation`]); the configuration file's blocks are listed too, and removed by
+//! editing the file.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde_json::json;
+
+use super::wire::BlockList;
+use super::{ApiState, authorize};
+use crate::error::Error;
+use crate::http::error_response;
+use crate::moderation::NewBlock;
+
+/// `GET /api/v1/blocks`: every block in force, the file's first.
+pub(super) async fn list_blocks(state: web::Data<ApiState>, req: HttpRequest) -> HttpResponse {
+    if let Err(e) = authorize(&state, &req) {
+        return error_response(&e);
+    }
+    HttpResponse::Ok().json(BlockList {
+        blocks: state.pipeline.blocks().list(),
+    })
+}
+
+/// `POST /api/v1/blocks` with `{kind, pattern, agent?, reason?}`: 201 with the stored block
+/// (the same block twice is stored once).
+pub(super) async fn add_block(
+    state: web::Data<ApiState>,
+    req: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    if let Err(e) = authorize(&state, &req) {
+        return error_response(&e);
+    }
+    let new: NewBlock = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return error_response(&Error::Invalid(format!("body: {e}"))),
+    };
+    if let Some(agent) = &new.agent
+        && state.pipeline.agents().get(agent).is_none()
+    {
+        return error_response(&Error::Invalid(format!("agent: no agent {agent:?}")));
+    }
+    let pipeline = state.pipeline.clone();
+    let added = state
+        .pipeline
+        .on_main(async move {
+            let now = pipeline.clock().now_ms();
+            pipeline.blocks().add(pipeline.db(), &new, now).await
+        })
+        .await;
+    match added {
+        Ok(block) => {
+            tracing::info!(block = %block.id, kind = block.kind.as_str(), pattern = %block.pattern, "block added");
+            HttpResponse::Created().json(block)
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+/// `DELETE /api/v1/blocks/{id}`: 204, 404 when no stored block has that id, 409 for one of the
+/// file's.
+pub(super) async fn remove_block(
+    state: web::Data<ApiState>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> HttpResponse {
+    if let Err(e) = authorize(&state, &req) {
+        return error_response(&e);
+    }
+    let id = id.into_inner();
+    if id.starts_with("config-") {
+        return HttpResponse::Conflict().json(json!({
+            "error": "this block is in the configuration file; remove it there"
+        }));
+    }
+    let pipeline = state.pipeline.clone();
+    let gone = state
+        .pipeline
+        .on_main({
+            let id = id.clone();
+            async move { pipeline.blocks().remove(pipeline.db(), &id).await }
+        })
+        .await;
+    match gone {
+        Ok(true) => {
+            tracing::info!(block = %id, "block removed");
+            HttpResponse::NoContent().finish()
+        }
+        Ok(false) => error_response(&Error::NotFound(format!("no block {id}"))),
+        Err(e) => error_response(&e),
+    }
+}

@@ -1,0 +1,115 @@
+//! Blocks at the inbox: a blocked instance is refused 403 before anything of it is fetched, a
+//! blocked actor's activities are acknowledged 202 and dropped, an agent's own block skips only
+//! that agent; none of what a block refuses is stored, and each refusal is counted.
+
+use serde_json::json;
+
+use super::remote::{Remote, note_create, post_signed};
+use super::{count, setup};
+use crate::helpers::{Engine, TestApp, on_both_engines, wait_for};
+
+/// Messages stored for `agent`.
+async fn stored(t: &TestApp, agent: &str) -> i64 {
+    count(
+        t.app().pipeline().db(),
+        "SELECT COUNT(*) AS n FROM messages WHERE direction = 'in' AND agent = $1",
+        &[switchboard::store::Arg::Text(agent)],
+    )
+    .await
+}
+
+/// `author` on `remote` mentions both `echo` and `helper` of `t` in note `n`; the inbox's status.
+async fn mention_both(t: &TestApp, remote: &Remote, author: &str, n: &str) -> u16 {
+    let echo = format!("{}/agents/echo", t.base);
+    let helper = format!("{}/agents/helper", t.base);
+    let (e, h) = (
+        format!("@echo@{}", t.domain()),
+        format!("@helper@{}", t.domain()),
+    );
+    let create = note_create(
+        remote,
+        author,
+        n,
+        vec![echo.clone(), helper.clone()],
+        vec![],
+        &[(echo.as_str(), e.as_str()), (helper.as_str(), h.as_str())],
+        "<p>hello both</p>",
+    );
+    let body = serde_json::to_vec(&create).unwrap();
+    post_signed(
+        &t.http,
+        &format!("{}/inbox", t.base),
+        &body,
+        &remote.key_id(author),
+        0,
+    )
+    .await
+    .status()
+    .as_u16()
+}
+
+on_both_engines!(blocked_actors_and_instances_are_refused_at_the_inbox);
+async fn blocked_actors_and_instances_are_refused_at_the_inbox(engine: Engine) {
+    let s = setup(engine, |c| {
+        c.moderation.blocks.push(switchboard::config::BlockConfig {
+            sender: Some("http://127.0.0.1:*/users/mallory".into()),
+            ..Default::default()
+        });
+    })
+    .await;
+    let (t, remote) = (&s.t, &s.remote);
+    remote.add_actor("alice");
+    remote.add_actor("mallory");
+    let host = remote.base.trim_start_matches("http://").to_owned();
+
+    // The blocked actor: 202, dropped, nothing stored.
+    assert_eq!(mention_both(t, remote, "mallory", "m1").await, 202);
+    // The agent's own block, added at run time on alice's handle: only `echo` skips her.
+    let r = t
+        .http
+        .post(format!("{}/api/v1/blocks", t.base))
+        .bearer_auth("test-token")
+        .json(&json!({"kind": "sender", "pattern": format!("@alice@{host}"), "agent": "echo"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    assert_eq!(mention_both(t, remote, "alice", "a1").await, 202);
+    wait_for(10, "helper's copy", || async {
+        (stored(t, "helper").await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(stored(t, "echo").await, 0);
+    assert!(
+        s.helper
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|m| !m.sender.address.contains("mallory")),
+        "the blocked actor reached an agent"
+    );
+
+    // The instance, blocked at run time: 403 before its actors are fetched again.
+    let gets = remote.gets_of("/users/alice");
+    let r = t
+        .http
+        .post(format!("{}/api/v1/blocks", t.base))
+        .bearer_auth("test-token")
+        .json(&json!({"kind": "domain", "pattern": "127.0.0.1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    assert_eq!(mention_both(t, remote, "alice", "a2").await, 403);
+    assert_eq!(remote.gets_of("/users/alice"), gets);
+    assert_eq!(stored(t, "helper").await, 1);
+    assert_eq!(stored(t, "echo").await, 0);
+    let metrics = t.metrics().await;
+    for (agent, n) in [("*", 2), ("echo", 1)] {
+        let line = format!(
+            "switchboard_refused_total{{agent=\"{agent}\",transport=\"activitypub\",reason=\"blocked\"}} {n}"
+        );
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+}
