@@ -118,6 +118,7 @@ async fn start_switchboard(dir: &std::path::Path, policy: bool) -> Application {
     config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
     config.email.enabled = false;
     loadgen::unlimited(&mut config.limits);
+    loadgen::blocks(&mut config.moderation);
     // The memory step holds 1000 streams open from one address.
     config.server.max_connections_per_peer = 4096;
     config.database.url = Secret::new(format!("sqlite://{}", dir.join("bench.db").display()));

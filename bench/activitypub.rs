@@ -153,6 +153,7 @@ fn config(db: &str) -> Config {
     c.queue.poll_interval_ms = 50;
     c.email.enabled = false;
     loadgen::unlimited(&mut c.limits);
+    loadgen::blocks(&mut c.moderation);
     c
 }
 

@@ -242,6 +242,7 @@ async fn bench() {
         config.database.durability = Some(*mode);
         config.email.bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
         loadgen::unlimited(&mut config.limits);
+        loadgen::blocks(&mut config.moderation);
         config.email.domain = Some("agents.test".into());
         config.email.dns = DnsMode::Offline;
         config.email.dns_records.extend(records.iter().cloned());

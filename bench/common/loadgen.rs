@@ -28,6 +28,40 @@ pub fn unlimited(limits: &mut switchboard::config::LimitsConfig) {
     limits.per_host = Some(switchboard::config::Rate::OFF);
 }
 
+/// Adds `BENCH_BLOCKS` server-wide blocks (none unless set) that no benchmarked sender
+/// matches, shaped as operators' lists are: instance and mail domains, actor IRIs under a host,
+/// whole mail domains, A2A issuers, and one in a hundred a pattern with `*` inside, which is
+/// tried one by one. Run with 0 and with 1000 in turn to see what checking them costs.
+pub fn blocks(moderation: &mut switchboard::config::ModerationConfig) {
+    use switchboard::config::BlockConfig;
+    let n: usize = std::env::var("BENCH_BLOCKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    moderation.blocks.extend((0..n).map(|i| match i % 100 {
+        0 => BlockConfig {
+            sender: Some(format!("https://*.b{i}.example/users/*")),
+            ..BlockConfig::default()
+        },
+        r if r % 4 == 0 => BlockConfig {
+            domain: Some(format!("d{i}.example")),
+            ..BlockConfig::default()
+        },
+        r if r % 4 == 1 => BlockConfig {
+            sender: Some(format!("https://social.b{i}.example/users/*")),
+            ..BlockConfig::default()
+        },
+        r if r % 4 == 2 => BlockConfig {
+            sender: Some(format!("*@m{i}.example")),
+            ..BlockConfig::default()
+        },
+        _ => BlockConfig {
+            issuer: Some(format!("https://idp{i}.example")),
+            ..BlockConfig::default()
+        },
+    }));
+}
+
 /// One HTTP request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HttpRequest {
