@@ -104,26 +104,55 @@ fn rule_matches(rule: &AccessRule, e: &IdentityEvidence) -> bool {
 
 /// `pattern` with `*` standing for any run of characters (none included), matched over the
 /// whole of `text`.
-pub(crate) fn glob(pattern: &str, text: &str) -> bool {
-    let mut pieces = pattern.split('*');
-    let Some(first) = pieces.next() else {
-        return text.is_empty();
-    };
-    let Some(mut rest) = text.strip_prefix(first) else {
-        return false;
-    };
-    let pieces: Vec<&str> = pieces.collect();
-    let Some((last, middle)) = pieces.split_last() else {
-        // No `*`: the whole text must have been the prefix.
-        return rest.is_empty();
-    };
-    for piece in middle {
-        match rest.find(piece) {
-            Some(at) => rest = &rest[at + piece.len()..],
-            None => return false,
+fn glob(pattern: &str, text: &str) -> bool {
+    Glob::new(pattern).matches(text)
+}
+
+/// A pattern in which `*` stands for any run of characters (none included), split once into
+/// its literal pieces so that matching it again allocates nothing.
+#[derive(Debug, Clone)]
+pub(crate) struct Glob {
+    /// The text before the first `*` (all of it when there is none).
+    first: String,
+    /// The pieces between two `*`s, in order.
+    middle: Vec<String>,
+    /// The text after the last `*`; `None` without a `*`.
+    last: Option<String>,
+}
+
+impl Glob {
+    /// Splits `pattern` at its `*`s.
+    pub(crate) fn new(pattern: &str) -> Self {
+        let mut pieces: Vec<String> = pattern.split('*').map(str::to_owned).collect();
+        let first = pieces.remove(0);
+        let last = pieces.pop();
+        Self {
+            first,
+            middle: pieces,
+            last,
         }
     }
-    rest.len() >= last.len() && rest.ends_with(last)
+
+    /// Whether the pattern matches the whole of `text`.
+    pub(crate) fn matches(&self, text: &str) -> bool {
+        let Some(mut rest) = text.strip_prefix(self.first.as_str()) else {
+            return false;
+        };
+        let Some(last) = &self.last else {
+            // No `*`: the whole text must have been the prefix.
+            return rest.is_empty();
+        };
+        if !rest.ends_with(last.as_str()) {
+            return false;
+        }
+        for piece in &self.middle {
+            match rest.find(piece.as_str()) {
+                Some(at) => rest = &rest[at + piece.len()..],
+                None => return false,
+            }
+        }
+        rest.len() >= last.len()
+    }
 }
 
 /// A short account of a sender's evidence for logs: methods, issuers and subjects, never the

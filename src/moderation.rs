@@ -234,7 +234,7 @@ struct Index {
     prefix_lens: BTreeSet<usize>,
     suffixes: HashMap<String, Vec<usize>>,
     suffix_lens: BTreeSet<usize>,
-    globs: Vec<(String, usize)>,
+    globs: Vec<(crate::access::Glob, usize)>,
 }
 
 impl Index {
@@ -252,31 +252,26 @@ impl Index {
             self.suffix_lens.insert(lit.len());
             self.suffixes.entry(lit).or_default().push(at);
         } else {
-            self.globs.push((p, at));
+            self.globs.push((crate::access::Glob::new(&p), at));
         }
     }
 
-    /// Every block index whose pattern matches `text` (lower-case), to `out`.
-    fn matches(&self, text: &str, out: &mut Vec<usize>) {
-        if let Some(v) = self.exact.get(text) {
-            out.extend(v);
-        }
+    /// Hands `found` the index of every block whose pattern matches `text` (lower-case).
+    fn matches(&self, text: &str, found: &mut impl FnMut(usize)) {
+        let mut each = |v: Option<&Vec<usize>>| v.into_iter().flatten().for_each(|&at| found(at));
+        each(self.exact.get(text));
         for &len in self.prefix_lens.range(..=text.len()) {
-            if let Some(v) = text.get(..len).and_then(|p| self.prefixes.get(p)) {
-                out.extend(v);
-            }
+            each(text.get(..len).and_then(|p| self.prefixes.get(p)));
         }
         for &len in self.suffix_lens.range(..=text.len()) {
-            if let Some(v) = text
-                .get(text.len() - len..)
-                .and_then(|s| self.suffixes.get(s))
-            {
-                out.extend(v);
-            }
+            each(
+                text.get(text.len() - len..)
+                    .and_then(|s| self.suffixes.get(s)),
+            );
         }
-        for (p, at) in &self.globs {
-            if crate::access::glob(p, text) {
-                out.push(*at);
+        for (glob, at) in &self.globs {
+            if glob.matches(text) {
+                found(*at);
             }
         }
     }
@@ -319,7 +314,18 @@ impl BlockSet {
         if self.blocks.is_empty() {
             return None;
         }
-        let mut hits = Vec::new();
+        // The first block in order that applies to `agent`.
+        let mut first: Option<usize> = None;
+        let mut hits = |at: usize| {
+            let applies = self.blocks.get(at).is_some_and(|b| {
+                b.agent
+                    .as_deref()
+                    .is_none_or(|a| agent.is_some_and(|x| a.eq_ignore_ascii_case(x)))
+            });
+            if applies && first.is_none_or(|f| at < f) {
+                first = Some(at);
+            }
+        };
         if !self.senders.is_empty() {
             for s in &who.senders {
                 self.senders.matches(s, &mut hits);
@@ -347,14 +353,7 @@ impl BlockSet {
                 self.issuers.matches(i, &mut hits);
             }
         }
-        hits.sort_unstable();
-        hits.into_iter()
-            .filter_map(|at| self.blocks.get(at))
-            .find(|b| {
-                b.agent
-                    .as_deref()
-                    .is_none_or(|a| agent.is_some_and(|x| a.eq_ignore_ascii_case(x)))
-            })
+        first.and_then(|at| self.blocks.get(at))
     }
 }
 
