@@ -83,6 +83,9 @@ pub(crate) enum Hold {
     /// A relayed turn: the chain's original sender is over the woken agent's rate limits.
     #[serde(rename = "rate-limited")]
     RateLimited,
+    /// The sender has blocked the agent (an ActivityPub `Block`): nothing goes back to it.
+    #[serde(rename = "blocked-by-sender")]
+    BlockedBySender,
 }
 
 impl Hold {
@@ -94,6 +97,7 @@ impl Hold {
             Self::MaxHops => "max-hops",
             Self::Refused => "refused",
             Self::RateLimited => "rate-limited",
+            Self::BlockedBySender => "blocked-by-sender",
         }
     }
 }
