@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::mapping::{self, iri, str_of};
 use super::reject::Reject;
 use super::verify::{self, Incoming, Verdict};
-use super::{HttpState, Inner, activities, store};
+use super::{HttpState, Inner, activities, moderation, store};
 use crate::pipeline::Pipeline;
 
 pub(super) fn routes(cfg: &mut web::ServiceConfig, limit: usize) {
@@ -103,6 +103,8 @@ async fn receive(state: &HttpState, req: &HttpRequest, body: web::Bytes) -> Http
         return render(Err(Reject::invalid("JSON nested too deeply")));
     }
     let incoming = Incoming::from_request(req);
+    // The host the activity claims to come from, for the record of refusals.
+    let host = actor_of(&activity).and_then(mapping::host_of);
     let pipeline = state.pipeline.clone();
     let limit = Duration::from_millis(inner.cfg.processing_timeout_ms);
     let result = state
@@ -120,6 +122,15 @@ async fn receive(state: &HttpState, req: &HttpRequest, body: web::Bytes) -> Http
         })
         .await
         .unwrap_or_else(|e| Err(Reject::from(e)));
+    if let (Err(r), Some(host)) = (&result, &host)
+        && (400..500).contains(&r.status)
+    {
+        state.pipeline.metrics().refused_from(
+            host,
+            &format!("{} {}", r.status, r.reason),
+            state.pipeline.clock().now_ms(),
+        );
+    }
     render(result)
 }
 
@@ -179,6 +190,9 @@ async fn process(
         }
         "Create" => {}
         "Follow" => activities::on_follow(inner, &activity, &auth).await?,
+        "Block" => moderation::on_block(inner, &activity, &auth).await?,
+        "Flag" => moderation::on_flag(inner, &activity, &id, &auth).await?,
+        "Undo" if moderation::on_undo_block(inner, &activity, &auth).await? => {}
         "Undo" => activities::on_undo(inner, &activity, &auth).await?,
         "Delete" => activities::on_delete(inner, &activity, &auth).await?,
         "Update" => activities::on_update(inner, &activity, &auth).await?,
