@@ -164,7 +164,8 @@ impl TransportModule for Api {
                     )
                     .route("/api/v1/agents", web::get().to(read::list_agents))
                     .route("/api/v1/threads", web::get().to(read::list_threads))
-                    .route("/api/v1/threads/{id}", web::get().to(read::get_thread));
+                    .route("/api/v1/threads/{id}", web::get().to(read::get_thread))
+                    .route("/api/v1/reports", web::get().to(read::list_reports));
             })),
             ..Started::default()
         })

@@ -7,7 +7,8 @@ use schemars::{JsonSchema, Schema};
 use serde_json::{Value, json};
 
 use super::wire::{
-    Accepted, AgentList, ApiError, MessageView, PostMessage, StatusView, ThreadDetail, ThreadPage,
+    Accepted, AgentList, ApiError, MessageView, PostMessage, ReportList, StatusView, ThreadDetail,
+    ThreadPage,
 };
 use crate::message::NormalizedResponse;
 
@@ -50,6 +51,7 @@ pub fn document() -> String {
     let message = schema::<MessageView>(&mut g);
     let response = schema::<NormalizedResponse>(&mut g);
     let status = schema::<StatusView>(&mut g);
+    let reports = schema::<ReportList>(&mut g);
     let id = path_param("id", "Switchboard's id of the message.");
     let doc = json!({
         "openapi": "3.1.0",
@@ -125,6 +127,19 @@ pub fn document() -> String {
                     "200": json_body(&thread, "The thread."),
                     "401": unauthorized,
                     "404": not_found("No such thread.")
+                }
+            }},
+            "/api/v1/reports": { "get": {
+                "operationId": "listReports",
+                "summary": "Reports of abuse received from remote servers, newest first",
+                "parameters": [
+                    query_param("agent", "Only reports about this agent (local name).", json!({"type": "string"})),
+                    query_param("limit", "Reports answered at most.", json!({"type": "integer", "minimum": 1, "maximum": 200, "default": 50}))
+                ],
+                "responses": {
+                    "200": json_body(&reports, "The reports."),
+                    "400": json_body(&error, "A limit out of range."),
+                    "401": unauthorized
                 }
             }}
         },
