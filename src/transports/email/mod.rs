@@ -416,6 +416,12 @@ impl EmailTransport {
         Ok(())
     }
 
+    /// Our bounce address for `token` (`bounces+{token}@{mail domain}`): a bounce sent to it
+    /// comes back here, where the token says what bounced.
+    fn bounce_address(&self, token: &str) -> String {
+        format!("{}{token}@{}", inbound::BOUNCE_PREFIX, self.mail_domain)
+    }
+
     async fn files(&self, parts: &[Part]) -> Vec<outbound::OutFile> {
         let mut out = Vec::new();
         for p in parts {

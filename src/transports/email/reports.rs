@@ -14,7 +14,7 @@ use lettre::Message;
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 
 use super::parse::sanitize_line;
-use super::{EmailTransport, dkim_key_name, inbound, outbound};
+use super::{EmailTransport, dkim_key_name, outbound};
 use crate::error::{OutboundError, Result};
 use crate::queue::{JobHandler, Queue};
 use crate::store::jobs::JobRow;
@@ -113,12 +113,10 @@ impl EmailTransport {
             &self.selector,
         )
         .map_err(|e| OutboundError::permanent(e.to_string()))?;
-        let bounce = format!(
-            "{}{BOUNCE_TAG}{}@{}",
-            inbound::BOUNCE_PREFIX,
-            r.id.replace(|c: char| !c.is_ascii_alphanumeric(), ""),
-            self.mail_domain
-        );
+        let bounce = self.bounce_address(&format!(
+            "{BOUNCE_TAG}{}",
+            r.id.replace(|c: char| !c.is_ascii_alphanumeric(), "")
+        ));
         let envelope = lettre::address::Envelope::new(
             bounce.parse().ok(),
             vec![
