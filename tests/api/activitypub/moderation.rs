@@ -503,3 +503,14 @@ async fn a_flag_is_stored_listed_and_mailed_to_reports_to(engine: Engine) {
     let line = "switchboard_moderation_activities_total{kind=\"report\"} 1";
     assert!(metrics.contains(line), "{line} in {metrics}");
 }
+
+/// Reports are mailed through the email transport: `reports_to` without it is refused.
+#[test]
+fn reports_to_needs_the_email_transport() {
+    let mut c = crate::helpers::test_config("sqlite::memory:");
+    c.moderation.reports_to = Some("moderators@example.org".into());
+    c.check().unwrap();
+    c.email.enabled = false;
+    let e = c.check().unwrap_err().to_string();
+    assert!(e.contains("moderation.reports_to"), "{e}");
+}
