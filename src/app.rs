@@ -27,13 +27,14 @@ use crate::trust::TrustVerifier;
 
 /// Every job kind the application runs: the pipeline's and each transport's
 /// (`[queue.kinds.X]` must name one of them).
-pub const JOB_KINDS: [&str; 6] = [
+pub const JOB_KINDS: [&str; 7] = [
     kinds::DISPATCH,
     kinds::DELIVER,
     kinds::TURN_END,
     activitypub::JOB_KIND,
     a2a::push::KIND,
     email::roles::JOB_KIND,
+    crate::store::reports::JOB_KIND,
 ];
 
 /// How a transport is built: nothing when the configuration turns it off.

@@ -38,6 +38,8 @@ pub struct Metrics {
     attestations: Family<Labels, Counter>,
     policy_states: Family<Labels, Counter>,
     turns: Family<Labels, Counter>,
+    moderation: Family<Labels, Counter>,
+    hosts: crate::hosts::Hosts,
     open_fds: Gauge,
     max_fds: Gauge,
     resident_bytes: Gauge,
@@ -103,6 +105,7 @@ impl Metrics {
         let attestations = Family::<Labels, Counter>::default();
         let policy_states = Family::<Labels, Counter>::default();
         let turns = Family::<Labels, Counter>::default();
+        let moderation = Family::<Labels, Counter>::default();
         registry.register(
             "http_requests",
             "HTTP requests by method, route and status",
@@ -178,9 +181,16 @@ impl Metrics {
             "Inbound messages by how their dispatch ended (answered, no_reply, failed, merged into a later turn, interrupted by a newer message)",
             turns.clone(),
         );
+        registry.register(
+            "moderation_activities",
+            "Moderation activities received from remote servers by kind (block, unblock: an actor blocking one of our agents or lifting it; report: a report of abuse stored)",
+            moderation.clone(),
+        );
         Self {
             registry: root,
             turns,
+            moderation,
+            hosts: crate::hosts::Hosts::default(),
             http_requests,
             http_duration,
             inbound,
@@ -209,6 +219,26 @@ impl Metrics {
                 ("transport", transport.to_owned()),
                 ("reason", reason.to_owned()),
             ])
+            .inc();
+    }
+
+    /// Records that something from the remote `host` (an ActivityPub host, a mail domain) was
+    /// refused, and why, in the bounded per-host record the console's remote-hosts page shows
+    /// ([`crate::hosts`]). Not a Prometheus series: hosts are unbounded.
+    pub fn refused_from(&self, host: &str, reason: &str, now_ms: i64) {
+        self.hosts.refused(host, reason, now_ms);
+    }
+
+    /// The bounded records of remote hosts: refusals, delivery outcomes, the transports' views.
+    #[must_use]
+    pub fn hosts(&self) -> &crate::hosts::Hosts {
+        &self.hosts
+    }
+
+    /// Counts a moderation activity received: `block`, `unblock` or `report`.
+    pub fn moderation(&self, kind: &str) {
+        self.moderation
+            .get_or_create(&vec![("kind", kind.to_owned())])
             .inc();
     }
 

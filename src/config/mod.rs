@@ -218,6 +218,12 @@ impl Config {
         self.policy.check(&mut problems);
         self.conversation.check(&mut problems);
         self.moderation.check(&names, &mut problems);
+        if self.moderation.reports_to.is_some() && !self.email.enabled {
+            problems.push(
+                "moderation.reports_to: reports are mailed through the email transport; enable [email]"
+                    .into(),
+            );
+        }
         // A blocking A2A call or an inbox delivery must be able to finish inside the request
         // deadline, after a body that took as long as it may.
         let (server, longest) = (

@@ -58,6 +58,13 @@ pub trait IngestWrite: Send + Sync + 'static {
     /// Database errors (the batch is then retried message by message).
     async fn write(&mut self, tx: &mut Tx, now: i64) -> Result<bool>;
 
+    /// Whether the message's sender has blocked the agent it is for (asked after
+    /// [`IngestWrite::write`]): the message is stored and held (`blocked-by-sender`), its agent
+    /// not called, nothing sent back.
+    fn blocked_by_sender(&self) -> bool {
+        false
+    }
+
     /// Called once the transaction that [`IngestWrite::write`] wrote in has committed.
     fn committed(&mut self) {}
 
@@ -256,6 +263,9 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
             messages::release_external_id(&mut tx, &p.transport, &p.external_id).await?;
             fresh.remove(&p.msg.id);
             declined.insert(p.msg.id.clone());
+        }
+        if p.write.as_ref().is_some_and(|w| w.blocked_by_sender()) {
+            p.held = Some(super::Hold::BlockedBySender);
         }
     }
 

@@ -84,6 +84,9 @@ pub(crate) enum Hold {
     /// A relayed turn: the chain's original sender is over the woken agent's rate limits.
     #[serde(rename = "rate-limited")]
     RateLimited,
+    /// The sender has blocked the agent (an ActivityPub `Block`): nothing goes back to it.
+    #[serde(rename = "blocked-by-sender")]
+    BlockedBySender,
 }
 
 impl Hold {
@@ -95,6 +98,7 @@ impl Hold {
             Self::MaxHops => "max-hops",
             Self::Refused => "refused",
             Self::RateLimited => "rate-limited",
+            Self::BlockedBySender => "blocked-by-sender",
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The database handle over SQLite or PostgreSQL, chosen by the URL, the portable helpers every
-//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys, used attestations, policy states). A
+//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys, used attestations, policy states, reports). A
 //! transport's own tables have their SQL in the transport's folder (`store.rs` there), over the
 //! same handle and helpers.
 //!
@@ -18,6 +18,7 @@ pub mod keys;
 pub mod messages;
 pub mod policy;
 pub mod recent;
+pub mod reports;
 mod sqlite;
 pub mod threads;
 

@@ -482,3 +482,136 @@ async fn blocks_from_the_console_in_chromium() {
     .await;
     assert_eq!(send("c-3").await, 202);
 }
+
+/// The remote-hosts and reports pages in Chromium: a remote host whose inbox failed a delivery
+/// and that had an activity refused is listed with its circuit, failures, last error and the
+/// refusal; a report sent by a signed remote actor is shown; `/console/` reaches the console.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_and_reports_pages_in_chromium() {
+    use crate::activitypub::remote::{Remote, note_create, post_signed};
+    if !interop("console") {
+        return;
+    }
+    let remote = Remote::start().await;
+    let mut t = spawn_app(Engine::Sqlite, |_, _| {}).await;
+    let alice = remote.add_actor("alice");
+    let host = switchboard::transports::activitypub::mapping::host_of(&alice).unwrap();
+    let echo = format!("{}/agents/echo", t.base);
+    let inbox = format!("{echo}/inbox");
+
+    // The reply to alice's mention fails at her server (a 500 each time).
+    *remote.post_statuses.lock().unwrap() = vec![500; 50];
+    let create = note_create(
+        &remote,
+        "alice",
+        "n1",
+        vec![switchboard::transports::activitypub::mapping::PUBLIC.into()],
+        vec![echo.clone()],
+        &[(&echo, &format!("@echo@{}", t.domain()))],
+        "<p>@echo hello</p>",
+    );
+    let body = serde_json::to_vec(&create).unwrap();
+    let r = post_signed(&t.http, &inbox, &body, &remote.key_id("alice"), 0).await;
+    assert_eq!(r.status(), 202);
+    wait_for(20, "the failed delivery", || async {
+        (!remote.posts().is_empty()).then_some(())
+    })
+    .await;
+    // An unsigned activity from the same host: refused.
+    let unsigned = json!({"id": format!("{}/likes/1", remote.base), "type": "Like", "actor": alice,
+        "object": create["object"]["id"]});
+    let r = t
+        .http
+        .post(&inbox)
+        .header("content-type", "application/activity+json")
+        .json(&unsigned)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // A report by alice.
+    let flag = json!({"id": format!("{}/flags/1", remote.base), "type": "Flag", "actor": alice,
+        "object": [echo], "content": "This agent keeps replying to me."});
+    let r = post_signed(
+        &t.http,
+        &inbox,
+        &serde_json::to_vec(&flag).unwrap(),
+        &remote.key_id("alice"),
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+
+    let console = format!("http://{}/console", t.app().metrics_addr());
+    let b = Browser::start().await;
+    b.go(&format!("{console}/")).await;
+    b.source_with("Last answer").await;
+    b.click("a[href='/console/hosts']").await;
+    let row = format!("tr[data-host='{host}']");
+    let text = wait_for(20, "the host's failure on the page", || async {
+        b.go(&format!("{console}/hosts")).await;
+        let text = b.text(&row).await;
+        text.contains("HTTP 500").then_some(text)
+    })
+    .await;
+    assert!(text.contains("failing"), "{text}");
+    assert!(text.contains("401 authentication failed"), "{text}");
+    b.screenshot("hosts").await;
+    // Blocked from its row: the host's next activity is refused before anything is fetched,
+    // and the refusal is on the page; Unblock lets it in again.
+    b.click(&format!("{row} button[data-block]")).await;
+    wait_for(10, "the Unblock button", || async {
+        b.text(&row).await.contains("Unblock").then_some(())
+    })
+    .await;
+    let again = note_create(
+        &remote,
+        "alice",
+        "n2",
+        vec![switchboard::transports::activitypub::mapping::PUBLIC.into()],
+        vec![echo.clone()],
+        &[(&echo, &format!("@echo@{}", t.domain()))],
+        "<p>@echo again</p>",
+    );
+    let again = serde_json::to_vec(&again).unwrap();
+    let r = post_signed(&t.http, &inbox, &again, &remote.key_id("alice"), 0).await;
+    assert_eq!(r.status(), 403);
+    b.go(&format!("{console}/hosts")).await;
+    assert!(
+        b.text(&row).await.contains("403 this instance is blocked"),
+        "the refusal on the page"
+    );
+    b.click(&format!("{row} button[data-unblock]")).await;
+    wait_for(10, "the Block button back", || async {
+        let text = b.text(&row).await;
+        (text.contains("Block") && !text.contains("Unblock")).then_some(())
+    })
+    .await;
+    let r = post_signed(&t.http, &inbox, &again, &remote.key_id("alice"), 0).await;
+    assert_eq!(r.status(), 202);
+    b.click("a[href='/console/reports']").await;
+    let page = b.source_with("This agent keeps replying to me.").await;
+    assert!(page.contains(&alice), "{page}");
+    b.screenshot("reports").await;
+
+    b.call(reqwest::Method::DELETE, "", None).await;
+    drop(b);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_answers_with_a_trailing_slash() {
+    let mut t = spawn_app(Engine::Sqlite, |_, _| {}).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = http
+        .get(format!("http://{}/console/", t.app().metrics_addr()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()["location"], "/console");
+    t.stop().await;
+}

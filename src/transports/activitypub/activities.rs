@@ -115,8 +115,10 @@ pub(super) async fn on_create(
         public,
         body: note.to_string(),
         activity_id: activity_id.to_owned(),
+        blocked_by_sender: false,
     });
     let max_reply_chars = inner.reply_limit(&auth.actor.id).await;
+    let blocked_by = store::agents_blocked_by(&inner.db, &auth.actor.id).await?;
     for agent in &woken {
         let msg = mapping::note_message(mapping::WokenNote {
             id: uuid::Uuid::now_v7().to_string(),
@@ -144,15 +146,33 @@ pub(super) async fn on_create(
             continue;
         }
         if pipeline.authorize(agent, NAME, &msg.sender).is_err() {
+            inner.metrics.refused_from(
+                mapping::host_of(&auth.actor.id)
+                    .as_deref()
+                    .unwrap_or_default(),
+                &format!("refused by the access rules of agent {}", agent.name),
+                inner.clock.now_ms(),
+            );
             refusal_reply(inner, agent, activity_id, msg).await;
             continue;
         }
         let external = format!("{activity_id} {}", agent.name);
+        // The sender blocked the agent: stored, held, never answered.
+        let blocked = blocked_by.contains(&agent.name);
+        if blocked {
+            super::moderation::note_held(inner, agent, &auth.actor.id);
+        }
         match note_rows.take() {
             Some(mut rows) => {
                 rows.agent.clone_from(&agent.name);
                 rows.message_id.clone_from(&msg.id);
+                rows.blocked_by_sender = blocked;
                 pipeline.ingest_with(NAME, &external, msg, rows).await?;
+            }
+            None if blocked => {
+                pipeline
+                    .ingest_with(NAME, &external, msg, super::moderation::BlockedBySender)
+                    .await?;
             }
             None => {
                 pipeline.ingest(NAME, &external, msg).await?;
@@ -245,6 +265,8 @@ struct NoteRows {
     public: bool,
     body: String,
     activity_id: String,
+    /// The author blocked the agent: the message is held.
+    blocked_by_sender: bool,
 }
 
 #[async_trait::async_trait]
@@ -267,6 +289,10 @@ impl crate::pipeline::IngestWrite for NoteRows {
         .await?;
         store::mark_seen_tx(tx, &self.activity_id, now).await?;
         Ok(true)
+    }
+
+    fn blocked_by_sender(&self) -> bool {
+        self.blocked_by_sender
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {

@@ -17,7 +17,7 @@ use super::NAME;
 use super::mapping::{self, iri, str_of};
 use super::reject::Reject;
 use super::verify::{self, Incoming, Verdict};
-use super::{HttpState, Inner, activities, store};
+use super::{HttpState, Inner, activities, moderation, store};
 use crate::moderation::{BlockKind, Who};
 use crate::pipeline::Pipeline;
 
@@ -105,6 +105,8 @@ async fn receive(state: &HttpState, req: &HttpRequest, body: web::Bytes) -> Http
         return render(Err(Reject::invalid("JSON nested too deeply")));
     }
     let incoming = Incoming::from_request(req);
+    // The host the activity claims to come from, for the record of refusals.
+    let host = actor_of(&activity).and_then(mapping::host_of);
     let pipeline = state.pipeline.clone();
     let limit = Duration::from_millis(inner.cfg.processing_timeout_ms);
     let result = state
@@ -122,6 +124,15 @@ async fn receive(state: &HttpState, req: &HttpRequest, body: web::Bytes) -> Http
         })
         .await
         .unwrap_or_else(|e| Err(Reject::from(e)));
+    if let (Err(r), Some(host)) = (&result, &host)
+        && (400..500).contains(&r.status)
+    {
+        state.pipeline.metrics().refused_from(
+            host,
+            &format!("{} {}", r.status, r.reason),
+            state.pipeline.clock().now_ms(),
+        );
+    }
     render(result)
 }
 
@@ -169,7 +180,15 @@ async fn process(
     ) {
         return match block.kind {
             BlockKind::Domain => Err(Reject::new(403, "this instance is blocked")),
-            BlockKind::Sender | BlockKind::Issuer => Ok(()),
+            BlockKind::Sender | BlockKind::Issuer => {
+                let now = inner.clock.now_ms();
+                pipeline.metrics().refused_from(
+                    &actor_host,
+                    "202 dropped: the actor is blocked",
+                    now,
+                );
+                Ok(())
+            }
         };
     }
     let auth =
@@ -202,6 +221,9 @@ async fn process(
         }
         "Create" => {}
         "Follow" => activities::on_follow(inner, &activity, &auth).await?,
+        "Block" => moderation::on_block(inner, &activity, &auth).await?,
+        "Flag" => moderation::on_flag(inner, &activity, &id, &auth).await?,
+        "Undo" if moderation::on_undo_block(inner, &activity, &auth).await? => {}
         "Undo" => activities::on_undo(inner, &activity, &auth).await?,
         "Delete" => activities::on_delete(inner, &activity, &auth).await?,
         "Update" => activities::on_update(inner, &activity, &auth).await?,

@@ -10,6 +10,7 @@
 //! - `inbox`: the inbox endpoints (per agent and shared): limits, replay check, refusals.
 //! - `verify`: authentication of requests and activities (HTTP signatures, object proofs).
 //! - `activities`: what verified activities do (notes wake agents, follows, deletes, edits).
+//! - `moderation`: `Block` of an agent (and its `Undo`) and `Flag` (reports of abuse).
 //! - `software`: what software remote servers run (NodeInfo), for the reply length they take.
 //! - `outbound`: replies as `Create(Note)` (a thread of them when too long) and the per-inbox
 //!   delivery jobs.
@@ -25,6 +26,7 @@ pub mod html;
 mod inbox;
 mod long_replies;
 pub mod mapping;
+mod moderation;
 mod outbound;
 pub mod proof;
 mod reject;
@@ -86,6 +88,9 @@ struct Inner {
     agents: Arc<AgentRegistry>,
     blobs: BlobStore,
     queue: Arc<Queue>,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// Where reports (`Flag`) are mailed (`moderation.reports_to`).
+    reports_to: Option<String>,
     /// Remote actors by actor IRI and by key IRI, with the time they were fetched.
     actors: Mutex<HashMap<String, (Arc<RemoteActor>, i64)>>,
     /// Concurrent deliveries per host.
@@ -118,6 +123,8 @@ impl ActivityPub {
                 agents: parts.agents.clone(),
                 blobs: parts.blobs.clone(),
                 queue: parts.queue.clone(),
+                metrics: parts.metrics.clone(),
+                reports_to: parts.config.moderation.reports_to.clone(),
                 actors: Mutex::new(HashMap::new()),
                 hosts: Mutex::new(HashMap::new()),
                 software: Mutex::new(HashMap::new()),
@@ -143,11 +150,43 @@ impl ActivityPub {
 /// # Errors
 /// None today; the signature is every transport's.
 pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
-    Ok(parts
-        .config
-        .activitypub
-        .enabled
-        .then(|| Box::new(ActivityPub::new(parts)) as Box<dyn TransportModule>))
+    if !parts.config.activitypub.enabled {
+        return Ok(None);
+    }
+    let ap = ActivityPub::new(parts);
+    parts
+        .metrics
+        .hosts()
+        .add_source(Arc::new(HostHealth(ap.clone())));
+    Ok(Some(Box::new(ap)))
+}
+
+/// The hosts ActivityPub delivers to, as the operator's remote-hosts page shows them: failure
+/// streaks, last errors and the circuit breaker (`activitypub.breaker_days`).
+#[derive(Debug)]
+struct HostHealth(ActivityPub);
+
+/// The most hosts the remote-hosts page lists from the database.
+const MAX_LISTED_HOSTS: i64 = 500;
+
+#[async_trait::async_trait]
+impl crate::hosts::HostSource for HostHealth {
+    async fn hosts(&self) -> Result<Vec<crate::hosts::HostHealth>> {
+        let inner = &self.0.inner;
+        let now = inner.clock.now_ms();
+        let rows = store::hosts(&inner.db, MAX_LISTED_HOSTS).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| crate::hosts::HostHealth {
+                circuit: inner.circuit(r.failing_since, now),
+                host: r.host,
+                transport: NAME,
+                failures: r.failures,
+                failing_since: r.failing_since,
+                last_error: r.last_error,
+            })
+            .collect())
+    }
 }
 
 #[async_trait::async_trait]

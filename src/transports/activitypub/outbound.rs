@@ -228,8 +228,13 @@ impl Inner {
                 None => tracing::warn!(mention = %m, "mention could not be resolved; left out"),
             }
         }
+        // Actors that blocked the agent are neither addressed nor delivered to.
+        let blockers = store::blockers_of(&self.db, &agent.name)
+            .await
+            .map_err(temp)?;
         let recipients: Vec<Recipient> = actors
             .iter()
+            .filter(|a| !blockers.contains(&a.id))
             .map(|a| Recipient {
                 iri: a.id.clone(),
                 address: a.address.clone(),
@@ -370,13 +375,19 @@ impl Inner {
         }
         let mut inboxes: BTreeSet<String> = actors
             .iter()
+            .filter(|a| !blockers.contains(&a.id))
             .filter_map(|a| a.delivery_inbox().map(str::to_owned))
             .collect();
         if !matches!(visibility, Visibility::Direct) {
             let followers = store::followers(&self.db, &agent.name)
                 .await
                 .map_err(temp)?;
-            inboxes.extend(followers.into_iter().map(|f| f.inbox));
+            inboxes.extend(
+                followers
+                    .into_iter()
+                    .filter(|f| !blockers.contains(&f.actor))
+                    .map(|f| f.inbox),
+            );
         }
         let inboxes: Vec<String> = inboxes.into_iter().filter(|i| !self.is_local(i)).collect();
         let public = matches!(visibility, Visibility::Public | Visibility::Unlisted);
@@ -408,12 +419,7 @@ impl Inner {
         let host = mapping::host_of(&job.inbox).unwrap_or_default();
         let health = store::host(&self.db, &host).await.map_err(temp)?;
         let now = self.clock.now_ms();
-        let breaker_ms =
-            i64::try_from(self.cfg.breaker_days.saturating_mul(86_400_000)).unwrap_or(i64::MAX);
-        if health
-            .failing_since
-            .is_some_and(|since| now - since > breaker_ms)
-        {
+        if self.circuit(health.failing_since, now) == crate::hosts::Circuit::Open {
             return Err(OutboundError::permanent(format!(
                 "{host} has been failing for more than {} days",
                 self.cfg.breaker_days
@@ -453,14 +459,36 @@ impl Inner {
             }
             Err(_) => false,
         };
+        let failure = result.as_ref().err().map(ToString::to_string);
+        let now = self.clock.now_ms();
+        self.metrics.hosts().delivered(
+            crate::hosts::Channel::ActivityPub,
+            &host,
+            failure.as_deref().map_or(Ok(()), Err),
+            now,
+        );
+        // The host's own error, not a refusal of one activity, is its last error.
+        let error = failure.filter(|_| !ok);
         // A healthy host stays healthy without a write per delivery.
         let changed = !ok || health.failing_since.is_some() || health.failures > 0;
         if changed
-            && let Err(e) = store::record_delivery(&self.db, &host, ok, self.clock.now_ms()).await
+            && let Err(e) = store::record_delivery(&self.db, &host, error.as_deref(), now).await
         {
             tracing::warn!(error = %e, "recording host health failed");
         }
         result
+    }
+
+    /// The circuit of a host failing since `failing_since` (if at all): open once it has been
+    /// failing for more than `activitypub.breaker_days`.
+    pub(super) fn circuit(&self, failing_since: Option<i64>, now: i64) -> crate::hosts::Circuit {
+        let breaker_ms =
+            i64::try_from(self.cfg.breaker_days.saturating_mul(86_400_000)).unwrap_or(i64::MAX);
+        match failing_since {
+            None => crate::hosts::Circuit::Closed,
+            Some(since) if now - since > breaker_ms => crate::hosts::Circuit::Open,
+            Some(_) => crate::hosts::Circuit::Failing,
+        }
     }
 }
 

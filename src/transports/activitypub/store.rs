@@ -1,7 +1,7 @@
 //! The ActivityPub transport's tables (`migrations/*/20261122000010_activitypub.sql`,
-//! `*_ap_contexts.sql`): followers, cached remote actors, notes, the thread contexts we mint,
-//! seen activity ids and per-host delivery health. Portable SQL over [`crate::store::Db`], like
-//! the core's store modules.
+//! `*_ap_contexts.sql`, `*_reports.sql`): followers, cached remote actors, notes, the thread
+//! contexts we mint, seen activity ids, per-host delivery health and the remote actors that
+//! block our agents. Portable SQL over [`crate::store::Db`], like the core's store modules.
 
 use crate::error::Result;
 use crate::store::{Arg, Db, Tx};
@@ -436,21 +436,148 @@ pub async fn host(db: &Db, host: &str) -> Result<HostRow> {
         .unwrap_or_default())
 }
 
-/// Records a delivery outcome for a host: success clears the failure streak.
+/// Records a delivery outcome for a host: success clears the failure streak; a failure
+/// (`Some(error)`) extends it and is kept as the host's last error.
 ///
 /// # Errors
 /// Database errors.
-pub async fn record_delivery(db: &Db, host: &str, ok: bool, now: i64) -> Result<()> {
-    let sql = if ok {
-        "INSERT INTO ap_hosts (host, failing_since, failures, updated_at) VALUES ($1, NULL, 0, $2) \
-         ON CONFLICT (host) DO UPDATE SET failing_since = NULL, failures = 0, updated_at = $2"
-    } else {
-        "INSERT INTO ap_hosts (host, failing_since, failures, updated_at) VALUES ($1, $2, 1, $2) \
-         ON CONFLICT (host) DO UPDATE SET failing_since = COALESCE(ap_hosts.failing_since, $2), \
-         failures = ap_hosts.failures + 1, updated_at = $2"
+pub async fn record_delivery(db: &Db, host: &str, error: Option<&str>, now: i64) -> Result<()> {
+    match error {
+        None => {
+            db.execute(
+                "INSERT INTO ap_hosts (host, failing_since, failures, updated_at) VALUES ($1, NULL, 0, $2) \
+                 ON CONFLICT (host) DO UPDATE SET failing_since = NULL, failures = 0, updated_at = $2",
+                &[Arg::Text(host), Arg::Int(now)],
+            )
+            .await?
+        }
+        Some(e) => {
+            db.execute(
+                "INSERT INTO ap_hosts (host, failing_since, failures, last_error, updated_at) \
+                 VALUES ($1, $2, 1, $3, $2) \
+                 ON CONFLICT (host) DO UPDATE SET failing_since = COALESCE(ap_hosts.failing_since, $2), \
+                 failures = ap_hosts.failures + 1, last_error = $3, updated_at = $2",
+                &[Arg::Text(host), Arg::Int(now), Arg::Text(e)],
+            )
+            .await?
+        }
     };
-    db.execute(sql, &[Arg::Text(host), Arg::Int(now)]).await?;
     Ok(())
+}
+
+/// A host's delivery health as the operator's remote-hosts page shows it.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
+pub struct HostHealthRow {
+    /// The host.
+    pub host: String,
+    /// Since when every delivery failed (unix ms), if failing.
+    pub failing_since: Option<i64>,
+    /// Consecutive failures.
+    pub failures: i64,
+    /// The last delivery error, if any.
+    pub last_error: Option<String>,
+    /// When the row last changed (unix ms).
+    pub updated_at: i64,
+}
+
+/// Every host with a delivery record, those failing longest first, at most `limit`.
+///
+/// # Errors
+/// Database errors.
+pub async fn hosts(db: &Db, limit: i64) -> Result<Vec<HostHealthRow>> {
+    db.fetch_all(
+        "SELECT host, failing_since, failures, last_error, updated_at FROM ap_hosts \
+         WHERE failures > 0 OR last_error IS NOT NULL OR failing_since IS NOT NULL \
+         ORDER BY failures DESC, updated_at DESC, host LIMIT $1",
+        &[Arg::Int(limit)],
+    )
+    .await
+}
+
+/// Records that `actor` blocked `agent` (a `Block` activity, `activity_id`); a block already
+/// recorded keeps its time and takes the newer activity id.
+///
+/// # Errors
+/// Database errors.
+pub async fn add_blocked_by(
+    db: &Db,
+    agent: &str,
+    actor: &str,
+    activity_id: &str,
+    now: i64,
+) -> Result<()> {
+    db.execute(
+        "INSERT INTO ap_blocked_by (agent, actor, activity_id, created_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (agent, actor) DO UPDATE SET activity_id = $3",
+        &[
+            Arg::Text(agent),
+            Arg::Text(actor),
+            Arg::Text(activity_id),
+            Arg::Int(now),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Lifts `actor`'s block of `agent`; returns rows removed.
+///
+/// # Errors
+/// Database errors.
+pub async fn remove_blocked_by(db: &Db, agent: &str, actor: &str) -> Result<u64> {
+    db.execute(
+        "DELETE FROM ap_blocked_by WHERE agent = $1 AND actor = $2",
+        &[Arg::Text(agent), Arg::Text(actor)],
+    )
+    .await
+}
+
+/// Lifts the block `actor` made with the activity `activity_id`; returns rows removed.
+///
+/// # Errors
+/// Database errors.
+pub async fn remove_block_activity(db: &Db, actor: &str, activity_id: &str) -> Result<u64> {
+    db.execute(
+        "DELETE FROM ap_blocked_by WHERE actor = $1 AND activity_id = $2",
+        &[Arg::Text(actor), Arg::Text(activity_id)],
+    )
+    .await
+}
+
+/// The agents `actor` blocks.
+///
+/// # Errors
+/// Database errors.
+pub async fn agents_blocked_by(db: &Db, actor: &str) -> Result<Vec<String>> {
+    #[derive(sqlx::FromRow, serde::Deserialize)]
+    struct Agent {
+        agent: String,
+    }
+    let rows: Vec<Agent> = db
+        .fetch_all(
+            "SELECT agent FROM ap_blocked_by WHERE actor = $1",
+            &[Arg::Text(actor)],
+        )
+        .await?;
+    Ok(rows.into_iter().map(|r| r.agent).collect())
+}
+
+/// The actors that block `agent`.
+///
+/// # Errors
+/// Database errors.
+pub async fn blockers_of(db: &Db, agent: &str) -> Result<std::collections::HashSet<String>> {
+    #[derive(sqlx::FromRow, serde::Deserialize)]
+    struct Actor {
+        actor: String,
+    }
+    let rows: Vec<Actor> = db
+        .fetch_all(
+            "SELECT actor FROM ap_blocked_by WHERE agent = $1",
+            &[Arg::Text(agent)],
+        )
+        .await?;
+    Ok(rows.into_iter().map(|r| r.actor).collect())
 }
 
 /// Remembers that a host signs (and so verifies) RFC 9421.

@@ -171,7 +171,8 @@ impl TransportModule for Api {
                     .route(
                         "/api/v1/blocks/{id}",
                         web::delete().to(blocks::remove_block),
-                    );
+                    )
+                    .route("/api/v1/reports", web::get().to(read::list_reports));
             })),
             ..Started::default()
         })

@@ -7,8 +7,8 @@ use schemars::{JsonSchema, Schema};
 use serde_json::{Value, json};
 
 use super::wire::{
-    Accepted, AgentList, ApiError, BlockList, MessageView, PostMessage, StatusView, ThreadDetail,
-    ThreadPage,
+    Accepted, AgentList, ApiError, BlockList, MessageView, PostMessage, ReportList, StatusView,
+    ThreadDetail, ThreadPage,
 };
 use crate::message::NormalizedResponse;
 use crate::moderation::{Block, NewBlock};
@@ -55,6 +55,7 @@ pub fn document() -> String {
     let blocks = schema::<BlockList>(&mut g);
     let block = schema::<Block>(&mut g);
     let new_block = schema::<NewBlock>(&mut g);
+    let reports = schema::<ReportList>(&mut g);
     let id = path_param("id", "Switchboard's id of the message.");
     let doc = json!({
         "openapi": "3.1.0",
@@ -161,6 +162,19 @@ pub fn document() -> String {
                     "401": unauthorized,
                     "404": not_found("No stored block has this id."),
                     "409": json_body(&error, "The block is in the configuration file.")
+                }
+            }},
+            "/api/v1/reports": { "get": {
+                "operationId": "listReports",
+                "summary": "Reports of abuse received from remote servers, newest first",
+                "parameters": [
+                    query_param("agent", "Only reports about this agent (local name).", json!({"type": "string"})),
+                    query_param("limit", "Reports answered at most.", json!({"type": "integer", "minimum": 1, "maximum": 200, "default": 50}))
+                ],
+                "responses": {
+                    "200": json_body(&reports, "The reports."),
+                    "400": json_body(&error, "A limit out of range."),
+                    "401": unauthorized
                 }
             }}
         },

@@ -1,5 +1,5 @@
 //! The operator API's reads: agents, threads newest first, one thread, one message with its
-//! status, and a message's response (or why there will be none).
+//! status, a message's response (or why there will be none), and reports of abuse.
 
 use std::collections::HashMap;
 
@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::status::{Facts, derive};
 use super::wire::{
-    AgentList, Direction, MessageView, Status, StatusView, ThreadDetail, ThreadEntry, ThreadPage,
-    ThreadSummary,
+    AgentList, Direction, MessageView, ReportList, ReportView, Status, StatusView, ThreadDetail,
+    ThreadEntry, ThreadPage, ThreadSummary,
 };
 use super::{ApiState, authorize};
 use crate::error::{Error, Result};
@@ -291,6 +291,48 @@ pub(super) async fn get_message(
         &req,
         |db| async move { message_view(&db, &id).await },
     )
+    .await
+}
+
+/// The query of `GET /api/v1/reports`.
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct ReportQuery {
+    agent: Option<String>,
+    limit: Option<i64>,
+}
+
+/// A stored report as the API shows it.
+pub(super) fn report_view(r: crate::store::reports::ReportRow) -> ReportView {
+    ReportView {
+        objects: serde_json::from_str(&r.objects).unwrap_or_default(),
+        id: r.id,
+        activity_id: r.activity_id,
+        transport: r.transport,
+        reporter: r.reporter,
+        host: r.host,
+        agent: r.agent,
+        content: r.content,
+        received_at: Timestamp::from_unix_millis(r.received_at),
+    }
+}
+
+/// `GET /api/v1/reports?agent=&limit=`: reports of abuse, newest first.
+pub(super) async fn list_reports(
+    state: web::Data<ApiState>,
+    req: HttpRequest,
+    query: web::Query<ReportQuery>,
+) -> HttpResponse {
+    let q = query.into_inner();
+    answer(&state, &req, |db| async move {
+        let limit = q.limit.unwrap_or(PAGE);
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(Error::Invalid(format!("limit: between 1 and {MAX_PAGE}")));
+        }
+        let rows = crate::store::reports::list(&db, q.agent.as_deref(), limit).await?;
+        Ok(ReportList {
+            reports: rows.into_iter().map(report_view).collect(),
+        })
+    })
     .await
 }
 

@@ -149,7 +149,8 @@ pub struct StatusView {
     /// For `held`: the rule that held it: `bot-loop` (an automated party past its conversation
     /// budget with the agent), `max-hops` (an agent conversation continued from another server
     /// past its hop limit), `refused` or `rate-limited` (a turn relayed by another agent that
-    /// the woken agent's own access rules or rate limits refuse).
+    /// the woken agent's own access rules or rate limits refuse), `blocked-by-sender` (the
+    /// sender has blocked the agent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -216,4 +217,34 @@ pub struct ThreadDetail {
     pub thread: ThreadSummary,
     /// Its messages and responses, oldest first (at most the first 1,000).
     pub entries: Vec<ThreadEntry>,
+}
+
+/// A report of abuse received from a remote server (an ActivityPub `Flag`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ReportView {
+    /// Switchboard's id of the report.
+    pub id: String,
+    /// The report activity's id.
+    pub activity_id: String,
+    /// The transport it came by (`activitypub`).
+    pub transport: String,
+    /// Who reported: an actor IRI, often the reporting server's instance actor.
+    pub reporter: String,
+    /// The reporter's host.
+    pub host: String,
+    /// The local agent reported, when the report names one.
+    pub agent: Option<String>,
+    /// The reported objects of ours: actor and note IRIs.
+    pub objects: Vec<String>,
+    /// The reporter's comment (plain text, possibly empty).
+    pub content: String,
+    /// When it arrived.
+    pub received_at: Timestamp,
+}
+
+/// `GET /api/v1/reports`: reports, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ReportList {
+    /// The reports.
+    pub reports: Vec<ReportView>,
 }

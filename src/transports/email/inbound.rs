@@ -164,6 +164,10 @@ impl Inbound {
                     tracing::warn!(digest, detail = %dsn.detail, "a forwarded role message bounced: check email.postmaster");
                     continue;
                 }
+                if let Some(report) = response_id.strip_prefix(super::reports::BOUNCE_TAG) {
+                    tracing::warn!(report, detail = %dsn.detail, "a mailed report bounced: check moderation.reports_to");
+                    continue;
+                }
                 let db = self.pipeline.db();
                 match store::mark_bounced(db, response_id, &format!("bounced: {}", dsn.detail), now)
                     .await
@@ -234,8 +238,14 @@ impl Inbound {
             .into_iter()
             .filter(|a| auth.dmarc_pass || self.policy(&a.name) == UnauthenticatedMail::Accept)
             .collect();
+        // The sender's domain (else its HELO name), for the record of refusals.
+        let refused = |reason: &str| {
+            let host = env.mail_from.rsplit_once('@').map_or(env.helo, |(_, d)| d);
+            metrics.refused_from(host, reason, now);
+        };
         if accepting.is_empty() {
             metrics.inbound(NAME, "unauthenticated");
+            refused("550 failed authentication (DKIM, SPF, DMARC)");
             // Refused only when every recipient refuses it: a role address never does.
             if role.is_some() {
                 return taken(role);
@@ -248,9 +258,16 @@ impl Inbound {
         }
         match self.store(env, raw, &mail, &auth, &accepting, &[]).await {
             Ok(id) => Reply::new(250, [2, 0, 0], format!("Message queued as {id}")),
-            Err(crate::Error::Refused { .. }) => Reply::new(550, [5, 7, 1], REFUSED_BY_ACCESS),
-            Err(crate::Error::Blocked) => Reply::new(550, [5, 7, 1], BLOCKED),
+            Err(crate::Error::Refused { .. }) => {
+                refused("550 refused by the agent's access rules");
+                Reply::new(550, [5, 7, 1], REFUSED_BY_ACCESS)
+            }
+            Err(crate::Error::Blocked) => {
+                refused("550 blocked");
+                Reply::new(550, [5, 7, 1], BLOCKED)
+            }
             Err(crate::Error::RateLimited { .. }) => {
+                refused("451 over the rate limit");
                 Reply::new(451, [4, 7, 1], "Too many messages; try again later")
             }
             // The message itself is unacceptable (say a From address that does not parse):
@@ -647,6 +664,11 @@ impl Receiver for Inbound {
         {
             return Ok(());
         }
+        let domain = from.rsplit_once('@').map_or(from, |(_, d)| d);
+        let now = self.pipeline.clock().now_ms();
+        self.pipeline
+            .metrics()
+            .refused_from(domain, "550 blocked at MAIL FROM", now);
         Err(Reply::new(550, [5, 7, 1], BLOCKED))
     }
 

@@ -6,7 +6,8 @@
 //! ([`parse`]), authenticated with DKIM, SPF, DMARC and ARC ([`auth`]), mapped to a
 //! `NormalizedMessage` for every agent named in To or Cc and ingested ([`inbound`]); only then
 //! does the client get 250. Mail to the role addresses (`postmaster@`, `abuse@`, `dmarc@`) is
-//! stored and routed by a job to `email.postmaster` ([`roles`]). Outbound, [`EmailTransport`]
+//! stored and routed by a job to `email.postmaster` ([`roles`]); reports of abuse are mailed to
+//! `moderation.reports_to` ([`reports`]). Outbound, [`EmailTransport`]
 //! renders the agent's response as a threaded reply, signs it with DKIM and sends it through the
 //! configured relay ([`outbound`]).
 
@@ -17,6 +18,7 @@ pub mod fuzzing;
 pub mod inbound;
 pub mod outbound;
 pub mod parse;
+pub mod reports;
 pub mod roles;
 pub mod session;
 pub mod smtp;
@@ -147,7 +149,10 @@ pub struct EmailTransport {
     /// Agents that reply to unauthenticated senders too (lowercase names).
     reply_unauthenticated: std::collections::HashSet<String>,
     relay: Option<AsyncSmtpTransport<Tokio1Executor>>,
+    /// `host:port` of the relay, when one is set (the remote-hosts page's name for it).
+    relay_name: Option<String>,
     direct: Direct,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Direct delivery to the recipient domain's MX hosts (when no relay is set).
@@ -292,6 +297,7 @@ impl EmailTransport {
         blobs: BlobStore,
         keys: Keys,
         clock: SharedClock,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Self> {
         let (mail_domain, hostname) = names(config)?;
         let display_names = config
@@ -316,6 +322,12 @@ impl EmailTransport {
             display_names,
             reply_unauthenticated,
             relay: relay(&config.email, &hostname)?,
+            relay_name: config
+                .email
+                .relay_host
+                .as_ref()
+                .map(|h| format!("{h}:{}", config.email.relay_port)),
+            metrics,
             direct: Direct {
                 dns: auth::authenticator(config.email.dns)?,
                 mx: auth::StaticMx::new(
@@ -339,19 +351,24 @@ impl EmailTransport {
         // lettre ends the data with `\r\n.\r\n` whatever it ends with: the message's own last
         // line break is that one, or the receiver would get an empty line more.
         let bytes = bytes.strip_suffix(b"\r\n").unwrap_or(bytes);
-        match &self.relay {
-            Some(relay) => {
-                relay
-                    .send_raw(envelope, bytes)
-                    .await
-                    .map_err(|e| outbound::classify(&e))?;
-            }
-            None => {
-                let domain = envelope.to().first().map_or("", |a| a.domain());
-                self.direct.send(domain, envelope, bytes).await?;
-            }
-        }
-        Ok(())
+        let domain = envelope.to().first().map_or("", |a| a.domain());
+        let result = match &self.relay {
+            Some(relay) => relay
+                .send_raw(envelope, bytes)
+                .await
+                .map(|_| ())
+                .map_err(|e| outbound::classify(&e)),
+            None => self.direct.send(domain, envelope, bytes).await,
+        };
+        // Each relay, or each recipient domain without one, on the remote-hosts page.
+        let failure = result.as_ref().err().map(ToString::to_string);
+        self.metrics.hosts().delivered(
+            crate::hosts::Channel::Mail,
+            self.relay_name.as_deref().unwrap_or(domain),
+            failure.as_deref().map_or(Ok(()), Err),
+            self.clock.now_ms(),
+        );
+        result
     }
 
     /// Forwards a message sent to a role address to `to`, intact: a `Received` trace line and
@@ -397,6 +414,12 @@ impl EmailTransport {
         self.send(&envelope, &signed).await?;
         tracing::info!(rcpts = ?job.rcpts, to, digest = %job.digest, "role mail forwarded");
         Ok(())
+    }
+
+    /// Our bounce address for `token` (`bounces+{token}@{mail domain}`): a bounce sent to it
+    /// comes back here, where the token says what bounced.
+    fn bounce_address(&self, token: &str) -> String {
+        format!("{}{token}@{}", inbound::BOUNCE_PREFIX, self.mail_domain)
     }
 
     async fn files(&self, parts: &[Part]) -> Vec<outbound::OutFile> {
@@ -852,6 +875,7 @@ pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
         parts.blobs.clone(),
         parts.keys.clone(),
         parts.clock.clone(),
+        parts.metrics.clone(),
     )?);
     let roles = Arc::new(roles::Roles {
         postmaster: postmaster(&parts.config, &parts.agents)?,
@@ -876,12 +900,21 @@ impl TransportModule for Email {
         self.outbound.clone()
     }
 
-    /// The jobs that route role mail.
+    /// The jobs that route role mail and mail reports to `moderation.reports_to`.
     fn jobs(&self) -> Vec<(&'static str, Arc<dyn JobHandler>)> {
-        vec![(
-            roles::JOB_KIND,
-            Arc::new(roles::Handler(Arc::clone(&self.roles))),
-        )]
+        vec![
+            (
+                roles::JOB_KIND,
+                Arc::new(roles::Handler(Arc::clone(&self.roles))),
+            ),
+            (
+                crate::store::reports::JOB_KIND,
+                Arc::new(reports::Handler {
+                    outbound: Arc::clone(&self.outbound),
+                    queue: Arc::clone(&self.roles.queue),
+                }),
+            ),
+        ]
     }
 
     /// Binds the SMTP listener.

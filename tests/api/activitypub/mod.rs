@@ -19,6 +19,7 @@ mod inbox;
 mod interop;
 mod interop_rs;
 mod loops;
+mod moderation;
 mod multi_agent;
 pub(crate) mod remote;
 mod verification;

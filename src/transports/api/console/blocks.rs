@@ -8,7 +8,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::{Console, View, esc, guarded, when};
 use crate::error::Error;
-use crate::moderation::{BlockKind, BlockSource, NewBlock};
+use crate::moderation::{Block, BlockKind, BlockSource, NewBlock};
 
 /// `GET /console/blocks`.
 pub(super) async fn blocks_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
@@ -63,6 +63,38 @@ pub(super) async fn blocks_page(c: web::Data<Console>, req: HttpRequest) -> Http
         Ok(View::page("Blocks", "Blocks", &main))
     })
     .await
+}
+
+/// A remote host's actions on the hosts page: Unblock for a server-wide domain block added at
+/// run time on exactly that host, a note for one in the file, else a Block button (a
+/// server-wide domain block, its subdomains included); each comes back to the hosts page.
+pub(super) fn host_actions(blocks: &[Block], host: &str) -> String {
+    let domain = match host.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    };
+    let block = blocks.iter().find(|b| {
+        b.kind == BlockKind::Domain && b.agent.is_none() && b.pattern.eq_ignore_ascii_case(domain)
+    });
+    match block {
+        Some(b) if b.source == BlockSource::Api => format!(
+            "<form class=\"inline\" method=\"post\" action=\"/console/blocks/remove\">\
+             <input type=\"hidden\" name=\"id\" value=\"{id}\">\
+             <input type=\"hidden\" name=\"back\" value=\"/console/hosts\">\
+             <button type=\"submit\" data-unblock>Unblock</button></form>",
+            id = esc(&b.id)
+        ),
+        Some(_) => "<span class=\"muted\">blocked in the file</span>".to_owned(),
+        None => format!(
+            "<form class=\"inline\" method=\"post\" action=\"/console/blocks\">\
+             <input type=\"hidden\" name=\"kind\" value=\"domain\">\
+             <input type=\"hidden\" name=\"pattern\" value=\"{d}\">\
+             <input type=\"hidden\" name=\"reason\" value=\"blocked from the hosts page\">\
+             <input type=\"hidden\" name=\"back\" value=\"/console/hosts\">\
+             <button type=\"submit\" data-block>Block</button></form>",
+            d = esc(domain)
+        ),
+    }
 }
 
 /// The add form; `back` is where to go afterwards (the hosts page's buttons come back to it).

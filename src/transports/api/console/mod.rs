@@ -1,8 +1,9 @@
 //! The operator's web console at `/console` on the private metrics listener: server-rendered
 //! pages over the same reads as the operator API (agents, conversations across transports, one
-//! message with its attempts, the queue with its dead jobs), a form that sends a test message,
-//! the blocks in force with forms that add and remove them,
-//! and live counters polled by a small embedded script. No build step: the stylesheet and the
+//! message with its attempts, the queue with its dead jobs, remote hosts with their delivery
+//! health and recent refusals, reports of abuse), a form that sends a test message, the blocks
+//! in force with forms that add and remove them, and live counters polled by a small embedded
+//! script. No build step: the stylesheet and the
 //! script are embedded in the binary.
 //!
 //! When `console.token` is set, every page needs the session cookie the sign-in form sets (or
@@ -93,6 +94,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, console: Console) {
     cfg.app_data(web::Data::new(console))
         .app_data(web::FormConfig::default().limit(64 * 1024))
         .route("/console", web::get().to(agents_page))
+        .route("/console/", web::get().to(console_root))
         .route("/console/login", web::get().to(login_page))
         .route("/console/login", web::post().to(login))
         .route("/console/style.css", web::get().to(style))
@@ -104,6 +106,8 @@ pub fn configure(cfg: &mut web::ServiceConfig, console: Console) {
         .route("/console/queue", web::get().to(queue_page))
         .route("/console/queue/retry", web::post().to(queue_retry))
         .route("/console/queue/purge", web::post().to(queue_purge))
+        .route("/console/hosts", web::get().to(hosts_page))
+        .route("/console/reports", web::get().to(reports_page))
         .route("/console/send", web::get().to(send_page))
         .route("/console/send", web::post().to(send))
         .route("/console/blocks", web::get().to(blocks::blocks_page))
@@ -112,6 +116,11 @@ pub fn configure(cfg: &mut web::ServiceConfig, console: Console) {
             "/console/blocks/remove",
             web::post().to(blocks::remove_block),
         );
+}
+
+/// `/console/`: the console is at `/console`.
+async fn console_root() -> HttpResponse {
+    see_other("/console")
 }
 
 fn see_other(to: &str) -> HttpResponse {
@@ -134,6 +143,8 @@ fn page(active: &str, title: &str, main: &str) -> HttpResponse {
         ("/console", "Agents"),
         ("/console/threads", "Conversations"),
         ("/console/queue", "Queue"),
+        ("/console/hosts", "Remote hosts"),
+        ("/console/reports", "Reports"),
         ("/console/send", "Send a test message"),
         ("/console/blocks", "Blocks"),
     ] {
@@ -659,4 +670,155 @@ async fn send(c: web::Data<Console>, req: HttpRequest, form: web::Form<SendForm>
         Ok(o) => see_other(&format!("/console/messages/{}", o.message_id)),
         Err(e) => failure(&e),
     }
+}
+
+/// One remote host's row on the hosts page.
+#[derive(Default)]
+struct HostRow {
+    health: Option<crate::hosts::HostHealth>,
+    traffic: Option<crate::hosts::Traffic>,
+    refusals: Vec<crate::hosts::Refusal>,
+}
+
+/// How many of a host's recent refusals its row lists.
+const REFUSALS_SHOWN: usize = 5;
+
+async fn hosts_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
+    let hosts = std::sync::Arc::clone(c.pipeline.metrics());
+    let in_force = c.pipeline.blocks().list();
+    guarded(&c, &req, |_| async move {
+        let mut rows: std::collections::BTreeMap<String, HostRow> = Default::default();
+        for source in hosts.hosts().sources() {
+            for h in source.hosts().await? {
+                let host = h.host.clone();
+                rows.entry(host).or_default().health = Some(h);
+            }
+        }
+        let snap = hosts.hosts().snapshot();
+        for (host, t) in snap.activitypub {
+            rows.entry(host).or_default().traffic = Some(t);
+        }
+        for (host, r) in snap.refusals {
+            rows.entry(host).or_default().refusals = r;
+        }
+        let mut body = String::new();
+        for (host, r) in &rows {
+            let circuit = r
+                .health
+                .as_ref()
+                .map_or(crate::hosts::Circuit::Closed, |h| h.circuit);
+            let last_error = r
+                .traffic
+                .as_ref()
+                .and_then(|t| t.last_error.as_ref())
+                .map(|(at, e)| format!("{} <span class=\"muted\">{}</span>", esc(e), when(Some(*at))))
+                .or_else(|| {
+                    r.health
+                        .as_ref()
+                        .and_then(|h| h.last_error.as_deref())
+                        .map(esc)
+                })
+                .unwrap_or_else(|| "—".to_owned());
+            let mut refusals = String::new();
+            for f in r.refusals.iter().take(REFUSALS_SHOWN) {
+                let _ = write!(
+                    refusals,
+                    "<li><span class=\"muted\">{}</span> {}</li>",
+                    when(Some(f.at_ms)),
+                    esc(&f.reason)
+                );
+            }
+            let refusals = if r.refusals.is_empty() {
+                "—".to_owned()
+            } else {
+                format!(
+                    "<span class=\"badge no\">{n}</span><ul class=\"refusals\">{refusals}</ul>",
+                    n = r.refusals.len()
+                )
+            };
+            let _ = write!(
+                body,
+                "<tr data-host=\"{h}\"><td>{h}</td><td><span class=\"badge {cls}\" data-circuit>{circuit}</span></td>\
+                 <td>{ok}</td><td>{ko}</td><td>{streak}</td><td>{since}</td><td>{last_error}</td><td>{refusals}</td>\
+                 <td class=\"actions\">{actions}</td></tr>",
+                h = esc(host),
+                actions = blocks::host_actions(&in_force, host),
+                cls = if circuit == crate::hosts::Circuit::Closed { "ok" } else { "no" },
+                circuit = circuit.label(),
+                ok = r.traffic.as_ref().map_or(0, |t| t.delivered),
+                ko = r.traffic.as_ref().map_or(0, |t| t.failed),
+                streak = r.health.as_ref().map_or(0, |h| h.failures),
+                since = when(r.health.as_ref().and_then(|h| h.failing_since)),
+            );
+        }
+        let mut mail = String::new();
+        for (relay, t) in &snap.mail {
+            let _ = write!(
+                mail,
+                "<tr data-relay=\"{r}\"><td>{r}</td><td>{ok}</td><td>{ko}</td><td>{last}</td><td>{err}</td></tr>",
+                r = esc(relay),
+                ok = t.delivered,
+                ko = t.failed,
+                last = when(t.last_delivered_ms),
+                err = t.last_error.as_ref().map_or_else(
+                    || "—".to_owned(),
+                    |(at, e)| format!("{} <span class=\"muted\">{}</span>", esc(e), when(Some(*at)))
+                ),
+            );
+        }
+        Ok(View::page(
+            "Remote hosts",
+            "Remote hosts",
+            &format!(
+                "<p class=\"muted\">ActivityPub hosts this server delivers to or refused something from: the \
+                 circuit (<code>open</code> once a host has failed for longer than <code>activitypub.breaker_days</code>), \
+                 deliveries since this instance started, the current failure streak, and the latest refusals \
+                 (kept in memory, the newest {max} per host).</p>\
+                 <h2>Hosts</h2><table id=\"hosts\"><tr><th>Host</th><th>Circuit</th><th>Delivered</th><th>Failed</th>\
+                 <th>Failure streak</th><th>Failing since</th><th>Last error</th><th>Recent refusals</th><th></th></tr>{body}</table>\
+                 <h2>Outbound mail</h2><table id=\"mail\"><tr><th>Relay or domain</th><th>Sent</th><th>Failed</th>\
+                 <th>Last sent</th><th>Last error</th></tr>{mail}</table>",
+                max = crate::hosts::MAX_REFUSALS,
+            ),
+        ))
+    })
+    .await
+}
+
+async fn reports_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
+    guarded(&c, &req, |db| async move {
+        let mut body = String::new();
+        for r in crate::store::reports::list(&db, None, 200).await? {
+            let r = super::read::report_view(r);
+            let objects: Vec<String> = r
+                .objects
+                .iter()
+                .map(|o| format!("<li>{}</li>", esc(o)))
+                .collect();
+            let _ = write!(
+                body,
+                "<tr data-report=\"{id}\"><td>{at}</td><td>{reporter}</td><td>{host}</td><td>{agent}</td>\
+                 <td><ul class=\"objects\">{objects}</ul></td><td class=\"comment\">{content}</td></tr>",
+                id = esc(&r.id),
+                at = r.received_at,
+                reporter = esc(&r.reporter),
+                host = esc(&r.host),
+                agent = esc(r.agent.as_deref().unwrap_or("—")),
+                objects = objects.concat(),
+                content = esc(&r.content),
+            );
+        }
+        Ok(View::page(
+            "Reports",
+            "Reports",
+            &format!(
+                "<p class=\"muted\">Reports of abuse received from remote servers (ActivityPub <code>Flag</code>), \
+                 newest first (the last 200); also at <code>GET /api/v1/reports</code>, and mailed to \
+                 <code>moderation.reports_to</code> when it is set.</p>\
+                 <table id=\"reports\"><tr><th>Received</th><th>Reporter</th><th>Host</th><th>Agent</th><th>Reported</th>\
+                 <th>Comment</th></tr>{body}</table>"
+            ),
+        ))
+    })
+    .await
 }
