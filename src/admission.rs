@@ -5,6 +5,10 @@
 //!
 //! A peer is an IPv4 address or an IPv6 /64: one host on IPv6 usually owns a whole /64, so
 //! counting single IPv6 addresses would not limit anyone.
+//!
+//! Behind a trusted proxy (`server.trusted_proxies`) a connection carries many clients: it takes
+//! a place in all only ([`Admission::admit_connection`]), and each client a place of its own in
+//! the per-peer count for as long as it is served ([`Admission::admit_client`]).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
@@ -56,11 +60,14 @@ pub struct Admission {
     counts: Arc<Counts>,
 }
 
-/// One admitted connection's place; dropping it gives the place back.
+/// One admitted connection's place, or one client's; dropping it gives the place back.
 #[derive(Debug)]
 pub struct Slot {
     counts: Arc<Counts>,
-    peer: IpAddr,
+    /// The peer counted, if any.
+    peer: Option<IpAddr>,
+    /// Whether it counts among the open connections.
+    connection: bool,
 }
 
 impl Admission {
@@ -85,27 +92,54 @@ impl Admission {
         self.counts.max
     }
 
-    /// Takes a place for a new connection from `peer`.
+    /// Takes a place for a new connection from `peer`: one in all and one of the peer's.
     ///
     /// # Errors
     /// When the listener or this peer is at its cap.
     pub fn admit(&self, peer: IpAddr) -> Result<Slot, Refusal> {
+        self.take(Some(peer), true)
+    }
+
+    /// Takes a place in all for a connection that carries other clients (from a trusted proxy,
+    /// or one whose PROXY protocol header is still to be read): no peer's count is touched.
+    ///
+    /// # Errors
+    /// When the listener is at its cap.
+    pub fn admit_connection(&self) -> Result<Slot, Refusal> {
+        self.take(None, true)
+    }
+
+    /// Takes one of `client`'s places, for a client served on a connection that already holds
+    /// its place in all ([`Admission::admit_connection`]).
+    ///
+    /// # Errors
+    /// When this client is at the per-peer cap.
+    pub fn admit_client(&self, client: IpAddr) -> Result<Slot, Refusal> {
+        self.take(Some(client), false)
+    }
+
+    fn take(&self, peer: Option<IpAddr>, connection: bool) -> Result<Slot, Refusal> {
         let c = &self.counts;
-        let peer = peer_key(peer);
+        let peer = peer.map(peer_key);
         let mut peers = c.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        if c.open.load(Ordering::Relaxed) >= c.max {
+        if connection && c.open.load(Ordering::Relaxed) >= c.max {
             return Err(Refusal::Full);
         }
-        let held = peers.entry(peer).or_insert(0);
-        if *held >= c.max_per_peer {
-            return Err(Refusal::PeerFull);
+        if let Some(peer) = peer {
+            let held = peers.entry(peer).or_insert(0);
+            if *held >= c.max_per_peer {
+                return Err(Refusal::PeerFull);
+            }
+            *held += 1;
         }
-        *held += 1;
-        let open = c.open.fetch_add(1, Ordering::Relaxed) + 1;
-        c.gauge.set(i64::try_from(open).unwrap_or(i64::MAX));
+        if connection {
+            let open = c.open.fetch_add(1, Ordering::Relaxed) + 1;
+            c.gauge.set(i64::try_from(open).unwrap_or(i64::MAX));
+        }
         Ok(Slot {
             counts: Arc::clone(c),
             peer,
+            connection,
         })
     }
 
@@ -120,14 +154,18 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let c = &self.counts;
         let mut peers = c.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(held) = peers.get_mut(&self.peer) {
+        if let Some(peer) = self.peer
+            && let Some(held) = peers.get_mut(&peer)
+        {
             *held = held.saturating_sub(1);
             if *held == 0 {
-                peers.remove(&self.peer);
+                peers.remove(&peer);
             }
         }
-        let open = c.open.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
-        c.gauge.set(i64::try_from(open).unwrap_or(i64::MAX));
+        if self.connection {
+            let open = c.open.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+            c.gauge.set(i64::try_from(open).unwrap_or(i64::MAX));
+        }
     }
 }
 
@@ -243,6 +281,29 @@ mod tests {
             Refusal::PeerFull
         );
         assert!(a.admit(ip("2001:db8:1:3::1")).is_ok());
+    }
+
+    #[test]
+    fn a_proxied_connection_counts_in_all_and_its_clients_per_peer() {
+        let a = Admission::new(2, 1, Gauge::default());
+        let proxy = a.admit_connection().unwrap();
+        let _second = a.admit_connection().unwrap();
+        assert_eq!(a.admit_connection().unwrap_err(), Refusal::Full);
+        assert_eq!(a.open(), 2);
+        // Clients take per-peer places only, whatever the connections in all.
+        let c1 = a.admit_client(ip("192.0.2.1")).unwrap();
+        assert_eq!(
+            a.admit_client(ip("192.0.2.1")).unwrap_err(),
+            Refusal::PeerFull
+        );
+        let _c2 = a.admit_client(ip("192.0.2.2")).unwrap();
+        assert_eq!(a.open(), 2);
+        // A client's place is the same as a direct connection's from that address.
+        drop(proxy);
+        assert_eq!(a.admit(ip("192.0.2.1")).unwrap_err(), Refusal::PeerFull);
+        drop(c1);
+        let _direct = a.admit(ip("192.0.2.1")).unwrap();
+        assert_eq!(a.open(), 2);
     }
 
     #[test]

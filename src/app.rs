@@ -265,36 +265,67 @@ impl Application {
         // actix's own per-worker cap backs ours up: it pauses accepting (leaving connections
         // in the kernel's queue, holding no descriptor) rather than running out of them.
         let per_worker = max_connections.div_ceil(workers_n) + 16;
+        let trusted = Arc::new(srv.trusted()?);
+        if srv.proxy_protocol && trusted.is_empty() {
+            tracing::warn!(
+                "server.proxy_protocol is on and server.trusted_proxies is empty: any client \
+                 that reaches the listener directly can name its own address"
+            );
+        }
+        let clients = http::client::Clients {
+            trusted: Arc::clone(&trusted),
+            admission: admission.clone(),
+            metrics: parts.metrics.clone(),
+        };
         let app_state = state.clone();
-        let on_connect_metrics = parts.metrics.clone();
-        let server = HttpServer::new(move || {
+        let make_app = move || {
             let s = app_state.clone();
             let mut app = App::new()
                 .app_data(web::Data::new(deadlines))
+                .app_data(web::Data::new(clients.clone()))
                 .wrap(from_fn(http::limits::deadlines))
+                .wrap(from_fn(http::client::client))
                 .wrap(from_fn(http::track));
             for r in &routes {
                 let r = r.clone();
                 app = app.configure(move |c| r(c));
             }
             app.configure(move |c| http::configure(c, s, max_body))
-        })
-        .workers(workers_n)
-        .max_connections(per_worker)
-        .client_request_timeout(Duration::from_millis(srv.header_timeout_ms))
-        .client_disconnect_timeout(Duration::from_secs(1))
-        .keep_alive(Duration::from_millis(srv.keep_alive_ms))
-        .on_connect(move |conn, ext| {
-            http::limits::on_connect(&admission, &on_connect_metrics, conn, ext);
-        })
-        // Stream events and small answers go out at once, not after the peer's delayed ACK
-        // (up to 40 ms per SSE event with Nagle's algorithm on).
-        .tcp_nodelay(true)
-        .disable_signals()
-        .shutdown_timeout(grace)
-        .listen(listener)
-        .map_err(|e| Error::Startup(e.to_string()))?
-        .run();
+        };
+        let server = if srv.proxy_protocol {
+            let settings = http::client::ProxiedListener {
+                admission,
+                trusted,
+                metrics: parts.metrics.clone(),
+                workers: workers_n,
+                max_per_worker: per_worker,
+                client_request_timeout: Duration::from_millis(srv.header_timeout_ms),
+                client_disconnect_timeout: Duration::from_secs(1),
+                keep_alive: Duration::from_millis(srv.keep_alive_ms),
+                shutdown_grace_seconds: grace,
+            };
+            http::client::serve_proxied(listener, settings, make_app)
+                .map_err(|e| Error::Startup(e.to_string()))?
+        } else {
+            let on_connect_metrics = parts.metrics.clone();
+            HttpServer::new(make_app)
+                .workers(workers_n)
+                .max_connections(per_worker)
+                .client_request_timeout(Duration::from_millis(srv.header_timeout_ms))
+                .client_disconnect_timeout(Duration::from_secs(1))
+                .keep_alive(Duration::from_millis(srv.keep_alive_ms))
+                .on_connect(move |conn, ext| {
+                    http::limits::on_connect(&admission, &trusted, &on_connect_metrics, conn, ext);
+                })
+                // Stream events and small answers go out at once, not after the peer's delayed
+                // ACK (up to 40 ms per SSE event with Nagle's algorithm on).
+                .tcp_nodelay(true)
+                .disable_signals()
+                .shutdown_timeout(grace)
+                .listen(listener)
+                .map_err(|e| Error::Startup(e.to_string()))?
+                .run()
+        };
         let metrics_state = state;
         let console = crate::transports::api::console::Console::new(&config, pipeline.clone())?;
         let metrics_server = HttpServer::new(move || {

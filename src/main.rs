@@ -202,15 +202,22 @@ async fn main() -> anyhow::Result<()> {
             addr,
             timeout,
         } => {
-            let addr = match addr {
-                Some(a) => a,
+            // Behind a load balancer speaking the PROXY protocol, the listener expects its
+            // header first: the probe sends a LOCAL one (naming no client).
+            let (addr, proxy_protocol) = match addr {
+                Some(a) => {
+                    let config = Config::from_env(cli.config.as_deref()).ok();
+                    (a, config.is_some_and(|c| c.server.proxy_protocol))
+                }
                 None => {
                     let config = Config::from_env(cli.config.as_deref())?;
-                    switchboard::net::probe::local_addr(config.server.bind)
+                    let addr = switchboard::net::probe::local_addr(config.server.bind);
+                    (addr, config.server.proxy_protocol)
                 }
             };
             let path = if ready { "/readyz" } else { "/healthz" };
-            switchboard::net::probe::probe(addr, path, Duration::from_secs(timeout))
+            let timeout = Duration::from_secs(timeout);
+            switchboard::net::probe::probe(addr, path, timeout, proxy_protocol)
                 .await
                 .map_err(|e| anyhow::anyhow!("unhealthy: {e}"))?;
             println!("ok: {addr}{path}");

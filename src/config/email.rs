@@ -17,6 +17,12 @@ pub struct EmailConfig {
     pub enabled: bool,
     /// Address of the SMTP listener.
     pub bind: SocketAddr,
+    /// Every SMTP connection starts with a PROXY protocol header (v1 or v2, from HAProxy or a
+    /// load balancer in TCP mode) naming the client, read before the greeting; one without a
+    /// valid header is closed. The client it names is the session's peer: per-peer caps, SPF,
+    /// logs. With `server.trusted_proxies` set, only those peers may name a client; empty,
+    /// anyone may.
+    pub proxy_protocol: bool,
     /// Mail domain: agents are `{name}@{domain}`. Defaults to the host of `server.public_url`.
     pub domain: Option<String>,
     /// Name in the SMTP greeting and `Authentication-Results`. Defaults to the mail domain.
@@ -93,6 +99,7 @@ impl Default for EmailConfig {
         Self {
             enabled: true,
             bind: SocketAddr::from(([127, 0, 0, 1], 2525)),
+            proxy_protocol: false,
             domain: None,
             hostname: None,
             max_message_bytes: 25 * 1024 * 1024,

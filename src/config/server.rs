@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::message::is_domain;
+use crate::net::client_addr::TrustedProxies;
 
 /// HTTP serving.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -44,6 +45,18 @@ pub struct ServerConfig {
     pub request_timeout_ms: u64,
     /// How long an idle keep-alive connection stays open.
     pub keep_alive_ms: u64,
+    /// Reverse proxies and load balancers in front (CIDR blocks: `"127.0.0.1/32"`,
+    /// `"10.0.0.0/8"`). Only on a connection from one of them are `Forwarded` and
+    /// `X-Forwarded-For` read for the client's address (the rightmost hop that is not a trusted
+    /// proxy), which admission, logs and every per-address decision then use; such a connection
+    /// is not capped per peer, its clients are, each for the time of its request. Empty (the
+    /// default): nobody is trusted and the headers are ignored.
+    pub trusted_proxies: Vec<String>,
+    /// Every connection to the public listener starts with a PROXY protocol header (v1 or v2,
+    /// from HAProxy or a cloud load balancer in TCP mode) naming the client; one without a
+    /// valid header is closed. With `trusted_proxies` set, only those peers may name a client
+    /// in it; empty, anyone may.
+    pub proxy_protocol: bool,
 }
 
 impl Default for ServerConfig {
@@ -62,6 +75,8 @@ impl Default for ServerConfig {
             body_timeout_ms: 15_000,
             request_timeout_ms: 60_000,
             keep_alive_ms: 5_000,
+            trusted_proxies: Vec::new(),
+            proxy_protocol: false,
         }
     }
 }
@@ -107,6 +122,9 @@ impl ServerConfig {
         if self.max_connections_per_peer == 0 {
             problems.push("server.max_connections_per_peer: must be above 0".into());
         }
+        if let Err(bad) = TrustedProxies::parse(&self.trusted_proxies) {
+            problems.extend(bad);
+        }
         match self.public_url() {
             Ok(url) => {
                 if url.scheme() == "http" && !allow_private_addresses {
@@ -126,6 +144,15 @@ impl ServerConfig {
                  scheme or path"
             ));
         }
+    }
+
+    /// The proxies of `trusted_proxies`.
+    ///
+    /// # Errors
+    /// An entry that is not a CIDR block (the configuration check says so first).
+    pub fn trusted(&self) -> Result<TrustedProxies, crate::error::Error> {
+        TrustedProxies::parse(&self.trusted_proxies)
+            .map_err(|problems| crate::error::Error::Config(problems.join("\n")))
     }
 
     /// The domain of agents' fediverse handles: `handle_domain`, else the public host (with

@@ -24,6 +24,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::admission::{Admission, Refusal};
 use crate::metrics::Metrics;
+use crate::net::client_addr::{ClientAddr, TrustedProxies};
 
 /// The answer written to a connection refused at accept, before anything is read from it.
 const REFUSED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
@@ -34,33 +35,59 @@ Content-Length: 36\r\n\
 \r\n\
 too many connections; retry shortly\n";
 
+/// Connection data: the connection comes from a trusted proxy and carries other clients.
+#[derive(Debug, Clone, Copy)]
+pub struct Proxied;
+
 /// Admits or refuses a connection the public listener just accepted: the slot rides in the
-/// connection's extensions and is given back when the connection ends.
-pub fn on_connect(admission: &Admission, metrics: &Metrics, conn: &dyn Any, ext: &mut Extensions) {
+/// connection's extensions and is given back when the connection ends. A connection from a
+/// trusted proxy (`server.trusted_proxies`) takes a place in all only and is marked
+/// [`Proxied`]: its clients are admitted one by one, each for the time of its request (the
+/// `client` middleware).
+pub fn on_connect(
+    admission: &Admission,
+    trusted: &TrustedProxies,
+    metrics: &Metrics,
+    conn: &dyn Any,
+    ext: &mut Extensions,
+) {
     let Some(stream) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() else {
         return;
     };
     let Ok(peer) = stream.peer_addr() else {
         return;
     };
-    match admission.admit(peer.ip()) {
+    let proxied = trusted.contains(peer.ip());
+    let admitted = if proxied {
+        admission.admit_connection()
+    } else {
+        admission.admit(peer.ip())
+    };
+    match admitted {
         Ok(slot) => {
             ext.insert(slot);
+            if proxied {
+                ext.insert(Proxied);
+            }
         }
         Err(refusal) => {
             metrics.connection_refused("http", refusal.label());
             if refusal == Refusal::Full {
                 tracing::debug!(%peer, "connection refused: the listener is full");
             }
-            // Straight to the socket (the runtime's own write would wait for a readiness event
-            // the fresh socket has not had yet): its send buffer is empty, so the short answer
-            // goes out whole. Then the socket is shut, and actix closes it when its first read
-            // sees the end.
-            let socket = socket2::SockRef::from(stream);
-            let _ = socket.send(REFUSED);
-            let _ = socket.shutdown(std::net::Shutdown::Both);
+            refuse(stream);
         }
     }
+}
+
+/// Writes the refusal straight to the socket (the runtime's own write would wait for a
+/// readiness event the fresh socket has not had yet): its send buffer is empty, so the short
+/// answer goes out whole. Then the socket is shut, and whoever holds it closes it when its
+/// first read sees the end.
+pub(super) fn refuse(stream: &actix_web::rt::net::TcpStream) {
+    let socket = socket2::SockRef::from(stream);
+    let _ = socket.send(REFUSED);
+    let _ = socket.shutdown(std::net::Shutdown::Both);
 }
 
 /// The body and request deadlines, as app data of the public app.
@@ -154,14 +181,15 @@ pub async fn deadlines(
         payload: Box::pin(body),
     });
     let path = req.path().to_owned();
+    let client = req.extensions().get::<ClientAddr>().map(|c| c.0);
     match tokio::time::timeout_at(started + limits.request, next.call(req)).await {
         Ok(_) if expired.get() => {
-            tracing::debug!(%path, "request body not received within server.body_timeout_ms");
+            tracing::debug!(%path, ?client, "request body not received within server.body_timeout_ms");
             Err(Late::Body.into())
         }
         Ok(res) => res,
         Err(_) => {
-            tracing::warn!(%path, "request not answered within server.request_timeout_ms");
+            tracing::warn!(%path, ?client, "request not answered within server.request_timeout_ms");
             Err(Late::Request.into())
         }
     }

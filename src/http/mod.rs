@@ -2,10 +2,14 @@
 //! policy states), the one rendering of
 //! core errors as HTTP responses, request metrics, and the metrics app on its own listener.
 //! Transports mount their routes beside these; this module imports none of them. [`limits`]
-//! keeps one client from holding the listener.
+//! keeps one client from holding the listener; [`client`] tells who the client is behind a
+//! proxy.
 
+pub mod client;
 pub mod limits;
 pub mod policy;
+
+pub use client::{ClientAddr, client_addr};
 
 use std::time::Instant;
 

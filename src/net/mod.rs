@@ -5,12 +5,17 @@
 //! metadata addresses, checked on the addresses DNS returns (so a name cannot smuggle one in),
 //! on IP literals, and on every redirect hop. `net.allow_private_addresses` is the explicit,
 //! loudly logged development switch that turns the guard off.
+//!
+//! Inbound, [`client_addr`] tells whose connection or request it is behind a reverse proxy and
+//! [`proxy_protocol`] reads the PROXY protocol header of a load balancer in TCP mode.
 
 mod cache;
+pub mod client_addr;
 pub mod date;
 mod guard;
 mod hmac;
 pub mod probe;
+pub mod proxy_protocol;
 pub mod sse;
 
 use std::sync::Arc;

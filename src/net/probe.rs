@@ -20,21 +20,36 @@ pub fn local_addr(bind: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, bind.port())
 }
 
-/// `GET {path}` of the server at `addr`; succeeds when it answers `200` within `timeout`.
+/// `GET {path}` of the server at `addr`; succeeds when it answers `200` within `timeout`. With
+/// `proxy_protocol` (the listener's `server.proxy_protocol`), a PROXY protocol v2 `LOCAL`
+/// header goes first.
 ///
 /// # Errors
 /// What went wrong: no connection, no answer in time, or the status it answered.
-pub async fn probe(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(), String> {
+pub async fn probe(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+    proxy_protocol: bool,
+) -> Result<(), String> {
     let exchange = async {
         let mut stream = TcpStream::connect(addr)
             .await
             .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-        let request = format!(
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: switchboard-healthcheck\r\n\
-             Connection: close\r\n\r\n"
+        let mut request = if proxy_protocol {
+            super::proxy_protocol::v2_header(None)
+        } else {
+            Vec::new()
+        };
+        request.extend_from_slice(
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: switchboard-healthcheck\r\n\
+                 Connection: close\r\n\r\n"
+            )
+            .as_bytes(),
         );
         stream
-            .write_all(request.as_bytes())
+            .write_all(&request)
             .await
             .map_err(|e| format!("{addr}: {e}"))?;
         // The status line is all that is needed; read until it is complete.
@@ -90,7 +105,7 @@ mod tests {
                 let _ = s.read(&mut buf).await.unwrap();
                 s.write_all(answer.as_bytes()).await.unwrap();
             });
-            let got = probe(addr, "/healthz", Duration::from_secs(5)).await;
+            let got = probe(addr, "/healthz", Duration::from_secs(5), false).await;
             assert_eq!(got.is_ok(), ok, "{answer:?}: {got:?}");
             server.await.unwrap();
         }
@@ -98,7 +113,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         drop(listener);
-        let err = probe(addr, "/healthz", Duration::from_secs(5))
+        let err = probe(addr, "/healthz", Duration::from_secs(5), false)
             .await
             .unwrap_err();
         assert!(err.contains("cannot connect"), "{err}");

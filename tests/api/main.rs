@@ -31,6 +31,7 @@ mod multi_agent;
 mod openai;
 mod pipeline;
 mod policy;
+mod proxy;
 mod quickstart;
 mod read_api;
 mod safety;

@@ -1,7 +1,9 @@
 //! The quickstart's local steps, as written in docs/quickstart.md: its configuration file passes
 //! `check-config` with its secrets file and serves; its nginx site, run in front of that server
 //! over TLS, passes `Host` through so the fediverse documents name the public host; its
-//! Caddyfile is valid. Only what cannot exist here is changed (ports, paths, the certificate),
+//! Caddyfile is valid; behind that nginx, each client is admitted on its own (the server trusts
+//! the proxy's X-Forwarded-For). Only what cannot exist here is changed (ports, paths, the
+//! certificate, a per-peer cap small enough to reach, an agent that never answers),
 //! and each change is asserted to have found its line, so an edit of the document that breaks a
 //! step breaks this test.
 
@@ -103,6 +105,30 @@ async fn the_quickstart_configuration_and_proxy_work_as_written() {
         &format!("sqlite://{}/switchboard.db", dir.path().display()),
     );
     config = swap(&config, "bind = \"0.0.0.0:25\"", "bind = \"127.0.0.1:0\"");
+    // The proxy is trusted, not given a raised per-peer cap: each client behind it is capped
+    // on its own. A small cap here, and an agent that never answers, show it below.
+    assert!(
+        !config.contains("max_connections_per_peer ="),
+        "the quickstart trusts the proxy instead of raising the per-peer cap"
+    );
+    config = swap(
+        &config,
+        "trusted_proxies = [\"127.0.0.1/32\"]\n",
+        "trusted_proxies = [\"127.0.0.1/32\"]\nmax_connections_per_peer = 2\n",
+    );
+    let silent_agent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    config = swap(
+        &config,
+        "https://agent.internal.example/hook",
+        &format!("http://{}/hook", silent_agent.local_addr().unwrap()),
+    );
+    let _silent = tokio::spawn(async move {
+        // Takes the agent's calls and never answers them.
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent_agent.accept().await {
+            held.push(s);
+        }
+    });
     config = swap(&config, "/etc/switchboard/tls/fullchain.pem", &crt);
     config = swap(&config, "/etc/switchboard/tls/privkey.pem", &key);
     // The metrics listener too, so parallel tests do not collide; and logs the harness reads.
@@ -152,6 +178,10 @@ async fn the_quickstart_configuration_and_proxy_work_as_written() {
     // without the line that passes `Host` through.
     let site = block(&doc, "4. HTTPS in front", "nginx");
     let host_line = "        proxy_set_header Host $host;\n";
+    assert!(
+        site.contains("proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;"),
+        "the site names each client to switchboard"
+    );
     let nginx = std::env::var("SWITCHBOARD_NGINX").unwrap_or_else(|_| "/usr/sbin/nginx".into());
     let start_site = |name: &str, site: &str| -> (Nginx, u16) {
         let port = free_port();
@@ -301,6 +331,70 @@ async fn the_quickstart_configuration_and_proxy_work_as_written() {
         401,
         "without Host passed through the signature cannot verify"
     );
+
+    // Per-client admission through the proxy: every request reaches switchboard from nginx
+    // (127.0.0.1), which names the client in X-Forwarded-For. One client (127.0.0.2) holds its
+    // two places with A2A calls the agent never answers; its next request is refused with 503,
+    // while another client (127.0.0.3) still gets through the same proxy.
+    let client_at = |source: [u8; 4]| {
+        reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .local_address(std::net::IpAddr::from(source))
+            .resolve(
+                "sb.example.com",
+                std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            )
+            .build()
+            .unwrap()
+    };
+    let (busy, other) = (client_at([127, 0, 0, 2]), client_at([127, 0, 0, 3]));
+    let slow_calls: Vec<_> = (0..2)
+        .map(|i| {
+            let busy = busy.clone();
+            let url = format!("https://sb.example.com:{port}/agents/helper/a2a");
+            tokio::spawn(async move {
+                busy.post(url)
+                    .json(
+                        &serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "message/send",
+                        "params": {"message": {"kind": "message", "role": "user",
+                            "messageId": format!("slow-{i}"),
+                            "parts": [{"kind": "text", "text": "take your time"}]}}}),
+                    )
+                    .send()
+                    .await
+            })
+        })
+        .collect();
+    let card_url = format!("https://sb.example.com:{port}/agents/helper/agent-card.json");
+    let refused = wait_for(
+        30,
+        "the busy client's third request to be refused",
+        || async {
+            let r = busy.get(&card_url).send().await.ok()?;
+            (r.status() == 503).then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("5")
+    );
+    assert!(
+        slow_calls.iter().all(|c| !c.is_finished()),
+        "the two slow calls still hold their places"
+    );
+    let through = other.get(&card_url).send().await.unwrap();
+    assert_eq!(
+        through.status(),
+        200,
+        "another client behind the same proxy is admitted"
+    );
+    for c in slow_calls {
+        c.abort();
+    }
 
     // The Caddyfile parses.
     let caddyfile = dir.path().join("Caddyfile");

@@ -718,6 +718,26 @@ fn tls_acceptor(cfg: &EmailConfig) -> Result<Option<tokio_rustls::TlsAcceptor>> 
     Ok(Some(tokio_rustls::TlsAcceptor::from(Arc::new(server))))
 }
 
+/// Answers a connection over the session caps with `421` and closes it.
+fn refuse_session(
+    metrics: &crate::metrics::Metrics,
+    stream: tokio::net::TcpStream,
+    refusal: crate::admission::Refusal,
+) {
+    metrics.connection_refused("smtp", refusal.label());
+    let line: &'static [u8] = match refusal {
+        crate::admission::Refusal::Full => b"421 4.7.0 Too many connections, try again later\r\n",
+        crate::admission::Refusal::PeerFull => {
+            b"421 4.7.0 Too many connections from your address, try again later\r\n"
+        }
+    };
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = stream;
+        let _ = stream.write_all(line).await;
+    });
+}
+
 /// Binds the SMTP listener and starts accepting sessions until `shutdown`.
 ///
 /// # Errors
@@ -780,6 +800,14 @@ async fn listen(
         cfg.max_sessions_per_peer,
         metrics.connections("smtp"),
     );
+    let proxy_protocol = cfg.proxy_protocol;
+    let trusted = Arc::new(config.server.trusted()?);
+    if proxy_protocol && trusted.is_empty() {
+        tracing::warn!(
+            "email.proxy_protocol is on and server.trusted_proxies is empty: any client that \
+             reaches the SMTP listener directly can name its own address"
+        );
+    }
     let task = tokio::spawn(async move {
         // Running sessions: at shutdown the loop waits for them (the application bounds the
         // wait by its grace period; dropping the set aborts what is left).
@@ -804,31 +832,48 @@ async fn listen(
                 },
             };
             let _ = stream.set_nodelay(true);
-            let permit = match sessions.admit(peer.ip()) {
+            // With the PROXY protocol the client is known only once its header is read: until
+            // then the connection holds a place in all, then the client one of its own.
+            let admitted = if proxy_protocol {
+                sessions.admit_connection()
+            } else {
+                sessions.admit(peer.ip())
+            };
+            let permit = match admitted {
                 Ok(slot) => slot,
                 Err(refusal) => {
-                    metrics.connection_refused("smtp", refusal.label());
-                    let line: &'static [u8] = match refusal {
-                        crate::admission::Refusal::Full => {
-                            b"421 4.7.0 Too many connections, try again later\r\n"
-                        }
-                        crate::admission::Refusal::PeerFull => {
-                            b"421 4.7.0 Too many connections from your address, try again later\r\n"
-                        }
-                    };
-                    tokio::spawn(async move {
-                        use tokio::io::AsyncWriteExt;
-                        let mut stream = stream;
-                        let _ = stream.write_all(line).await;
-                    });
+                    refuse_session(&metrics, stream, refusal);
                     continue;
                 }
             };
             let server = Arc::clone(&server);
             let inbound = Arc::clone(&inbound);
+            let (sessions, metrics, trusted) =
+                (sessions.clone(), Arc::clone(&metrics), Arc::clone(&trusted));
             running.spawn(async move {
-                connection::serve(stream, peer, &server, &*inbound).await;
-                drop(permit);
+                let mut stream = stream;
+                let mut client = peer;
+                let mut client_permit = None;
+                if proxy_protocol {
+                    let read = crate::net::proxy_protocol::read_client(&mut stream, peer, &trusted);
+                    client = match read.await {
+                        Ok(client) => client,
+                        Err(e) => {
+                            metrics.connection_refused("smtp", "proxy_protocol");
+                            tracing::debug!(%peer, error = %e, "SMTP connection closed");
+                            return;
+                        }
+                    };
+                    match sessions.admit_client(client.ip()) {
+                        Ok(slot) => client_permit = Some(slot),
+                        Err(refusal) => {
+                            refuse_session(&metrics, stream, refusal);
+                            return;
+                        }
+                    }
+                }
+                connection::serve(stream, client, &server, &*inbound).await;
+                drop((permit, client_permit));
             });
         }
         drop(listener);
