@@ -193,6 +193,7 @@ impl Application {
             conversation: config.conversation.clone(),
             runs: crate::pipeline::Runs::default(),
         });
+        pipeline.retain_days(config.database.retention_days);
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let mut workers = Vec::new();

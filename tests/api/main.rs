@@ -33,6 +33,7 @@ mod pipeline;
 mod policy;
 mod quickstart;
 mod read_api;
+mod retention;
 mod safety;
 mod scale_out;
 mod serving;

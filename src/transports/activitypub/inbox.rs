@@ -179,8 +179,8 @@ async fn process(
         }
         "Create" => {}
         "Follow" => activities::on_follow(inner, &activity, &auth).await?,
-        "Undo" => activities::on_undo(inner, &activity, &auth).await?,
-        "Delete" => activities::on_delete(inner, &activity, &auth).await?,
+        "Undo" => activities::on_undo(inner, pipeline, &activity, &auth).await?,
+        "Delete" => activities::on_delete(inner, pipeline, &activity, &auth).await?,
         "Update" => activities::on_update(inner, &activity, &auth).await?,
         other => tracing::debug!(kind = other, activity = %id, "activity ignored"),
     }

@@ -10,6 +10,7 @@
 
 mod chunking;
 mod contexts;
+mod deletion;
 mod delivery;
 mod documents;
 mod fixtures;
