@@ -34,7 +34,6 @@ mod policy;
 mod proxy;
 mod quickstart;
 mod read_api;
-mod retention;
 mod safety;
 mod scale_out;
 mod serving;

@@ -11,7 +11,6 @@
 mod blocks;
 mod chunking;
 mod contexts;
-mod deletion;
 mod delivery;
 mod documents;
 mod fixtures;
