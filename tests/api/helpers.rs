@@ -103,8 +103,11 @@ pub fn test_config(db_url: &str) -> Config {
     c.server.metrics_bind = "127.0.0.1:0".parse().unwrap();
     c.email.bind = "127.0.0.1:0".parse().unwrap();
     c.server.shutdown_grace_seconds = 5;
+    // Tests run side by side on one PostgreSQL server (100 connections by default), some with
+    // two instances each: a small pool per instance keeps the whole suite under its cap.
     c.database = DatabaseConfig {
         url: Secret::new(db_url),
+        max_connections: 4,
         ..DatabaseConfig::default()
     };
     c.net.allow_private_addresses = true;
