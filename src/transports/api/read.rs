@@ -72,6 +72,16 @@ fn parse_cursor(cursor: &str) -> Result<(i64, String)> {
     Ok((at.parse().map_err(|_| bad())?, id.to_owned()))
 }
 
+/// A page's `limit`: [`PAGE`] when absent, else 1 to [`MAX_PAGE`].
+fn page_limit(limit: Option<i64>) -> Result<i64> {
+    let limit = limit.unwrap_or(PAGE);
+    if (1..=MAX_PAGE).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(Error::Invalid(format!("limit: between 1 and {MAX_PAGE}")))
+    }
+}
+
 /// `GET /api/v1/threads?agent=&transport=&cursor=&limit=`.
 pub(super) async fn list_threads(
     state: web::Data<ApiState>,
@@ -80,10 +90,7 @@ pub(super) async fn list_threads(
 ) -> HttpResponse {
     let q = query.into_inner();
     answer(&state, &req, |db| async move {
-        let limit = q.limit.unwrap_or(PAGE);
-        if !(1..=MAX_PAGE).contains(&limit) {
-            return Err(Error::Invalid(format!("limit: between 1 and {MAX_PAGE}")));
-        }
+        let limit = page_limit(q.limit)?;
         let before = q.cursor.as_deref().map(parse_cursor).transpose()?;
         let filter = ThreadFilter {
             agent: q.agent.as_deref(),
@@ -324,10 +331,7 @@ pub(super) async fn list_reports(
 ) -> HttpResponse {
     let q = query.into_inner();
     answer(&state, &req, |db| async move {
-        let limit = q.limit.unwrap_or(PAGE);
-        if !(1..=MAX_PAGE).contains(&limit) {
-            return Err(Error::Invalid(format!("limit: between 1 and {MAX_PAGE}")));
-        }
+        let limit = page_limit(q.limit)?;
         let rows = crate::store::reports::list(&db, q.agent.as_deref(), limit).await?;
         Ok(ReportList {
             reports: rows.into_iter().map(report_view).collect(),
