@@ -205,6 +205,26 @@ impl TestApp {
     }
 }
 
+/// A test that ends without [`TestApp::stop`] still shuts its server down: a pool merely dropped
+/// with its runtime can outlive it (a connection handed back while the runtime shuts down), and
+/// the whole suite then runs out of PostgreSQL connections.
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        let Some(app) = self.app.take() else { return };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return;
+        }
+        tokio::task::block_in_place(|| {
+            if let Err(e) = handle.block_on(app.shutdown()) {
+                eprintln!("shutting the test's server down: {e}");
+            }
+        });
+    }
+}
+
 /// A valid inbound message to `recipient`.
 pub fn message(recipient: &str, thread_key: &str, text: &str) -> NormalizedMessage {
     serde_json::from_value(json!({

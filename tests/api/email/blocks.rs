@@ -27,7 +27,7 @@ async fn stored_for(t: &TestApp, agent: &str) -> i64 {
     n.map_or(0, |n| n.n)
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocked_senders_are_refused_550_5_7_1_and_never_stored() {
     let (t, _helper, addr) = spawn_email(None, |c| {
         for b in [
