@@ -197,6 +197,7 @@ impl Application {
             runs: crate::pipeline::Runs::default(),
             blocks: Arc::clone(&blocks),
         });
+        pipeline.retain_days(config.database.retention_days);
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let mut workers = Vec::new();

@@ -298,7 +298,7 @@ impl Metrics {
     }
 
     /// Counts how an inbound message's dispatch ended: `answered`, `no_reply`, `failed`,
-    /// `merged` or `interrupted`.
+    /// `merged`, `interrupted`, `held` or `deleted`.
     pub fn turn(&self, outcome: &str) {
         self.turns
             .get_or_create(&vec![("outcome", outcome.to_owned())])

@@ -19,6 +19,11 @@ pub struct DatabaseConfig {
     /// setting existed: `periodic` on SQLite, `fsync` on PostgreSQL.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub durability: Option<Durability>,
+    /// Retention: messages and responses stored more than this many days ago, and attachments
+    /// nothing refers to any more, are erased by the housekeeping task (checked every minute).
+    /// 0, the default, keeps them until their author deletes them
+    /// ([safety](../../docs/safety.md#deletion-and-retention)).
+    pub retention_days: u32,
 }
 
 /// When a commit returns, which is when what it holds is acknowledged to whoever sent it.
@@ -44,6 +49,7 @@ impl Default for DatabaseConfig {
             max_connections: 8,
             busy_timeout_ms: 5_000,
             durability: None,
+            retention_days: 0,
         }
     }
 }
@@ -118,5 +124,15 @@ mod tests {
         assert!(e.to_string().contains("periodic"), "{e}");
         let e = load(&[("SWITCHBOARD__DATABASE__DURABILITY", "FSYNC")]).unwrap_err();
         assert!(e.to_string().contains("durability"), "{e}");
+    }
+
+    #[test]
+    fn retention_is_off_unless_set() {
+        assert_eq!(load(&[]).unwrap().database.retention_days, 0);
+        let c = load(&[("SWITCHBOARD__DATABASE__RETENTION_DAYS", "30")]).unwrap();
+        assert_eq!(c.database.retention_days, 30);
+        let file: DatabaseConfig = toml::from_str("retention_days = 7").unwrap();
+        assert_eq!(file.retention_days, 7);
+        assert!(toml::from_str::<DatabaseConfig>("retention_days = -1").is_err());
     }
 }

@@ -59,7 +59,14 @@ impl DeliverHandler {
             attempt.response_id.clone_from(&row.id);
             attempt.transport.clone_from(&row.transport);
             let originals = originals.as_ref().map_err(Clone::clone)?;
-            let mut original = message(lookup(originals, &response.in_reply_to)?)?;
+            let original_row = lookup(originals, &response.in_reply_to)?;
+            if original_row.deleted_at.is_some() {
+                // Its author deleted it: the reply is kept, not sent.
+                return Err(OutboundError::permanent(
+                    "the message it answers was deleted",
+                ));
+            }
+            let mut original = message(original_row)?;
             attempt.received_at = Some(original.received_at);
             let mut response = response;
             self.0.blobs.refresh_urls(&mut response.parts);

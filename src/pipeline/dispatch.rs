@@ -138,6 +138,9 @@ enum Dispatched {
     Deferred,
     /// A safety rule holds the message: the agent is not called ([`super::Hold`]).
     Held(super::Hold),
+    /// The message was erased (its author deleted it) before its turn: the agent is not
+    /// called, its job ends `deleted`.
+    Deleted,
 }
 
 /// A dispatch job's result, and the lease a job kept to wait for its thread is renewed to.
@@ -169,6 +172,10 @@ fn failure_class(e: &OutboundError) -> &'static str {
 
 /// The outcome of a message a safety rule held ([`super::Hold`], recorded as its class).
 const HELD: &str = "held";
+
+/// The outcome of a message erased before its turn came: its agent is never called with what
+/// was erased.
+pub(super) const DELETED: &str = "deleted";
 
 /// Handles `dispatch` jobs.
 pub(super) struct DispatchHandler(pub(super) Arc<Core>);
@@ -248,6 +255,10 @@ impl DispatchHandler {
         run: &super::runs::Run,
         windows: &std::result::Result<super::history::Windows, OutboundError>,
     ) -> std::result::Result<Dispatched, OutboundError> {
+        if row.deleted_at.is_some() {
+            tracing::debug!("the message was deleted before its turn");
+            return Ok(Dispatched::Deleted);
+        }
         let new_thread = job.new_thread;
         let id = &row.id;
         let mut msg = message(row)?;
@@ -624,6 +635,10 @@ impl JobHandler for DispatchHandler {
                 (Ok(Dispatched::Held(held)), _) => {
                     silent.push((id.clone(), HELD, Some(held.label()), id.clone()));
                     counted.push(HELD);
+                }
+                (Ok(Dispatched::Deleted), _) => {
+                    silent.push((id.clone(), DELETED, None, id.clone()));
+                    counted.push(DELETED);
                 }
                 (Ok(Dispatched::Interrupted), _) => {
                     silent.push((

@@ -5,8 +5,9 @@
 //! memory, parsed, by `seq` ([`Turns`]): a dispatch reads only which turns the window holds (the
 //! `seq`s, from the `(thread_id, seq)` index alone, without touching a message row) and reads and
 //! parses the bodies of those it does not hold, usually the last one or two. Stored messages
-//! never change, so a held turn is never stale, and a turn another instance wrote is simply not
-//! held yet.
+//! change only when they are erased (their author deleted them, or retention: [`forget`] on
+//! every instance), and windows leave erased turns out, so a held turn is never shown stale,
+//! and a turn another instance wrote is simply not held yet.
 
 use std::sync::Arc;
 
@@ -206,6 +207,19 @@ impl ThreadSeqs {
         inner.held += rows.len();
     }
 
+    /// Forgets the turn `seq` of `thread_id` (it was erased).
+    fn forget(&self, thread_id: &str, seq: i64) {
+        let Some(mut inner) = self.lock() else {
+            return;
+        };
+        if let Some(entry) = inner.by_thread.get_mut(thread_id)
+            && let Ok(at) = entry.seqs.binary_search(&seq)
+        {
+            entry.seqs.remove(at);
+            inner.held = inner.held.saturating_sub(1);
+        }
+    }
+
     /// The window of `thread_id` before `before`, as far as it is held.
     fn window(&self, thread_id: &str, before: i64, head: usize, tail: usize) -> Lookup {
         let Some(inner) = self.lock() else {
@@ -249,6 +263,17 @@ impl ThreadSeqs {
         }
         entry.whole = true;
         inner.held += seqs.len();
+    }
+}
+
+/// Forgets what this instance holds of the erased `rows`: the rows stored last, their turns
+/// and their place in their threads. Those not held are not shown anyway: windows leave erased
+/// turns out.
+pub(super) fn forget(core: &Core, rows: &[crate::store::erasure::ErasedRow]) {
+    for row in rows {
+        core.recent.forget(row.id.as_str());
+        core.turns.forget(&row.seq);
+        core.threads.forget(&row.thread_id, row.seq);
     }
 }
 
@@ -429,13 +454,14 @@ async fn load(core: &Core, row: &StoredMessage, found: &Windows) -> Result<Vec<A
 }
 
 /// The turns of `seqs`, from memory where held, the rest read and parsed (and held); a turn
-/// whose row is gone is left out.
+/// whose row is gone or erased is left out.
 async fn held(core: &Core, seqs: &[i64]) -> Result<Vec<Arc<Turn>>> {
     let mut held: Vec<Option<Arc<Turn>>> = Vec::with_capacity(seqs.len());
     let mut missing = Vec::new();
     for (seq, h) in seqs.iter().zip(core.turns.get_each(seqs)) {
         held.push(match h {
             Some(Held::Parsed(turn)) => Some(turn),
+            Some(Held::Stored(row)) if row.deleted_at.is_some() => None,
             Some(Held::Stored(row)) => {
                 let turn = Arc::new(parse(&row)?);
                 core.turns.put(seq, Held::Parsed(Arc::clone(&turn)));
@@ -449,6 +475,9 @@ async fn held(core: &Core, seqs: &[i64]) -> Result<Vec<Arc<Turn>>> {
     }
     if !missing.is_empty() {
         for stored in messages::get_by_seqs(&core.db, &missing).await? {
+            if stored.deleted_at.is_some() {
+                continue;
+            }
             let turn = Arc::new(parse(&stored)?);
             core.turns.put(&stored.seq, Held::Parsed(Arc::clone(&turn)));
             if let Some(i) = seqs.iter().position(|s| *s == stored.seq) {
@@ -535,6 +564,7 @@ mod tests {
             transport: "api".into(),
             body: "{}".into(),
             created_at: 0,
+            deleted_at: None,
             parsed: None,
         })
     }
@@ -578,6 +608,11 @@ mod tests {
         assert!(matches!(threads.window("old", 60, 2, 3), Lookup::Unknown));
         threads.load("old", &[10, 20], threads.mark());
         assert_eq!(held(&threads, "old", 60, 2, 3).seqs, vec![10, 20, 50]);
+        // An erased turn leaves its thread's windows.
+        threads.forget("old", 20);
+        assert_eq!(held(&threads, "old", 60, 2, 3).seqs, vec![10, 50]);
+        threads.forget("old", 20);
+        threads.forget("unknown", 1);
         // A thread longer than is held is asked of the database from then on.
         let long: Vec<i64> = (0..=LONGEST_HELD as i64).collect();
         threads.load("long", &long, threads.mark());

@@ -17,6 +17,7 @@ mod chain;
 mod conversation;
 mod deliver;
 mod dispatch;
+mod erase;
 mod history;
 mod ingest;
 mod policy;
@@ -29,6 +30,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
 pub use chain::{inline_handles, relayed_from};
+pub use erase::EraseWrite;
 pub use history::{Held, ThreadSeqs, Turn, Turns, turns};
 pub use ingest::{IngestOutcome, IngestWrite, thread_ids};
 pub use policy::LinkOutcome;
@@ -305,6 +307,7 @@ impl Pipeline {
     #[must_use]
     pub fn new(core: Core) -> Self {
         let core = Arc::new(core);
+        erase::listen(&core);
         let (ingest_tx, rx) = mpsc::channel(4096);
         tokio::spawn(ingest::writer(Arc::clone(&core), rx));
         Self {

@@ -102,6 +102,17 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Retention: erases what the transport keeps in tables of its own about messages stored
+    /// before `before` (unix ms), at most a batch per call; returns how many rows. Called every
+    /// minute when `database.retention_days` is set ([`super::Pipeline::retain_days`]).
+    ///
+    /// # Errors
+    /// Database errors (logged; the next call tries again).
+    async fn erase_before(&self, before: i64) -> crate::error::Result<u64> {
+        let _ = before;
+        Ok(0)
+    }
+
     /// Who may send on this transport, for the safety rules ([`crate::limits`]).
     fn exposure(&self) -> Exposure {
         Exposure::default()
@@ -158,6 +169,11 @@ impl TransportRegistry {
     #[must_use]
     pub fn get(&self, name: &str) -> Option<Arc<dyn Transport>> {
         self.by_name.get(name).cloned()
+    }
+
+    /// Every transport.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<dyn Transport>> {
+        self.by_name.values()
     }
 
     /// The exposure of the transport called `name` (closed when there is none).

@@ -17,6 +17,10 @@ use tokio::task::JoinHandle;
 /// What a notification's payload is handed to.
 pub type Handler = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// What is called when the connection is back after it was lost (what was notified meanwhile
+/// was missed).
+pub type Reconnected = Arc<dyn Fn() + Send + Sync>;
+
 /// How long the listener waits before connecting again after an error.
 pub const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 
@@ -24,12 +28,14 @@ pub const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 #[derive(Clone, Default)]
 pub struct Listener {
     channels: HashMap<String, Vec<Handler>>,
+    reconnected: Vec<Reconnected>,
 }
 
 impl std::fmt::Debug for Listener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Listener")
             .field("channels", &self.channels.keys().collect::<Vec<_>>())
+            .field("reconnected", &self.reconnected.len())
             .finish()
     }
 }
@@ -56,6 +62,11 @@ impl Listener {
             .push(handler);
     }
 
+    /// Calls `handler` each time the connection is established again after it was lost.
+    pub fn on_reconnect(&mut self, handler: Reconnected) {
+        self.reconnected.push(handler);
+    }
+
     /// Whether no channel is registered.
     #[must_use]
     pub fn is_empty(&self) -> bool {
@@ -76,6 +87,7 @@ impl Listener {
 
     async fn run(self, pool: PgPool, pause: Duration, mut shutdown: watch::Receiver<bool>) {
         let channels: Vec<&str> = self.channels.keys().map(String::as_str).collect();
+        let mut first = true;
         loop {
             if *shutdown.borrow() {
                 return;
@@ -83,7 +95,7 @@ impl Listener {
             let ended = tokio::select! {
                 biased;
                 _ = shutdown.changed() => Ended::Shutdown,
-                ended = self.serve(&pool, &channels) => ended,
+                ended = self.serve(&pool, &channels, &mut first) => ended,
             };
             if matches!(ended, Ended::Shutdown) {
                 return;
@@ -96,8 +108,12 @@ impl Listener {
         }
     }
 
-    /// Connects, subscribes and routes notifications until the connection fails.
-    async fn serve(&self, pool: &PgPool, channels: &[&str]) -> Ended {
+    /// Connects, subscribes and routes notifications until the connection fails; once
+    /// subscribed on any attempt but the `first`, tells the reconnection handlers.
+    async fn serve(&self, pool: &PgPool, channels: &[&str], first: &mut bool) -> Ended {
+        // Any attempt but the first, successful or not, comes after a time without a
+        // subscription.
+        let again = !std::mem::replace(first, false);
         let mut listener = match PgListener::connect_with(pool).await {
             Ok(l) => l,
             Err(e) => {
@@ -108,6 +124,11 @@ impl Listener {
         if let Err(e) = listener.listen_all(channels.iter().copied()).await {
             tracing::warn!(error = %e, "LISTEN failed; retrying");
             return Ended::Lost;
+        }
+        if again {
+            for handler in &self.reconnected {
+                handler();
+            }
         }
         loop {
             match listener.recv().await {

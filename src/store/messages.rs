@@ -24,6 +24,11 @@ pub struct StoredMessage {
     pub body: String,
     /// Stored at (unix ms).
     pub created_at: i64,
+    /// When it was erased (its author deleted it: the body is reduced to ids and addressing),
+    /// if it was.
+    #[sqlx(default)]
+    #[serde(default)]
+    pub deleted_at: Option<i64>,
     /// The body as the value it was written from, when this instance stored the row: the
     /// stages that follow (dispatch, history, delivery) copy it instead of parsing the JSON
     /// again. Never read from the database.
@@ -301,6 +306,17 @@ pub async fn insert_many(
     );
     let rows: Vec<IdRow> = tx.fetch_all(&sql, &args).await?;
     let seqs: HashMap<String, i64> = rows.into_iter().map(|r| (r.id, r.seq)).collect();
+    // The blobs each stored row refers to, so that erasing it erases what only it referred to.
+    let refs: Vec<(&str, &str)> = msgs
+        .iter()
+        .filter(|m| seqs.contains_key(m.id))
+        .flat_map(|m| {
+            super::blobs::digests_in(m.body)
+                .into_iter()
+                .map(move |d| (d, m.id))
+        })
+        .collect();
+    super::blobs::add_refs(tx, &refs).await?;
     Ok(msgs
         .iter()
         .filter_map(|m| {
@@ -313,6 +329,7 @@ pub async fn insert_many(
                 transport: m.transport.to_owned(),
                 body: m.body.to_owned(),
                 created_at: now,
+                deleted_at: None,
                 parsed: None,
             })
         })
@@ -361,7 +378,8 @@ pub async fn get_many_cached(
     Ok(found)
 }
 
-const COLUMNS: &str = "seq, id, thread_id, direction, agent, transport, body, created_at";
+const COLUMNS: &str =
+    "seq, id, thread_id, direction, agent, transport, body, created_at, deleted_at";
 
 /// One stored message or response by id.
 ///
@@ -418,9 +436,9 @@ pub async fn last_response(db: &Db, thread_id: &str, agent: &str) -> Result<Opti
     .await
 }
 
-/// The `seq`s of the turns of `thread_id` before `before_seq` that history can show: the first
-/// `head` and the last `tail`, in order. Read from the `(thread_id, seq)` index alone: no
-/// message row is touched.
+/// The `seq`s of the turns of `thread_id` before `before_seq` that history can show (erased
+/// ones are left out): the first `head` and the last `tail`, in order. Read from the
+/// `(thread_id, seq, deleted_at)` index alone: no message row is touched.
 ///
 /// # Errors
 /// Database errors.
@@ -438,8 +456,8 @@ pub async fn thread_turn_seqs(
     let lim = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     let rows: Vec<Seq> = db
         .fetch_all(
-            "SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq LIMIT $3) h \
-             UNION ALL SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $4) t",
+            "SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 AND deleted_at IS NULL ORDER BY seq LIMIT $3) h \
+             UNION ALL SELECT seq FROM (SELECT seq FROM messages WHERE thread_id = $1 AND seq < $2 AND deleted_at IS NULL ORDER BY seq DESC LIMIT $4) t",
             &[
                 Arg::Text(thread_id),
                 Arg::Int(before_seq),
@@ -496,8 +514,8 @@ pub async fn thread_windows(
         }
         let sql = format!(
             "SELECT w.k, m.seq FROM (VALUES {}) AS w (k, thread_id, before_seq) CROSS JOIN LATERAL (\
-             (SELECT seq FROM messages WHERE thread_id = w.thread_id AND seq < w.before_seq ORDER BY seq LIMIT $1) \
-             UNION ALL (SELECT seq FROM messages WHERE thread_id = w.thread_id AND seq < w.before_seq ORDER BY seq DESC LIMIT $2)) m",
+             (SELECT seq FROM messages WHERE thread_id = w.thread_id AND seq < w.before_seq AND deleted_at IS NULL ORDER BY seq LIMIT $1) \
+             UNION ALL (SELECT seq FROM messages WHERE thread_id = w.thread_id AND seq < w.before_seq AND deleted_at IS NULL ORDER BY seq DESC LIMIT $2)) m",
             super::values_list(chunk.len(), 3, 3)
         );
         let rows: Vec<Seq> = db.fetch_all(&sql, &args).await?;
@@ -518,8 +536,8 @@ pub async fn thread_windows(
 /// The most windows one [`thread_windows`] statement reads (three parameters each).
 const WINDOWS_PER_STATEMENT: usize = 1_000;
 
-/// The `seq`s of the first `limit` turns of `thread_id`, ascending, from the
-/// `(thread_id, seq)` index alone.
+/// The `seq`s of the first `limit` turns of `thread_id` not erased, ascending, from the
+/// `(thread_id, seq, deleted_at)` index alone.
 ///
 /// # Errors
 /// Database errors.
@@ -530,7 +548,7 @@ pub async fn thread_seqs(db: &Db, thread_id: &str, limit: usize) -> Result<Vec<i
     }
     let rows: Vec<Seq> = db
         .fetch_all(
-            "SELECT seq FROM messages WHERE thread_id = $1 ORDER BY seq LIMIT $2",
+            "SELECT seq FROM messages WHERE thread_id = $1 AND deleted_at IS NULL ORDER BY seq LIMIT $2",
             &[
                 Arg::Text(thread_id),
                 Arg::Int(i64::try_from(limit).unwrap_or(i64::MAX)),
@@ -558,7 +576,7 @@ pub async fn late_answers(db: &Db, ids: &[&str], after_seq: i64) -> Result<Vec<i
     let rows: Vec<Seq> = db
         .fetch_all(
             &format!(
-                "SELECT seq FROM messages WHERE answers IN ({}) AND seq > $1",
+                "SELECT seq FROM messages WHERE answers IN ({}) AND seq > $1 AND deleted_at IS NULL",
                 in_list(ids.len(), 2)
             ),
             &args,
@@ -713,7 +731,7 @@ const INBOUND_STATE: &str = "SELECT m.seq, m.id, m.agent, m.body, m.outcome, r.i
      FROM messages m LEFT JOIN messages r ON r.answers = m.id";
 
 /// The inbound messages to `agent` after `after_seq` in a thread that have neither an outcome
-/// nor a response yet, oldest first.
+/// nor a response yet and are not erased, oldest first.
 ///
 /// # Errors
 /// Database errors.
@@ -726,15 +744,15 @@ pub async fn unanswered_after(
     db.fetch_all(
         &format!(
             "{INBOUND_STATE} WHERE m.thread_id = $1 AND m.direction = 'in' AND m.agent = $2 \
-             AND m.seq > $3 AND m.outcome IS NULL AND r.id IS NULL ORDER BY m.seq"
+             AND m.seq > $3 AND m.outcome IS NULL AND r.id IS NULL AND m.deleted_at IS NULL ORDER BY m.seq"
         ),
         &[Arg::Text(thread_id), Arg::Text(agent), Arg::Int(after_seq)],
     )
     .await
 }
 
-/// The messages of a thread before `before_seq` that follow its last response (at most the
-/// last `limit`), oldest first.
+/// The messages of a thread before `before_seq` that follow its last response and are not
+/// erased (at most the last `limit`), oldest first.
 ///
 /// # Errors
 /// Database errors.
@@ -748,7 +766,7 @@ pub async fn since_last_response(
         .fetch_all(
             &format!(
                 "{INBOUND_STATE} WHERE m.thread_id = $1 AND m.direction = 'in' AND m.seq < $2 \
-                 AND m.seq > COALESCE((SELECT MAX(o.seq) FROM messages o WHERE o.thread_id = $1 \
+                 AND m.deleted_at IS NULL AND m.seq > COALESCE((SELECT MAX(o.seq) FROM messages o WHERE o.thread_id = $1 \
                  AND o.direction = 'out' AND o.seq < $2), 0) ORDER BY m.seq DESC LIMIT $3"
             ),
             &[

@@ -1,5 +1,6 @@
 //! The database handle over SQLite or PostgreSQL, chosen by the URL, the portable helpers every
-//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys, used attestations, policy states, reports). A
+//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys, used attestations, policy states, reports)
+//! and of erasing messages ([`erasure`]). A
 //! transport's own tables have their SQL in the transport's folder (`store.rs` there), over the
 //! same handle and helpers.
 //!
@@ -13,6 +14,7 @@
 pub mod attestations;
 pub mod blobs;
 pub mod blocks;
+pub mod erasure;
 pub mod jobs;
 pub mod keys;
 pub mod messages;

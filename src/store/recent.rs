@@ -158,6 +158,15 @@ impl<V: Clone + Weight, K: Hash + Eq + Clone> Recent<V, K> {
         }
     }
 
+    /// Forgets every row (what was announced while this instance was not listening may have
+    /// changed any of them).
+    pub fn clear(&self) {
+        let mut r = self.lock();
+        r.by_id.clear();
+        r.order.clear();
+        r.bytes = 0;
+    }
+
     /// Rows and bytes held.
     #[must_use]
     pub fn size(&self) -> (usize, usize) {
@@ -202,6 +211,11 @@ mod tests {
         assert!(recent.get("1").is_some() && recent.get("10").is_some());
         recent.forget("10");
         assert_eq!(recent.size(), (9, 900));
+        let cleared = Recent::new(10, 1_000, 100);
+        cleared.put("x", "x".repeat(10));
+        cleared.clear();
+        assert_eq!(cleared.size(), (0, 0));
+        assert!(cleared.get("x").is_none());
         // A row put again counts from its last put.
         recent.put("1", "x".repeat(100));
         recent.put("11", "x".repeat(100));

@@ -149,9 +149,13 @@ pub struct MessageEntry {
     pub outcome: Option<String>,
     /// The class of a `failed` dispatch.
     pub error_class: Option<String>,
+    /// When it was erased (its author deleted it), if it was.
+    #[sqlx(default)]
+    #[serde(default)]
+    pub deleted_at: Option<i64>,
 }
 
-const ENTRY_COLUMNS: &str = "seq, id, thread_id, direction, agent, transport, answers, body, created_at, outcome, error_class";
+const ENTRY_COLUMNS: &str = "seq, id, thread_id, direction, agent, transport, answers, body, created_at, outcome, error_class, deleted_at";
 
 /// The message or response with `id`.
 ///

@@ -34,6 +34,7 @@ mod policy;
 mod proxy;
 mod quickstart;
 mod read_api;
+mod retention;
 mod safety;
 mod scale_out;
 mod serving;

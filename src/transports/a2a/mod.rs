@@ -382,6 +382,12 @@ impl Transport for A2aTransport {
         }
     }
 
+    /// The tasks whose status last changed before `before`: their documents hold the
+    /// caller's messages.
+    async fn erase_before(&self, before: i64) -> crate::error::Result<u64> {
+        self.engine.erase_before(before, 500).await
+    }
+
     async fn deliver(&self, d: &Delivery) -> Result<(), OutboundError> {
         let task_id = task_of(&d.original)?;
         let outcome = self

@@ -580,3 +580,43 @@ pub async fn card_modified(db: &Db, name: &str, etag: &str, now_ms: i64) -> Resu
         .await?;
     Ok(rows.first().map_or(now_ms, |r| r.modified_at))
 }
+
+/// Retention: deletes up to `limit` tasks whose status last changed before `before` (unix
+/// ms), oldest first, with their events, push configs and idempotency keys, in `tx` (every
+/// instance is told, as of any change); returns their ids.
+///
+/// # Errors
+/// Database errors.
+pub async fn erase_tasks_before(tx: &mut Tx, before: i64, limit: i64) -> Result<Vec<String>> {
+    #[derive(sqlx::FromRow, serde::Deserialize)]
+    struct Id {
+        id: String,
+    }
+    let ids: Vec<Id> = tx
+        .fetch_all(
+            "SELECT id FROM a2a_tasks WHERE status_at < $1 ORDER BY status_at LIMIT $2",
+            &[Arg::Int(before), Arg::Int(limit)],
+        )
+        .await?;
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let args: Vec<Arg<'_>> = ids.iter().map(|r| Arg::Text(&r.id)).collect();
+    let list = sql::in_list(ids.len(), 1);
+    for table in ["a2a_task_events", "a2a_push_configs", "a2a_idempotency"] {
+        tx.execute(
+            &format!("DELETE FROM {table} WHERE task_id IN ({list})"),
+            &args,
+        )
+        .await?;
+    }
+    tx.execute(
+        &format!("DELETE FROM a2a_tasks WHERE id IN ({list})"),
+        &args,
+    )
+    .await?;
+    for r in &ids {
+        notify_task(tx, &r.id).await?;
+    }
+    Ok(ids.into_iter().map(|r| r.id).collect())
+}

@@ -172,6 +172,21 @@ impl TaskEngine {
         self.clock.now_ms()
     }
 
+    /// Retention: deletes up to `limit` tasks whose status last changed before `before` (unix
+    /// ms) with everything stored about them ([`sql::erase_tasks_before`]); returns how many.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn erase_before(&self, before: i64, limit: i64) -> crate::error::Result<u64> {
+        let mut tx = self.db.begin().await?;
+        let ids = sql::erase_tasks_before(&mut tx, before, limit).await?;
+        tx.commit().await?;
+        for id in &ids {
+            self.announce(id);
+        }
+        Ok(u64::try_from(ids.len()).unwrap_or(u64::MAX))
+    }
+
     /// Tells local waiters that `task_id` changed on another instance (PostgreSQL
     /// notifications; this instance's own writes are announced by its writer).
     pub fn announce(&self, task_id: &str) {

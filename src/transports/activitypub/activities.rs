@@ -1,6 +1,7 @@
 //! What verified activities do: `Create` wakes agents (a note addressed to and mentioning them
 //! becomes a NormalizedMessage, stored with the note in one ingest transaction), `Follow` and
-//! `Undo` manage followers, `Delete` and `Update` keep stored notes and actors current.
+//! `Undo` manage followers, `Delete` (and `Undo` of a `Create`) erases a note and the messages
+//! it became, `Update` keeps stored notes and actors current.
 
 use serde_json::{Value, json};
 
@@ -457,7 +458,19 @@ pub(super) async fn on_follow(inner: &Inner, activity: &Value, auth: &Auth) -> R
     Ok(())
 }
 
-pub(super) async fn on_undo(inner: &Inner, activity: &Value, auth: &Auth) -> Result<(), Reject> {
+pub(super) async fn on_undo(
+    inner: &Inner,
+    pipeline: &Pipeline,
+    activity: &Value,
+    auth: &Auth,
+) -> Result<(), Reject> {
+    // An Undo of a Create takes the note back, as a Delete does.
+    if let Some(undone) = undone_create(inner, activity).await? {
+        return match undone {
+            Some(note) => erase_note(inner, pipeline, &note, auth).await,
+            None => Ok(()),
+        };
+    }
     let object = activity.get("object");
     match object {
         Some(o @ Value::Object(_)) => {
@@ -487,15 +500,119 @@ pub(super) async fn on_undo(inner: &Inner, activity: &Value, auth: &Auth) -> Res
     Ok(())
 }
 
-pub(super) async fn on_delete(inner: &Inner, activity: &Value, auth: &Auth) -> Result<(), Reject> {
+pub(super) async fn on_delete(
+    inner: &Inner,
+    pipeline: &Pipeline,
+    activity: &Value,
+    auth: &Auth,
+) -> Result<(), Reject> {
     let Some(target) = activity.get("object").and_then(iri) else {
         return Ok(());
     };
     if target == auth.actor.id {
         return forget_actor(inner, target).await;
     }
-    store::delete_object(&inner.db, target, &auth.actor.id, inner.clock.now_ms()).await?;
+    erase_note(inner, pipeline, target, auth).await
+}
+
+/// The note an `Undo` takes back when its object is a `Create`: `Some(Some(note IRI))`, or
+/// `Some(None)` for a Create stored before whose note is erased already; `None` when the
+/// object is no Create (an Undo naming only an activity id is one when a stored message came
+/// from a Create of that id).
+async fn undone_create(inner: &Inner, activity: &Value) -> Result<Option<Option<String>>, Reject> {
+    match activity.get("object") {
+        Some(o @ Value::Object(_)) if str_of(o, "type") == Some("Create") => {
+            Ok(Some(o.get("object").and_then(iri).map(str::to_owned)))
+        }
+        Some(Value::String(id)) => {
+            // Each agent the Create woke has a copy, stored under `{activity id} {agent}`.
+            let keys: Vec<String> = inner
+                .agents
+                .all()
+                .iter()
+                .map(|a| format!("{id} {}", a.name))
+                .collect();
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let copies = crate::store::erasure::claimed_by(&inner.db, NAME, &keys).await?;
+            let Some(first) = copies.first() else {
+                return Ok(None);
+            };
+            let note = crate::store::messages::get(&inner.db, first)
+                .await?
+                .and_then(|m| serde_json::from_str::<Value>(&m.body).ok())
+                .and_then(|b| b.pointer("/raw/object").and_then(iri).map(str::to_owned));
+            Ok(Some(note))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Erases the received note `note_id` when `auth`'s actor wrote it: the messages it became
+/// (one per agent it woke) are erased with the stored note, in one transaction
+/// ([`Pipeline::erase`]). A note unknown here, or another actor's, changes nothing; so does
+/// erasing it again.
+async fn erase_note(
+    inner: &Inner,
+    pipeline: &Pipeline,
+    note_id: &str,
+    auth: &Auth,
+) -> Result<(), Reject> {
+    let Some(note) = store::object(&inner.db, note_id).await? else {
+        return Ok(());
+    };
+    if note.kind != "in" || note.author != auth.actor.id {
+        tracing::debug!(note = %note_id, actor = %auth.actor.id, "a delete of someone else's note: nothing erased");
+        return Ok(());
+    }
+    let copies = copies_of(inner, &note).await?;
+    if note.deleted != 0 && copies.is_empty() {
+        return Ok(());
+    }
+    let mut write = ErasedNote {
+        id: note.id.clone(),
+        author: note.author.clone(),
+        body: store::tombstone(&note.body, &note.id),
+    };
+    pipeline.erase(&copies, Some(&mut write)).await?;
     Ok(())
+}
+
+/// The stored messages (not erased yet) a received note became: every inbound message of its
+/// thread whose raw form carries the note.
+async fn copies_of(inner: &Inner, note: &store::ObjectRow) -> Result<Vec<String>, Reject> {
+    let Some(first) = note.message_id.as_deref() else {
+        return Ok(Vec::new());
+    };
+    let Some(thread) = crate::store::messages::get(&inner.db, first).await? else {
+        return Ok(Vec::new());
+    };
+    let candidates =
+        crate::store::erasure::inbound_containing(&inner.db, &thread.thread_id, &note.id).await?;
+    Ok(candidates
+        .into_iter()
+        .filter(|(_, body)| {
+            serde_json::from_str::<Value>(body)
+                .ok()
+                .and_then(|b| b.pointer("/raw/object").and_then(iri).map(str::to_owned))
+                .is_some_and(|id| id == note.id)
+        })
+        .map(|(id, _)| id)
+        .collect())
+}
+
+/// A received note's row as erased with its messages: deleted, its body a tombstone.
+struct ErasedNote {
+    id: String,
+    author: String,
+    body: String,
+}
+
+#[async_trait::async_trait]
+impl crate::pipeline::EraseWrite for ErasedNote {
+    async fn write(&mut self, tx: &mut crate::store::Tx, now: i64) -> crate::Result<()> {
+        store::erase_object(tx, &self.id, &self.author, &self.body, now).await?;
+        Ok(())
+    }
 }
 
 pub(super) async fn on_update(inner: &Inner, activity: &Value, auth: &Auth) -> Result<(), Reject> {

@@ -224,8 +224,8 @@ async fn process(
         "Block" => moderation::on_block(inner, &activity, &auth).await?,
         "Flag" => moderation::on_flag(inner, &activity, &id, &auth).await?,
         "Undo" if moderation::on_undo_block(inner, &activity, &auth).await? => {}
-        "Undo" => activities::on_undo(inner, &activity, &auth).await?,
-        "Delete" => activities::on_delete(inner, &activity, &auth).await?,
+        "Undo" => activities::on_undo(inner, pipeline, &activity, &auth).await?,
+        "Delete" => activities::on_delete(inner, pipeline, &activity, &auth).await?,
         "Update" => activities::on_update(inner, &activity, &auth).await?,
         other => tracing::debug!(kind = other, activity = %id, "activity ignored"),
     }

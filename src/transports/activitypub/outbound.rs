@@ -513,6 +513,12 @@ impl Transport for ActivityPub {
     async fn deliver(&self, d: &Delivery) -> std::result::Result<(), OutboundError> {
         self.inner.send_reply(d).await
     }
+
+    /// The received notes stored before `before`, a batch at a time (our agents' own notes
+    /// stay: they are what the outbox and note pages serve).
+    async fn erase_before(&self, before: i64) -> Result<u64> {
+        store::erase_received_before(&self.inner.db, before, 500).await
+    }
 }
 
 impl Inner {

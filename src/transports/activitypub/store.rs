@@ -92,14 +92,53 @@ pub async fn object(db: &Db, id: &str) -> Result<Option<ObjectRow>> {
     .await
 }
 
-/// Marks an author's note deleted; returns rows changed.
+/// What is kept of a received note its author deleted: an ActivityStreams `Tombstone` with
+/// its id, its former type and the fields that thread replies to it (`inReplyTo`, `context`,
+/// `conversation`); nothing its author wrote.
+#[must_use]
+pub fn tombstone(body: &str, id: &str) -> String {
+    let note: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    let mut t = serde_json::json!({"id": id, "type": "Tombstone"});
+    if let Some(kind) = note.get("type").filter(|k| k.is_string()) {
+        t["formerType"] = kind.clone();
+    }
+    for key in ["inReplyTo", "context", "conversation"] {
+        if let Some(v) = note.get(key).filter(|v| v.is_string()) {
+            t[key] = v.clone();
+        }
+    }
+    t.to_string()
+}
+
+/// Marks an author's note deleted and replaces its body (with its [`tombstone`]), in the
+/// transaction that erases the messages it became; returns rows changed.
 ///
 /// # Errors
 /// Database errors.
-pub async fn delete_object(db: &Db, id: &str, author: &str, now: i64) -> Result<u64> {
+pub async fn erase_object(
+    tx: &mut Tx,
+    id: &str,
+    author: &str,
+    body: &str,
+    now: i64,
+) -> Result<u64> {
+    tx.execute(
+        "UPDATE ap_objects SET deleted = 1, body = $3, updated_at = $4 WHERE id = $1 AND author = $2",
+        &[Arg::Text(id), Arg::Text(author), Arg::Text(body), Arg::Int(now)],
+    )
+    .await
+}
+
+/// Retention: deletes up to `limit` received notes stored before `before` (unix ms), oldest
+/// first; returns how many. Notes our agents posted stay.
+///
+/// # Errors
+/// Database errors.
+pub async fn erase_received_before(db: &Db, before: i64, limit: i64) -> Result<u64> {
     db.execute(
-        "UPDATE ap_objects SET deleted = 1, updated_at = $3 WHERE id = $1 AND author = $2",
-        &[Arg::Text(id), Arg::Text(author), Arg::Int(now)],
+        "DELETE FROM ap_objects WHERE id IN (SELECT id FROM ap_objects WHERE kind = 'in' \
+         AND created_at < $1 ORDER BY created_at LIMIT $2)",
+        &[Arg::Int(before), Arg::Int(limit)],
     )
     .await
 }

@@ -203,6 +203,7 @@ pub(super) async fn progress(db: &Db, msgs: &[&MessageEntry]) -> Result<HashMap<
                 answered: response.is_some(),
                 deliver,
                 delivery,
+                deleted: m.deleted_at.is_some(),
             });
             let p = Progress {
                 status,
@@ -249,6 +250,8 @@ pub(super) async fn get_thread(
                 created_at: Timestamp::from_unix_millis(m.created_at),
                 status: progress.remove(&m.id).map(|p| p.status),
                 in_reply_to: m.answers.clone(),
+                deleted: m.deleted_at.is_some(),
+                deleted_at: m.deleted_at.map(Timestamp::from_unix_millis),
                 message: inbound.then(|| body(m)).transpose()?,
                 response: (!inbound).then(|| body(m)).transpose()?,
             });
@@ -283,6 +286,8 @@ async fn message_view(db: &Db, id: &str) -> Result<MessageView> {
         dispatch_attempts: p.dispatch_attempts,
         response_id: p.response_id,
         delivery_attempts: p.delivery_attempts,
+        deleted: m.deleted_at.is_some(),
+        deleted_at: m.deleted_at.map(Timestamp::from_unix_millis),
     })
 }
 
@@ -351,8 +356,8 @@ enum Found {
 }
 
 /// `GET /api/v1/messages/{id}/response`: 200 with the response; 409 with the status when the
-/// message ended without one (`no_reply`, `failed`); 404 for an unknown message and, as before,
-/// while the response is still to come.
+/// message ended without one (`no_reply`, `failed`, `deleted`, …); 404 for an unknown message
+/// and, as before, while the response is still to come.
 pub(super) async fn get_response(
     state: web::Data<ApiState>,
     req: HttpRequest,
@@ -376,6 +381,7 @@ pub(super) async fn get_response(
                     | Status::Merged
                     | Status::Interrupted
                     | Status::Held
+                    | Status::Deleted
             ) {
                 return Ok(Found::Never(view.status));
             }

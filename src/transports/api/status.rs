@@ -23,6 +23,8 @@ pub struct Facts<'a> {
     pub deliver: Option<&'a JobInfo>,
     /// The response's delivery record.
     pub delivery: Option<&'a DeliveryRow>,
+    /// Its author deleted the message.
+    pub deleted: bool,
 }
 
 fn view(status: Status) -> StatusView {
@@ -36,7 +38,7 @@ fn view(status: Status) -> StatusView {
 /// The status the facts give.
 ///
 /// A response, once stored, decides (its delivery record, else its delivery job); before one,
-/// being merged into a later turn does; then a dispatch job still waiting or running (a dead
+/// being merged into a later turn does, then being deleted; then a dispatch job still waiting or running (a dead
 /// job put back by the operator runs again); then the outcome recorded on the message. A
 /// message with none of these is one whose finished dispatch job was purged before outcomes
 /// were recorded: it was not answered.
@@ -61,6 +63,11 @@ pub fn derive(f: &Facts<'_>) -> StatusView {
     // (it will find nothing left to do).
     if f.outcome == Some("merged") {
         return view(Status::Merged);
+    }
+    // A deleted message not answered never will be: its job, if still waiting, ends
+    // `deleted` without calling the agent.
+    if f.deleted || f.outcome == Some("deleted") {
+        return view(Status::Deleted);
     }
     match f.dispatch.map(|j| (j.state.as_str(), j.attempts)) {
         Some(("ready", 0)) => return view(Status::Queued),
@@ -145,6 +152,18 @@ mod tests {
             ..dispatch(&done)
         };
         assert_eq!(s(interrupted), Status::Interrupted);
+        // Deleted before its turn: at once, and once its job has ended so.
+        let deleted = Facts {
+            deleted: true,
+            ..dispatch(&ready0)
+        };
+        assert_eq!(s(deleted), Status::Deleted);
+        let ended_deleted = Facts {
+            outcome: Some("deleted"),
+            deleted: true,
+            ..dispatch(&done)
+        };
+        assert_eq!(s(ended_deleted), Status::Deleted);
         let failed = Facts {
             outcome: Some("failed"),
             error_class: Some("agent_unavailable"),
@@ -189,6 +208,12 @@ mod tests {
             ..answered
         };
         assert_eq!(s(recorded(&ok)), Status::Delivered);
+        // Answered before it was deleted: the answer's fate decides.
+        let answered_deleted = Facts {
+            deleted: true,
+            ..recorded(&ok)
+        };
+        assert_eq!(s(answered_deleted), Status::Delivered);
         assert_eq!(s(recorded(&failed_delivery)), Status::DeliveryFailed);
     }
 }

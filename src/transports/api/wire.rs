@@ -135,6 +135,9 @@ pub enum Status {
     /// A safety rule held the message (see `reason`): it is stored, its agent was not called,
     /// there will be no response.
     Held,
+    /// Its author deleted the message before it was answered: its content is erased, its
+    /// agent is not called, there will be no response.
+    Deleted,
 }
 
 /// A message's status.
@@ -177,6 +180,13 @@ pub struct MessageView {
     pub response_id: Option<String>,
     /// Attempts at delivering the response, once known.
     pub delivery_attempts: Option<i64>,
+    /// Its author deleted it: `message` keeps only its ids, addressing and sender, with no
+    /// parts and no raw form. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// When it was deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_at: Option<Timestamp>,
     /// The message as stored.
     #[schemars(with = "NormalizedMessage")]
     pub message: Value,
@@ -199,6 +209,13 @@ pub struct ThreadEntry {
     /// For a response: the message it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_reply_to: Option<String>,
+    /// For a message: its author deleted it (`message` keeps only its ids, addressing and
+    /// sender, with no parts and no raw form). Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// When it was deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_at: Option<Timestamp>,
     /// For a message: the NormalizedMessage as stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<NormalizedMessage>")]

@@ -11,6 +11,7 @@
 mod blocks;
 mod chunking;
 mod contexts;
+mod deletion;
 mod delivery;
 mod documents;
 mod fixtures;

@@ -444,7 +444,18 @@ async fn thread_page(
         );
         for m in &rows {
             let v: Value = serde_json::from_str(&m.body).map_err(Error::corrupt)?;
-            if m.direction == "in" {
+            if let Some(at) = m.deleted_at {
+                let _ = write!(
+                    body,
+                    "<div class=\"entry in deleted\"><a href=\"/console/messages/{id}\">{sender}</a> → {agent} \
+                     <span class=\"badge no\">deleted</span> <span class=\"muted\">{at}, deleted {del}</span></div>",
+                    id = esc(&m.id),
+                    sender = esc(v["sender"]["address"].as_str().unwrap_or("?")),
+                    agent = esc(&m.agent),
+                    at = when(Some(m.created_at)),
+                    del = when(Some(at)),
+                );
+            } else if m.direction == "in" {
                 let _ = write!(
                     body,
                     "<div class=\"entry in\"><a href=\"/console/messages/{id}\">{sender}</a> → {agent} {ev} \
@@ -523,8 +534,15 @@ async fn message_page(
         }
         let status_json = serde_json::to_value(&status).map_err(Error::corrupt)?;
         let status_json = if m.direction == "in" { status_json } else { json!({"status": "response"}) };
+        let deleted = m.deleted_at.map_or_else(String::new, |at| {
+            format!(
+                "<p id=\"deleted\"><span class=\"badge no\">deleted</span> {}: its author deleted it; \
+                 its content, attachments and raw wire form are erased.</p>",
+                when(Some(at))
+            )
+        });
         let main = format!(
-            "<p>Status <span class=\"badge\" id=\"status\">{st}</span> · thread <a href=\"/console/threads/{th}\">{th}</a> · \
+            "{deleted}<p>Status <span class=\"badge\" id=\"status\">{st}</span> · thread <a href=\"/console/threads/{th}\">{th}</a> · \
              {ev}</p><h2>Dispatch and delivery attempts</h2><table><tr><th>Job</th><th>State</th><th>Attempts</th>\
              <th>Last error</th><th>Updated</th></tr>{attempts}</table>\
              <h2>NormalizedMessage</h2><pre id=\"normalized\">{msg}</pre><h2>Raw wire form</h2><pre id=\"raw\">{raw}</pre>{resp}",
