@@ -20,6 +20,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use switchboard::Application;
 use switchboard::config::Secret;
+use switchboard::moderation::Who;
 
 /// Resident memory of this process, in KiB.
 fn rss_kib() -> u64 {
@@ -333,6 +334,15 @@ async fn bench() {
                 "| {name} | {:.0} | {lo:.0}–{hi:.0} | {p50:.2} | {p99:.2} | {cpu:.0} | {errors} |",
                 median(rps)
             );
+        }
+        // The checks of an (anonymous) caller no block matches: the agent's at admission,
+        // then ingest's of the message's sender.
+        if let Some((_, steps)) = rows.first().filter(|(_, s)| !s.is_empty()) {
+            let anonymous = || Who::default().with_sender("@anonymous@a2a.invalid");
+            let cpu = median(steps.iter().map(|s| s.cpu_us).collect());
+            loadgen::print_blocks_cost(&app.config().moderation, "request", cpu, || {
+                vec![(Some("echo"), anonymous()), (None, anonymous())]
+            });
         }
         let rate = |i: usize| median(rows[i].1.iter().map(|s| s.rps).collect());
         println!(

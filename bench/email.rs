@@ -31,6 +31,7 @@ use mail_auth::common::headers::HeaderWriter;
 use mail_auth::dkim::DkimSigner;
 use switchboard::app::Options;
 use switchboard::config::{DnsMode, Durability, Secret};
+use switchboard::moderation::Who;
 use switchboard::{Application, Config};
 use tokio_rustls::rustls::pki_types::PrivateKeyDer;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -406,6 +407,14 @@ async fn bench() {
                 pc / sc
             );
         }
+    }
+    // The checks of a sender no block matches: the envelope sender at MAIL FROM, then the
+    // agent's and ingest's of the message's sender.
+    if let Some((_, app, ..)) = servers.first() {
+        let alice = || Who::default().with_sender("alice@example.com");
+        loadgen::print_blocks_cost(&app.config().moderation, "message", medians[0].1, || {
+            vec![(None, alice()), (Some("echo"), alice()), (None, alice())]
+        });
     }
     // How many messages an fsync served: the WAL syncs commits waited for, per message.
     for (name, app, _, warm, runs) in &servers {
