@@ -384,25 +384,12 @@ impl EmailTransport {
     ) -> std::result::Result<(), OutboundError> {
         let trace = outbound::forward_trace(job, &self.direct.hostname);
         let bytes = [trace.as_bytes(), raw].concat();
-        let key = self
-            .keys
-            .rsa(&dkim_key_name(&self.selector))
-            .await
-            .map_err(|e| OutboundError::temporary(e.to_string()))?;
-        let signed = outbound::dkim_sign_forward(
-            &bytes,
-            key.private_key_pkcs8_der(),
-            &self.mail_domain,
-            &self.selector,
-        )
-        .map_err(|e| OutboundError::permanent(e.to_string()))?;
-        let bounce = format!(
-            "{}{}{}@{}",
-            inbound::BOUNCE_PREFIX,
+        let signed = self.sign(&bytes, outbound::BodySigning::Simple).await?;
+        let bounce = self.bounce_address(&format!(
+            "{}{}",
             roles::BOUNCE_TAG,
-            job.digest.get(..32).unwrap_or(&job.digest),
-            self.mail_domain
-        );
+            job.digest.get(..32).unwrap_or(&job.digest)
+        ));
         let envelope = lettre::address::Envelope::new(
             bounce.parse().ok(),
             vec![
@@ -418,6 +405,28 @@ impl EmailTransport {
 
     /// Our bounce address for `token` (`bounces+{token}@{mail domain}`): a bounce sent to it
     /// comes back here, where the token says what bounced.
+    /// `raw` signed with our DKIM key (made on first use): a key store error is temporary, an
+    /// unusable key permanent.
+    async fn sign(
+        &self,
+        raw: &[u8],
+        body: outbound::BodySigning,
+    ) -> std::result::Result<Vec<u8>, OutboundError> {
+        let key = self
+            .keys
+            .rsa(&dkim_key_name(&self.selector))
+            .await
+            .map_err(|e| OutboundError::temporary(e.to_string()))?;
+        outbound::dkim_sign(
+            raw,
+            key.private_key_pkcs8_der(),
+            &self.mail_domain,
+            &self.selector,
+            body,
+        )
+        .map_err(|e| OutboundError::permanent(e.to_string()))
+    }
+
     fn bounce_address(&self, token: &str) -> String {
         format!("{}{token}@{}", inbound::BOUNCE_PREFIX, self.mail_domain)
     }
@@ -654,24 +663,8 @@ impl Transport for EmailTransport {
             )
             .into_bytes(),
         );
-        let key = self
-            .keys
-            .rsa(&dkim_key_name(&self.selector))
-            .await
-            .map_err(|e| OutboundError::temporary(e.to_string()))?;
-        let signed = outbound::dkim_sign(
-            &unsigned,
-            key.private_key_pkcs8_der(),
-            &self.mail_domain,
-            &self.selector,
-        )
-        .map_err(|e| OutboundError::permanent(e.to_string()))?;
-        let bounce = format!(
-            "{}{}@{}",
-            inbound::BOUNCE_PREFIX,
-            d.response.id,
-            self.mail_domain
-        );
+        let signed = self.sign(&unsigned, outbound::BodySigning::Relaxed).await?;
+        let bounce = self.bounce_address(&d.response.id);
         let envelope = lettre::address::Envelope::new(
             bounce.parse().ok(),
             vec![

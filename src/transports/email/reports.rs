@@ -14,7 +14,7 @@ use lettre::Message;
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 
 use super::parse::sanitize_line;
-use super::{EmailTransport, dkim_key_name, outbound};
+use super::{EmailTransport, outbound};
 use crate::error::{OutboundError, Result};
 use crate::queue::{JobHandler, Queue};
 use crate::store::jobs::JobRow;
@@ -101,18 +101,7 @@ impl EmailTransport {
             + Duration::from_millis(u64::try_from(self.clock.now_ms()).unwrap_or(0));
         let raw = build_report(&r, &from, &job.to, &message_id, date)
             .map_err(|e| OutboundError::permanent(e.to_string()))?;
-        let key = self
-            .keys
-            .rsa(&dkim_key_name(&self.selector))
-            .await
-            .map_err(|e| OutboundError::temporary(e.to_string()))?;
-        let signed = outbound::dkim_sign(
-            &raw,
-            key.private_key_pkcs8_der(),
-            &self.mail_domain,
-            &self.selector,
-        )
-        .map_err(|e| OutboundError::permanent(e.to_string()))?;
+        let signed = self.sign(&raw, outbound::BodySigning::Relaxed).await?;
         let bounce = self.bounce_address(&format!(
             "{BOUNCE_TAG}{}",
             r.id.replace(|c: char| !c.is_ascii_alphanumeric(), "")
