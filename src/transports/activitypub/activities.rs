@@ -413,13 +413,32 @@ async fn parts_of(inner: &Inner, note: &Value) -> Vec<Part> {
     parts
 }
 
-pub(super) async fn on_follow(inner: &Inner, activity: &Value, auth: &Auth) -> Result<(), Reject> {
+pub(super) async fn on_follow(
+    inner: &Inner,
+    pipeline: &Pipeline,
+    activity: &Value,
+    auth: &Auth,
+) -> Result<(), Reject> {
     let Some(target) = activity.get("object").and_then(iri) else {
         return Err(Reject::invalid("Follow without object"));
     };
     let Some(agent) = inner.local_agent(target) else {
         return Ok(());
     };
+    // An actor the agent blocks does not become its follower: dropped unanswered, as its
+    // mentions are (a server-wide block refused it before this).
+    if pipeline
+        .blocked(
+            Some(&agent.name),
+            NAME,
+            &Who::default()
+                .with_sender(&auth.actor.id)
+                .with_sender(&auth.actor.address),
+        )
+        .is_some()
+    {
+        return Ok(());
+    }
     let follow_id = str_of(activity, "id").unwrap_or_default();
     let inbox = auth
         .actor

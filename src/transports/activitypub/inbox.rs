@@ -220,7 +220,7 @@ async fn process(
             return Ok(());
         }
         "Create" => {}
-        "Follow" => activities::on_follow(inner, &activity, &auth).await?,
+        "Follow" => activities::on_follow(inner, pipeline, &activity, &auth).await?,
         "Block" => moderation::on_block(inner, &activity, &auth).await?,
         "Flag" => moderation::on_flag(inner, &activity, &id, &auth).await?,
         "Undo" if moderation::on_undo_block(inner, &activity, &auth).await? => {}

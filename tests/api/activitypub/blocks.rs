@@ -1,6 +1,7 @@
 //! Blocks at the inbox: a blocked instance is refused 403 before anything of it is fetched, a
 //! blocked actor's activities are acknowledged 202 and dropped, an agent's own block skips only
-//! that agent; none of what a block refuses is stored, and each refusal is counted.
+//! that agent (its mentions, and a Follow of it); none of what a block refuses is stored, and
+//! each refusal is counted.
 
 use serde_json::json;
 
@@ -90,6 +91,59 @@ async fn blocked_actors_and_instances_are_refused_at_the_inbox(engine: Engine) {
         "the blocked actor reached an agent"
     );
 
+    // Nor does she become echo's follower: her Follow of echo is dropped unanswered, while
+    // helper accepts hers.
+    for (n, agent) in [(1, "echo"), (2, "helper")] {
+        let follow = json!({
+            "@context": "https://www.w3.org/ns/activitystreams",
+            "id": format!("{}/follows/{n}", remote.base),
+            "type": "Follow",
+            "actor": remote.actor_url("alice"),
+            "object": format!("{}/agents/{agent}", t.base),
+        });
+        let status = post_signed(
+            &t.http,
+            &format!("{}/inbox", t.base),
+            &serde_json::to_vec(&follow).unwrap(),
+            &remote.key_id("alice"),
+            0,
+        )
+        .await
+        .status();
+        assert_eq!(status, 202);
+    }
+    let accepted = wait_for(10, "helper's Accept", || async {
+        remote
+            .posts()
+            .into_iter()
+            .map(|p| p.2)
+            .find(|b| b["type"] == "Accept")
+    })
+    .await;
+    assert_eq!(accepted["actor"], format!("{}/agents/helper", t.base));
+    let followers = |agent: &str| {
+        let url = format!("{}/agents/{agent}/followers", t.base);
+        async move {
+            t.http
+                .get(url)
+                .send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()["totalItems"]
+                .clone()
+        }
+    };
+    assert_eq!(followers("helper").await, 1);
+    assert_eq!(followers("echo").await, 0);
+    assert!(
+        remote.posts().iter().all(
+            |p| !(p.2["type"] == "Accept" && p.2["actor"] == format!("{}/agents/echo", t.base))
+        ),
+        "echo accepted a blocked actor's Follow"
+    );
+
     // The instance, blocked at run time: 403 before its actors are fetched again.
     let gets = remote.gets_of("/users/alice");
     let r = t
@@ -106,7 +160,7 @@ async fn blocked_actors_and_instances_are_refused_at_the_inbox(engine: Engine) {
     assert_eq!(stored(t, "helper").await, 1);
     assert_eq!(stored(t, "echo").await, 0);
     let metrics = t.metrics().await;
-    for (agent, n) in [("*", 2), ("echo", 1)] {
+    for (agent, n) in [("*", 2), ("echo", 2)] {
         let line = format!(
             "switchboard_refused_total{{agent=\"{agent}\",transport=\"activitypub\",reason=\"blocked\"}} {n}"
         );
