@@ -175,6 +175,16 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // Ending the session quits Chromium: chromedriver killed alone leaves it running.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let end = self.http.delete(&self.session).send();
+            tokio::task::block_in_place(|| {
+                let _ = handle.block_on(tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    end,
+                ));
+            });
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
