@@ -98,13 +98,18 @@ impl AgentLimits {
     }
 }
 
-/// Who a sender is for its limits: its first verified identity, else its address.
-fn party(sender: &Sender) -> &str {
-    sender
-        .identities
-        .as_deref()
-        .and_then(<[_]>::first)
-        .map_or(sender.address.as_str(), |e| e.subject.as_str())
+/// Who a sender is for its limits: its first verified identity, else its address, with the
+/// network address it came from where the transport names one (anonymous A2A callers share an
+/// address, not a bucket).
+fn party(sender: &Sender) -> std::borrow::Cow<'_, str> {
+    match (
+        sender.identities.as_deref().and_then(<[_]>::first),
+        sender.client,
+    ) {
+        (Some(e), _) => e.subject.as_str().into(),
+        (None, Some(client)) => format!("{} from {client}", sender.address).into(),
+        (None, None) => sender.address.as_str().into(),
+    }
 }
 
 /// The counters.

@@ -124,6 +124,12 @@ pub struct Sender {
     /// a person never does. Absent when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub automated: bool,
+    /// The network address the message came from, where nothing else tells its senders apart
+    /// (an anonymous A2A caller): the rate limits count each such address as a sender of its
+    /// own. Never serialised: neither agents nor the database see it.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub client: Option<std::net::IpAddr>,
     /// Fields this version does not know.
     #[serde(flatten)]
     pub extra: Extra,
@@ -163,6 +169,7 @@ impl Sender {
             key_id: None,
             identities: None,
             automated: false,
+            client: None,
             extra: Extra::new(),
         }
     }

@@ -144,6 +144,14 @@ async fn the_built_in_rate_limits_hold_without_a_limits_section(engine: Engine) 
     let (status, headers, _) = a2a_send(&t, "echo", None, "one too many").await;
     assert_eq!(status, 429);
     assert!(headers.contains_key("retry-after"));
+    // Anonymous callers are told apart by their address: another client still gets through.
+    let mut t = t;
+    t.http = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let (status, _, body) = a2a_send(&t, "echo", None, "from another client").await;
+    assert_eq!(status, 200, "{body}");
     // The operator can remove the default.
     let t = spawn_app(engine, |c, _| {
         c.limits.per_sender = Some(Rate::OFF);

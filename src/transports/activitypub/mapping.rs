@@ -653,6 +653,7 @@ pub fn note_message(n: WokenNote<'_>) -> NormalizedMessage {
             key_id: Some(n.key_id.to_owned()),
             identities: Some(vec![evidence]),
             automated: is_automated(n.actor_doc),
+            client: None,
             extra: Extra::new(),
         },
         recipient: n.recipient.to_owned(),

@@ -566,6 +566,7 @@ impl Inbound {
             // Only an agent's mail carries an agent conversation's hop; automatic mail of any
             // other kind is never answered at all (RFC 3834, `no_reply`).
             automated: mail.agent_chain.is_some(),
+            client: None,
             extra: Extra::new(),
         };
         NormalizedMessage {

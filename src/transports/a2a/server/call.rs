@@ -21,6 +21,9 @@ pub(super) struct Call {
     pub(super) idempotency_key: Option<String>,
     pub(super) last_event_id: Option<i64>,
     pub(super) authorization: Option<String>,
+    /// The client's address (behind trusted proxies, the one they name): an anonymous caller's
+    /// messages count in the rate limits per address.
+    pub(super) client: Option<std::net::IpAddr>,
 }
 
 /// What a call produced.

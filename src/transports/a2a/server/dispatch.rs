@@ -14,6 +14,9 @@ pub(super) async fn dispatch(state: Arc<A2aState>, mut call: Call) -> Result<Rep
     call.caller = state
         .authenticate(call.authorization.as_deref(), call.agent.as_deref())
         .await?;
+    if call.caller.issuer.is_none() {
+        call.caller.sender.client = call.client;
+    }
     if let Some(agent) = &call.agent {
         state.admit(&call.caller, agent)?;
     }

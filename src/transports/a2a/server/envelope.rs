@@ -115,6 +115,7 @@ pub(super) async fn serve(
         caller: Caller::anonymous(),
         agent,
         authorization: header(&req, "authorization"),
+        client: crate::http::client_addr(&req),
         idempotency_key: header(&req, "idempotency-key").filter(|k| !k.is_empty()),
         last_event_id: header(&req, "last-event-id").and_then(|v| v.parse().ok()),
     };

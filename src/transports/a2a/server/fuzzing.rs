@@ -74,6 +74,7 @@ fn a2a_params(request: Request) {
         idempotency_key: None,
         last_event_id: None,
         authorization: None,
+        client: None,
     };
     let p = &call.params;
     match method {
