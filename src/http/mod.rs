@@ -25,7 +25,7 @@ use crate::pipeline::Pipeline;
 use crate::store::jobs;
 
 /// The HTTP status of an error class: the one mapping every HTTP-facing transport renders with
-/// (DESIGN.md §5).
+/// (docs/architecture.md, "Errors").
 #[must_use]
 pub fn status_of(kind: ErrorKind) -> StatusCode {
     match kind {

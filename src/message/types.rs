@@ -1,4 +1,5 @@
-//! The NormalizedMessage contract as Rust types (`spec/normalized-message.md`).
+//! The NormalizedMessage contract as Rust types (its JSON Schema, generated from them:
+//! `docs/schema/normalized-message.schema.json`).
 //!
 //! Field names are snake_case on the wire. Types that round-trip through agents carry an `extra`
 //! map so fields this version does not know are kept when a message is re-serialised.
