@@ -142,6 +142,8 @@ impl Application {
             db.clone(),
             metrics.clone(),
         );
+        let blocks = Arc::new(crate::moderation::Blocks::new(&config.moderation.blocks));
+        blocks.refresh(&db).await?;
         let parts = Parts {
             config: Arc::new(config.clone()),
             site: site.clone(),
@@ -154,6 +156,7 @@ impl Application {
             queue: queue.clone(),
             metrics,
             trust,
+            blocks: Arc::clone(&blocks),
         };
         // The order is the order routes are matched in: the busiest endpoints (A2A JSON-RPC,
         // the inboxes) come first.
@@ -169,8 +172,6 @@ impl Application {
         for t in opts.transports {
             registry.register(t);
         }
-        let blocks = Arc::new(crate::moderation::Blocks::new(&config.moderation.blocks));
-        blocks.refresh(&db).await?;
         let pipeline = Pipeline::new(Core {
             db: db.clone(),
             clock,

@@ -60,6 +60,9 @@ pub struct Parts {
     pub metrics: Arc<Metrics>,
     /// Verifies identity assertions forwarded by trusted connectors.
     pub trust: TrustVerifier,
+    /// The blocks in force (what the pipeline refuses; a transport also leaves blocked parties
+    /// out of what it sends).
+    pub blocks: Arc<crate::moderation::Blocks>,
 }
 
 /// Routes a transport mounts on the public HTTP app (called once per HTTP worker).

@@ -91,6 +91,8 @@ struct Inner {
     metrics: Arc<crate::metrics::Metrics>,
     /// Where reports (`Flag`) are mailed (`moderation.reports_to`).
     reports_to: Option<String>,
+    /// The operator's blocks: a blocked actor is neither addressed nor delivered to.
+    blocks: Arc<crate::moderation::Blocks>,
     /// Remote actors by actor IRI and by key IRI, with the time they were fetched.
     actors: Mutex<HashMap<String, (Arc<RemoteActor>, i64)>>,
     /// Concurrent deliveries per host.
@@ -125,6 +127,7 @@ impl ActivityPub {
                 queue: parts.queue.clone(),
                 metrics: parts.metrics.clone(),
                 reports_to: parts.config.moderation.reports_to.clone(),
+                blocks: Arc::clone(&parts.blocks),
                 actors: Mutex::new(HashMap::new()),
                 hosts: Mutex::new(HashMap::new()),
                 software: Mutex::new(HashMap::new()),

@@ -228,13 +228,24 @@ impl Inner {
                 None => tracing::warn!(mention = %m, "mention could not be resolved; left out"),
             }
         }
-        // Actors that blocked the agent are neither addressed nor delivered to.
+        // Actors that blocked the agent, and those the operator blocks (for this agent or
+        // server-wide), are neither addressed nor delivered to.
         let blockers = store::blockers_of(&self.db, &agent.name)
             .await
             .map_err(temp)?;
+        let left_out = |actor: &str| {
+            blockers.contains(actor)
+                || self
+                    .blocks
+                    .find(
+                        Some(&agent.name),
+                        &crate::moderation::Who::default().with_sender(actor),
+                    )
+                    .is_some()
+        };
         let recipients: Vec<Recipient> = actors
             .iter()
-            .filter(|a| !blockers.contains(&a.id))
+            .filter(|a| !left_out(&a.id))
             .map(|a| Recipient {
                 iri: a.id.clone(),
                 address: a.address.clone(),
@@ -375,7 +386,7 @@ impl Inner {
         }
         let mut inboxes: BTreeSet<String> = actors
             .iter()
-            .filter(|a| !blockers.contains(&a.id))
+            .filter(|a| !left_out(&a.id))
             .filter_map(|a| a.delivery_inbox().map(str::to_owned))
             .collect();
         if !matches!(visibility, Visibility::Direct) {
@@ -385,7 +396,7 @@ impl Inner {
             inboxes.extend(
                 followers
                     .into_iter()
-                    .filter(|f| !blockers.contains(&f.actor))
+                    .filter(|f| !left_out(&f.actor))
                     .map(|f| f.inbox),
             );
         }

@@ -4,6 +4,7 @@
 //! each refusal is counted.
 
 use serde_json::json;
+use switchboard::transports::activitypub::mapping;
 
 use super::remote::{Remote, note_create, post_signed};
 use super::{count, setup};
@@ -166,4 +167,81 @@ async fn blocked_actors_and_instances_are_refused_at_the_inbox(engine: Engine) {
         );
         assert!(metrics.contains(&line), "{line} in {metrics}");
     }
+}
+
+on_both_engines!(a_follower_the_operator_blocks_is_delivered_nothing_more);
+async fn a_follower_the_operator_blocks_is_delivered_nothing_more(engine: Engine) {
+    let s = setup(engine, |_| {}).await;
+    let (t, remote) = (&s.t, &s.remote);
+    remote.add_actor("bob");
+    // alice follows echo from a server of her own, so what reaches her is told apart.
+    let home = Remote::start().await;
+    home.add_actor("alice");
+    let echo = format!("{}/agents/echo", t.base);
+    let follow = json!({
+        "@context": "https://www.w3.org/ns/activitystreams",
+        "id": format!("{}/follows/1", home.base),
+        "type": "Follow",
+        "actor": home.actor_url("alice"),
+        "object": echo,
+    });
+    let status = post_signed(
+        &t.http,
+        &format!("{}/inbox", t.base),
+        &serde_json::to_vec(&follow).unwrap(),
+        &home.key_id("alice"),
+        0,
+    )
+    .await
+    .status();
+    assert_eq!(status, 202);
+    let creates = |r: &Remote| r.posts().iter().filter(|p| p.2["type"] == "Create").count();
+    // bob mentions echo in public: the reply goes to bob and to echo's followers.
+    let mention = |n: &'static str| {
+        let create = note_create(
+            remote,
+            "bob",
+            n,
+            vec![mapping::PUBLIC.into()],
+            vec![echo.clone()],
+            &[(echo.as_str(), format!("@echo@{}", t.domain()).as_str())],
+            "<p>hello echo</p>",
+        );
+        let body = serde_json::to_vec(&create).unwrap();
+        async move {
+            post_signed(
+                &t.http,
+                &format!("{}/inbox", t.base),
+                &body,
+                &remote.key_id("bob"),
+                0,
+            )
+            .await
+            .status()
+        }
+    };
+    assert_eq!(mention("n1").await, 202);
+    wait_for(20, "the reply at alice's server", || async {
+        (creates(&home) == 1).then_some(())
+    })
+    .await;
+
+    // The operator blocks her for echo: the next reply reaches bob, not her.
+    let r = t
+        .http
+        .post(format!("{}/api/v1/blocks", t.base))
+        .bearer_auth("test-token")
+        .json(&json!({"kind": "sender", "pattern": home.actor_url("alice"), "agent": "echo"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    assert_eq!(mention("n2").await, 202);
+    wait_for(20, "the second reply at bob's server", || async {
+        (creates(remote) == 2).then_some(())
+    })
+    .await;
+    // Deliveries are fanned out together: had hers been planned, it was posted by now.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(creates(&home), 1, "a blocked follower was delivered to");
 }
