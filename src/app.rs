@@ -198,7 +198,6 @@ impl Application {
             runs: crate::pipeline::Runs::default(),
             blocks: Arc::clone(&blocks),
         });
-        pipeline.retain_days(config.database.retention_days);
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let mut workers = Vec::new();
@@ -219,6 +218,8 @@ impl Application {
         }
         workers.push(queue.spawn_housekeeping(shutdown_rx.clone()));
         workers.push(blocks.spawn_refresh(db.clone(), shutdown_rx.clone()));
+        workers
+            .extend(pipeline.spawn_retention(config.database.retention_days, shutdown_rx.clone()));
         let mut routes = Vec::new();
         let mut listeners = Vec::new();
         for m in &modules {

@@ -20,7 +20,7 @@ pub struct DatabaseConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub durability: Option<Durability>,
     /// Retention: messages and responses stored more than this many days ago, and attachments
-    /// nothing refers to any more, are erased by the housekeeping task (checked every minute).
+    /// nothing refers to any more, are erased by the retention task (checked every minute).
     /// 0, the default, keeps them until their author deletes them
     /// ([safety](../../docs/safety.md#deletion-and-retention)).
     pub retention_days: u32,

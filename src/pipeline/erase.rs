@@ -8,7 +8,7 @@
 //! without calling the agent; a delivery still to come fails (`the message it answers was
 //! deleted`).
 //!
-//! Retention (`database.retention_days`, [`Pipeline::retain_days`]) deletes the messages and
+//! Retention (`database.retention_days`, [`Pipeline::spawn_retention`]) deletes the messages and
 //! responses stored before the cutoff outright, the blobs nothing refers to any more, and each
 //! transport's own rows about them ([`super::Transport::erase_before`]).
 //!
@@ -18,7 +18,9 @@
 //! missed.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::{Core, Pipeline};
 use crate::error::Result;
@@ -67,30 +69,40 @@ impl Pipeline {
         Ok(erased.len())
     }
 
-    /// Retention: from now on, every minute, the housekeeping task deletes the messages and
-    /// responses stored more than `days` days ago, the blobs stored as long ago that nothing
-    /// refers to any more, and the transports' own rows about them. Nothing when `days` is 0.
-    pub fn retain_days(&self, days: u32) {
+    /// Retention: a task that, every minute of the clock, erases the messages and responses
+    /// stored more than `days` days ago, the blobs stored as long ago that nothing refers to
+    /// any more, and the transports' own rows about them, one run at a time, until shutdown.
+    /// Nothing when `days` is 0.
+    #[must_use]
+    pub fn spawn_retention(
+        &self,
+        days: u32,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Option<JoinHandle<()>> {
         if days == 0 {
-            return;
+            return None;
         }
         let keep_ms = i64::from(days).saturating_mul(86_400_000);
         let core = Arc::clone(&self.core);
-        let running = Arc::new(AtomicBool::new(false));
-        self.core.queue.every_minute(Arc::new(move |now: i64| {
-            // One run at a time: a long one (the first, on a large database) is not started
-            // again while it goes on.
-            if running.swap(true, Ordering::AcqRel) {
-                return;
+        Some(tokio::spawn(async move {
+            let mut last = core.clock.now_ms();
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(RETENTION_TICK) => {}
+                    _ = shutdown.changed() => return,
+                }
+                let now = core.clock.now_ms();
+                if now - last >= 60_000 {
+                    last = now;
+                    retain(&core, now.saturating_sub(keep_ms)).await;
+                }
             }
-            let (core, running) = (Arc::clone(&core), Arc::clone(&running));
-            tokio::spawn(async move {
-                retain(&core, now.saturating_sub(keep_ms)).await;
-                running.store(false, Ordering::Release);
-            });
-        }));
+        }))
     }
 }
+
+/// How often the retention task looks at the clock.
+const RETENTION_TICK: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One retention run: what was stored before `before` (unix ms), a batch per transaction.
 async fn retain(core: &Core, before: i64) {

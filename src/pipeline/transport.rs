@@ -104,7 +104,7 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
 
     /// Retention: erases what the transport keeps in tables of its own about messages stored
     /// before `before` (unix ms), at most a batch per call; returns how many rows. Called every
-    /// minute when `database.retention_days` is set ([`super::Pipeline::retain_days`]).
+    /// minute when `database.retention_days` is set ([`super::Pipeline::spawn_retention`]).
     ///
     /// # Errors
     /// Database errors (logged; the next call tries again).

@@ -60,22 +60,6 @@ pub struct Queue {
     metrics: Arc<Metrics>,
     /// Channels registered for this instance's one `LISTEN` connection, until it starts.
     listener: std::sync::Mutex<Option<Listener>>,
-    /// Other modules' chores, run with the housekeeping of every minute.
-    chores: std::sync::Mutex<Chores>,
-}
-
-/// A housekeeping chore of another module, given the current time (unix ms) every minute. It
-/// must not block: it starts its work and returns.
-pub type Chore = Arc<dyn Fn(i64) + Send + Sync>;
-
-/// The chores registered with [`Queue::every_minute`].
-#[derive(Default)]
-struct Chores(Vec<Chore>);
-
-impl std::fmt::Debug for Chores {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} chores", self.0.len())
-    }
 }
 
 /// The result of one job's attempt, as [`Queue::finish`] needs it: whether it failed, and why.
@@ -189,18 +173,7 @@ impl Queue {
             local: std::sync::Mutex::new(HashMap::new()),
             metrics,
             listener: std::sync::Mutex::new(Some(Listener::new())),
-            chores: std::sync::Mutex::new(Chores::default()),
         })
-    }
-
-    /// Runs `chore` with the housekeeping of every minute ([`Queue::spawn_housekeeping`]), on
-    /// every instance.
-    pub fn every_minute(&self, chore: Chore) {
-        self.chores
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .0
-            .push(chore);
     }
 
     fn locals(&self) -> std::sync::MutexGuard<'_, HashMap<&'static str, Local>> {
@@ -664,8 +637,7 @@ impl Queue {
     }
 
     /// Housekeeping: returns jobs with expired leases to the queue (every quarter lease, at
-    /// most every few seconds), deletes finished jobs past their retention and runs the chores
-    /// of other modules ([`Queue::every_minute`]: message retention) every minute.
+    /// most every few seconds) and deletes finished jobs past their retention (every minute).
     pub fn spawn_housekeeping(
         self: &Arc<Self>,
         mut shutdown: watch::Receiver<bool>,
@@ -711,15 +683,6 @@ impl Queue {
                         Ok(0) => {}
                         Ok(n) => tracing::debug!(n, "deleted expired policy states"),
                         Err(e) => tracing::warn!(error = %e, "deleting policy states failed"),
-                    }
-                    let chores = q
-                        .chores
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .0
-                        .clone();
-                    for chore in chores {
-                        chore(now);
                     }
                 }
             }

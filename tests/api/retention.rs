@@ -1,4 +1,4 @@
-//! Retention (`database.retention_days`): the housekeeping task erases the messages and
+//! Retention (`database.retention_days`): the retention task erases the messages and
 //! responses stored more than that many days ago, the blobs stored as long ago that nothing
 //! refers to any more, the received ActivityPub notes and the A2A tasks as old; newer ones
 //! stay, and so do the blobs a newer message still refers to and the dedupe keys.
@@ -130,7 +130,7 @@ async fn retention_erases_what_is_older_than_its_days(engine: Engine) {
     })
     .await;
 
-    // The housekeeping task runs within seconds of the clock passing a minute.
+    // The retention task runs within seconds of the clock passing a minute.
     wait_for(30, "retention to erase the old message", || async {
         messages::get(&db, &old.message_id)
             .await
