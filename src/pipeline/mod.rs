@@ -389,6 +389,26 @@ impl Pipeline {
         &self.core.blocks
     }
 
+    /// Adds a block at run time (the operator API, the console): stored, in force here at once
+    /// and on the other instances at their next refresh; the same block twice is stored once.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for an agent this instance does not host; database errors.
+    pub async fn add_block(
+        &self,
+        new: &crate::moderation::NewBlock,
+    ) -> Result<crate::moderation::Block> {
+        if let Some(agent) = &new.agent
+            && self.core.agents.get(agent).is_none()
+        {
+            return Err(Error::Invalid(format!("agent: no agent {agent:?}")));
+        }
+        let now = self.core.clock.now_ms();
+        let block = self.core.blocks.add(&self.core.db, new, now).await?;
+        tracing::info!(block = %block.id, kind = block.kind.as_str(), pattern = %block.pattern, "block added");
+        Ok(block)
+    }
+
     async fn submit(
         &self,
         transport: &str,

@@ -36,24 +36,13 @@ pub(super) async fn add_block(
         Ok(b) => b,
         Err(e) => return error_response(&Error::Invalid(format!("body: {e}"))),
     };
-    if let Some(agent) = &new.agent
-        && state.pipeline.agents().get(agent).is_none()
-    {
-        return error_response(&Error::Invalid(format!("agent: no agent {agent:?}")));
-    }
     let pipeline = state.pipeline.clone();
-    let added = state
+    match state
         .pipeline
-        .on_main(async move {
-            let now = pipeline.clock().now_ms();
-            pipeline.blocks().add(pipeline.db(), &new, now).await
-        })
-        .await;
-    match added {
-        Ok(block) => {
-            tracing::info!(block = %block.id, kind = block.kind.as_str(), pattern = %block.pattern, "block added");
-            HttpResponse::Created().json(block)
-        }
+        .on_main(async move { pipeline.add_block(&new).await })
+        .await
+    {
+        Ok(block) => HttpResponse::Created().json(block),
         Err(e) => error_response(&e),
     }
 }
