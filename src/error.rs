@@ -120,6 +120,26 @@ impl From<crate::message::ValidationError> for Error {
     }
 }
 
+/// One classification of this library's errors for an outbound step (a delivery, a job, an
+/// agent call's preparation): what retrying can fix (the database, shutting down, a rate limit)
+/// is temporary; corrupt data, bad input, configuration and refusals are permanent. The reason
+/// names the cause (for a database error, the driver's own text), never a secret.
+impl From<Error> for OutboundError {
+    fn from(e: Error) -> Self {
+        let reason = match &e {
+            Error::Corrupt(detail) => detail.clone(),
+            other => match std::error::Error::source(other) {
+                Some(cause) => format!("{other}: {cause}"),
+                None => other.to_string(),
+            },
+        };
+        match e.kind() {
+            ErrorKind::Temporary | ErrorKind::RateLimited => Self::temporary(reason),
+            _ => Self::permanent(reason),
+        }
+    }
+}
+
 /// The result type of the library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::store as sql;
 use crate::clock::SharedClock;
-use crate::error::{Error, OutboundError, Result};
+use crate::error::{OutboundError, Result};
 use crate::keys::Keys;
 use crate::net::{HttpClient, HttpRequest};
 use crate::queue::{JobHandler, Queue};
@@ -154,10 +154,7 @@ impl PushHandler {
         let url = cfg["url"]
             .as_str()
             .ok_or_else(|| OutboundError::permanent("push config without url"))?;
-        let jwt = self
-            .jwt(&key, task_id, url)
-            .await
-            .map_err(|e| OutboundError::temporary(e.to_string()))?;
+        let jwt = self.jwt(&key, task_id, url).await?;
         let mut headers = HeaderMap::new();
         headers.insert(
             reqwest::header::CONTENT_TYPE,
@@ -199,7 +196,7 @@ impl PushHandler {
     /// Sends the events of `task_id` after the last one delivered to `config_id`, up to
     /// `upto`, in order.
     async fn run(&self, task_id: &str, config_id: &str, upto: i64) -> Run {
-        let temp = |e: Error| OutboundError::temporary(e.to_string());
+        let temp = OutboundError::from;
         let mut run = Run::default();
         let cfg = match sql::push_config(&self.db, task_id, config_id).await {
             // Deleted since: nothing is owed to it.

@@ -230,9 +230,7 @@ impl Inner {
         }
         // Actors that blocked the agent, and those the operator blocks (for this agent or
         // server-wide), are neither addressed nor delivered to.
-        let blockers = store::blockers_of(&self.db, &agent.name)
-            .await
-            .map_err(temp)?;
+        let blockers = store::blockers_of(&self.db, &agent.name).await?;
         let left_out = |actor: &str| {
             blockers.contains(actor)
                 || self
@@ -271,7 +269,7 @@ impl Inner {
         // The thread key the inbox stored the note under, so the reply joins its thread (and
         // its context collection); else what the inbox would have chosen.
         let stored = match in_reply_to {
-            Some(id) => store::object(&self.db, id).await.map_err(temp)?,
+            Some(id) => store::object(&self.db, id).await?,
             None => None,
         };
         let thread_key = match stored {
@@ -290,8 +288,7 @@ impl Inner {
         };
         let (context, conversation) = self
             .reply_thread(&agent.name, original_note, &thread_key)
-            .await
-            .map_err(temp)?;
+            .await?;
         let note_id = format!("{actor}/notes/{}", d.response.id);
         let now = self.clock.now_ms();
         let mut attachments = Vec::new();
@@ -336,11 +333,7 @@ impl Inner {
         };
         // An FEP-8b32 proof under the agent's Ed25519 key (its assertionMethod), so a server
         // that forwards the reply to its followers passes on something they can verify.
-        let key = self
-            .keys
-            .ed25519(&Inner::ed_key_name(&agent.name))
-            .await
-            .map_err(temp)?;
+        let key = self.keys.ed25519(&Inner::ed_key_name(&agent.name)).await?;
         // The hop this answer is in its agent conversation: the turn's own, or the first.
         let chain = d
             .original
@@ -390,9 +383,7 @@ impl Inner {
             .filter_map(|a| a.delivery_inbox().map(str::to_owned))
             .collect();
         if !matches!(visibility, Visibility::Direct) {
-            let followers = store::followers(&self.db, &agent.name)
-                .await
-                .map_err(temp)?;
+            let followers = store::followers(&self.db, &agent.name).await?;
             inboxes.extend(
                 followers
                     .into_iter()
@@ -428,7 +419,7 @@ impl Inner {
         let url =
             url::Url::parse(&job.inbox).map_err(|e| OutboundError::permanent(e.to_string()))?;
         let host = mapping::host_of(&job.inbox).unwrap_or_default();
-        let health = store::host(&self.db, &host).await.map_err(temp)?;
+        let health = store::host(&self.db, &host).await?;
         let now = self.clock.now_ms();
         if self.circuit(health.failing_since, now) == crate::hosts::Circuit::Open {
             return Err(OutboundError::permanent(format!(
@@ -546,7 +537,7 @@ impl Inner {
             thread_key,
         } = inner.build_reply(d).await?;
         let actor = inner.actor_url(&agent);
-        let mut tx = inner.db.begin().await.map_err(temp)?;
+        let mut tx = inner.db.begin().await?;
         let now = inner.clock.now_ms();
         let mut fresh = None;
         for create in &creates {
@@ -566,22 +557,17 @@ impl Inner {
                 },
                 now,
             )
-            .await
-            .map_err(temp)?;
+            .await?;
             // The first note decides: stored before, the reply was sent before (a retry).
             fresh.get_or_insert(stored);
         }
         let mut enqueued = Vec::new();
         if fresh == Some(true) {
             for create in &creates {
-                enqueued.push(
-                    enqueue(inner, &mut tx, &agent, &inboxes, create)
-                        .await
-                        .map_err(temp)?,
-                );
+                enqueued.push(enqueue(inner, &mut tx, &agent, &inboxes, create).await?);
             }
         }
-        tx.commit().await.map_err(temp)?;
+        tx.commit().await?;
         for e in enqueued {
             inner.queue.hand_over(e);
         }

@@ -410,11 +410,7 @@ impl EmailTransport {
         raw: &[u8],
         body: outbound::BodySigning,
     ) -> std::result::Result<Vec<u8>, OutboundError> {
-        let key = self
-            .keys
-            .rsa(&dkim_key_name(&self.selector))
-            .await
-            .map_err(|e| OutboundError::temporary(e.to_string()))?;
+        let key = self.keys.rsa(&dkim_key_name(&self.selector)).await?;
         outbound::dkim_sign(
             raw,
             key.private_key_pkcs8_der(),
@@ -613,7 +609,7 @@ impl Transport for EmailTransport {
             tx.commit().await
         }
         .await;
-        remembered.map_err(|e| OutboundError::temporary(e.to_string()))?;
+        remembered?;
         let (text, html) = outbound::render_parts(&d.response.parts);
         let files = self.files(&d.response.parts).await;
         let relay = crate::pipeline::relayed_from(&d.original);

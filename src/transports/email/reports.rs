@@ -92,8 +92,7 @@ impl EmailTransport {
     /// Mails the stored report `job` names to its address.
     async fn mail_report(&self, job: &MailJob) -> std::result::Result<(), OutboundError> {
         let r = reports::get(&self.db, &job.report_id)
-            .await
-            .map_err(|e| OutboundError::temporary(e.to_string()))?
+            .await?
             .ok_or_else(|| OutboundError::permanent("the report is gone"))?;
         let from = format!("postmaster@{}", self.mail_domain);
         let message_id = format!("report-{}@{}", r.id, self.mail_domain);

@@ -147,8 +147,7 @@ impl Roles {
         let job: RoleJob = serde_json::from_str(&row.payload)
             .map_err(|e| OutboundError::permanent(format!("malformed job: {e}")))?;
         let raw = blobs::get(&self.outbound.db, &job.digest)
-            .await
-            .map_err(|e| OutboundError::temporary(e.to_string()))?
+            .await?
             .ok_or_else(|| OutboundError::permanent("the stored message is gone"))?
             .data;
         match &self.postmaster {
