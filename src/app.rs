@@ -51,6 +51,9 @@ pub struct Options {
     pub agents: Vec<(String, Arc<dyn AgentBackend>)>,
     /// Whether to start the queue workers (tests that drive stages by hand turn them off).
     pub workers: bool,
+    /// Whether the pipeline keeps what it stored in memory ([`crate::pipeline::Caches`]);
+    /// off, every read goes to the database (tests compare the two).
+    pub caches: bool,
 }
 
 impl Default for Options {
@@ -60,6 +63,7 @@ impl Default for Options {
             transports: Vec::new(),
             agents: Vec::new(),
             workers: true,
+            caches: true,
         }
     }
 }
@@ -182,13 +186,12 @@ impl Application {
             history: config.history,
             blobs: parts.blobs.clone(),
             keys: parts.keys.clone(),
-            recent: crate::store::messages::recent(),
-            turns: crate::pipeline::turns(),
             // SQLite serves one instance: every turn of its database is stored by this one.
-            threads: crate::pipeline::ThreadSeqs::new(
-                db.backend() == crate::store::Backend::Sqlite,
-            ),
-            thread_ids: crate::pipeline::thread_ids(),
+            caches: if opts.caches {
+                crate::pipeline::Caches::new(db.backend() == crate::store::Backend::Sqlite)
+            } else {
+                crate::pipeline::Caches::off()
+            },
             rates: crate::limits::Windows::new(db.clone()),
             public_url: site.base_url().to_owned(),
             policy_state_ttl_ms: i64::try_from(config.policy.state_ttl_seconds)

@@ -12,7 +12,7 @@
 //! responses stored before the cutoff outright, the blobs nothing refers to any more, and each
 //! transport's own rows about them ([`super::Transport::erase_before`]).
 //!
-//! This instance forgets what it holds of erased rows at once ([`super::history::forget`]);
+//! This instance forgets what it holds of erased rows at once ([`super::Caches::forget`]);
 //! on PostgreSQL the other instances are told by `NOTIFY`, and forget everything they hold when
 //! their `LISTEN` connection comes back after a loss, since what was announced meanwhile was
 //! missed.
@@ -62,7 +62,7 @@ impl Pipeline {
         }
         erasure::notify(&mut tx, &erased).await?;
         tx.commit().await?;
-        super::history::forget(core, &erased);
+        core.caches.forget(&erased);
         for row in &erased {
             tracing::info!(message_id = %row.id, thread_id = %row.thread_id, "message erased: its author deleted it");
         }
@@ -172,7 +172,7 @@ async fn drop_batch(core: &Core, before: i64) -> Result<(u64, bool)> {
     let dropped: Vec<ErasedRow> = erasure::drop_before(&mut tx, before, RETENTION_BATCH).await?;
     erasure::notify(&mut tx, &dropped).await?;
     tx.commit().await?;
-    super::history::forget(core, &dropped);
+    core.caches.forget(&dropped);
     let n = u64::try_from(dropped.len()).unwrap_or(u64::MAX);
     Ok((n, n >= u64::try_from(RETENTION_BATCH).unwrap_or(u64::MAX)))
 }
@@ -186,15 +186,13 @@ pub(super) fn listen(core: &Arc<Core>) {
         erasure::NOTIFY_CHANNEL,
         Arc::new(move |payload: &str| {
             for (seq, id) in erasure::parse_notification(payload) {
-                c.recent.forget(id);
-                c.turns.forget(&seq);
+                c.caches.forget_notified(seq, id);
             }
         }),
     );
     let c = Arc::clone(core);
     core.queue.on_reconnect(Arc::new(move || {
-        c.recent.clear();
-        c.turns.clear();
+        c.caches.clear();
         tracing::info!("forgot the rows held in memory: erasures may have been missed");
     }));
 }

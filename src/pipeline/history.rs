@@ -63,20 +63,6 @@ impl Weight for Held {
 /// Turns by `seq`.
 pub type Turns = crate::store::recent::Recent<Held, i64>;
 
-/// Holds `rows`, just committed by this instance, each with the value it was written from
-/// ([`StoredMessage::parsed`]), for the stages that read them next: dispatch and delivery find
-/// them in [`Core::recent`], and the next turns of their threads show them without reading
-/// anything but the index ([`Core::turns`]), or on SQLite not even that ([`ThreadSeqs`]).
-/// `opened` are the threads this commit created: they had no turn before.
-pub(super) fn hold(core: &Core, rows: Vec<StoredMessage>, opened: &[&str]) {
-    let rows: Vec<Arc<StoredMessage>> = rows.into_iter().map(Arc::new).collect();
-    for row in &rows {
-        core.recent.put(&row.id, Arc::clone(row));
-        core.turns.put(&row.seq, Held::Stored(Arc::clone(row)));
-    }
-    core.threads.note(&rows, opened);
-}
-
 /// The `seq`s of each thread's turns, when this instance is the only one writing the database
 /// (SQLite): then every turn it stores is noted here as it is stored, and a dispatch finds its window
 /// here instead of asking the database, whose readers must read the index pages again after
@@ -188,7 +174,7 @@ impl ThreadSeqs {
     }
 
     /// Notes stored `rows`; the threads `opened` had none before.
-    fn note(&self, rows: &[Arc<StoredMessage>], opened: &[&str]) {
+    pub(super) fn note(&self, rows: &[Arc<StoredMessage>], opened: &[&str]) {
         let Some(mut inner) = self.lock() else {
             return;
         };
@@ -208,7 +194,7 @@ impl ThreadSeqs {
     }
 
     /// Forgets the turn `seq` of `thread_id` (it was erased).
-    fn forget(&self, thread_id: &str, seq: i64) {
+    pub(super) fn forget(&self, thread_id: &str, seq: i64) {
         let Some(mut inner) = self.lock() else {
             return;
         };
@@ -264,24 +250,6 @@ impl ThreadSeqs {
         entry.whole = true;
         inner.held += seqs.len();
     }
-}
-
-/// Forgets what this instance holds of the erased `rows`: the rows stored last, their turns
-/// and their place in their threads. Those not held are not shown anyway: windows leave erased
-/// turns out.
-pub(super) fn forget(core: &Core, rows: &[crate::store::erasure::ErasedRow]) {
-    for row in rows {
-        core.recent.forget(row.id.as_str());
-        core.turns.forget(&row.seq);
-        core.threads.forget(&row.thread_id, row.seq);
-    }
-}
-
-/// A [`Turns`] that holds the windows of a few thousand busy threads: 65,536 turns, 64 MiB,
-/// turns up to 256 KiB.
-#[must_use]
-pub fn turns() -> Turns {
-    Turns::new(65_536, 64 << 20, 256 << 10)
 }
 
 /// What history needs of a stored inbound message.
@@ -381,12 +349,18 @@ pub(super) async fn windows(core: &Core, rows: &[&StoredMessage]) -> Result<Wind
     let mut found = Windows::default();
     let mut asked: Vec<(&str, i64)> = Vec::new();
     for row in rows {
-        let mut window = core.threads.window(&row.thread_id, row.seq, head, tail);
+        let mut window = core
+            .caches
+            .threads
+            .window(&row.thread_id, row.seq, head, tail);
         if let Lookup::Unknown = window {
-            let mark = core.threads.mark();
+            let mark = core.caches.threads.mark();
             let all = messages::thread_seqs(&core.db, &row.thread_id, LONGEST_HELD + 1).await?;
-            core.threads.load(&row.thread_id, &all, mark);
-            window = core.threads.window(&row.thread_id, row.seq, head, tail);
+            core.caches.threads.load(&row.thread_id, &all, mark);
+            window = core
+                .caches
+                .threads
+                .window(&row.thread_id, row.seq, head, tail);
         }
         match window {
             Lookup::Held(w) => {
@@ -458,13 +432,13 @@ async fn load(core: &Core, row: &StoredMessage, found: &Windows) -> Result<Vec<A
 async fn held(core: &Core, seqs: &[i64]) -> Result<Vec<Arc<Turn>>> {
     let mut held: Vec<Option<Arc<Turn>>> = Vec::with_capacity(seqs.len());
     let mut missing = Vec::new();
-    for (seq, h) in seqs.iter().zip(core.turns.get_each(seqs)) {
+    for (seq, h) in seqs.iter().zip(core.caches.turns.get_each(seqs)) {
         held.push(match h {
             Some(Held::Parsed(turn)) => Some(turn),
             Some(Held::Stored(row)) if row.deleted_at.is_some() => None,
             Some(Held::Stored(row)) => {
                 let turn = Arc::new(parse(&row)?);
-                core.turns.put(seq, Held::Parsed(Arc::clone(&turn)));
+                core.caches.turns.put(seq, Held::Parsed(Arc::clone(&turn)));
                 Some(turn)
             }
             None => {
@@ -479,7 +453,9 @@ async fn held(core: &Core, seqs: &[i64]) -> Result<Vec<Arc<Turn>>> {
                 continue;
             }
             let turn = Arc::new(parse(&stored)?);
-            core.turns.put(&stored.seq, Held::Parsed(Arc::clone(&turn)));
+            core.caches
+                .turns
+                .put(&stored.seq, Held::Parsed(Arc::clone(&turn)));
             if let Some(i) = seqs.iter().position(|s| *s == stored.seq) {
                 held[i] = Some(turn);
             }

@@ -17,16 +17,7 @@ use crate::store::messages::{self, ExternalKey, NewMessage, Parsed};
 /// The most messages committed together.
 const MAX_BATCH: usize = 256;
 
-/// Switchboard's thread ids of the wire threads met lately, by transport and thread key: a
-/// thread never changes id, so a message of a thread met before has its body written before its
-/// batch takes the database's writer, and the thread is not looked up in the batch. Bounded at
-/// 65,536 threads; a thread forgotten is looked up again.
-#[must_use]
-pub fn thread_ids() -> crate::store::recent::Recent<String> {
-    crate::store::recent::Recent::new(65_536, 16 << 20, 4 << 10)
-}
-
-/// The key of a wire thread in [`thread_ids`]: the transport's name, its length first, then the
+/// The key of a wire thread in [`super::Caches::thread_ids`]: the transport's name, its length first, then the
 /// thread key (no two pairs share one).
 fn thread_key(transport: &str, key: &str) -> String {
     format!("{}:{transport}{key}", transport.len())
@@ -67,13 +58,70 @@ pub trait IngestWrite: Send + Sync + 'static {
 
     /// Called once the transaction that [`IngestWrite::write`] wrote in has committed.
     fn committed(&mut self) {}
-
-    /// The write as `Any`, so that the caller gets its own type back.
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
 }
 
-/// A transport's write travelling with its message.
-pub(super) type Write = Box<dyn IngestWrite>;
+/// A transport's write travelling with its message, and the caller it goes back to with the
+/// outcome ([`Carry`]).
+pub(super) trait Carried: IngestWrite {
+    /// Answers the caller: the outcome, and the write with whatever it recorded.
+    fn answer(self: Box<Self>, result: Result<IngestOutcome>);
+}
+
+/// A write of type `W` and its caller's typed reply channel.
+pub(super) struct Carry<W> {
+    pub(super) write: W,
+    pub(super) reply: oneshot::Sender<Result<(IngestOutcome, W)>>,
+}
+
+#[async_trait::async_trait]
+impl<W: IngestWrite> IngestWrite for Carry<W> {
+    async fn write(&mut self, tx: &mut Tx, now: i64) -> Result<bool> {
+        self.write.write(tx, now).await
+    }
+
+    fn blocked_by_sender(&self) -> bool {
+        self.write.blocked_by_sender()
+    }
+
+    fn committed(&mut self) {
+        self.write.committed();
+    }
+}
+
+impl<W: IngestWrite> Carried for Carry<W> {
+    fn answer(self: Box<Self>, result: Result<IngestOutcome>) {
+        let Self { write, reply } = *self;
+        let _ = reply.send(result.map(|o| (o, write)));
+    }
+}
+
+/// Whom ingest answers once a message's batch has committed.
+pub(super) enum Reply {
+    /// A caller of [`super::Pipeline::ingest`]: the outcome.
+    Outcome(oneshot::Sender<Result<IngestOutcome>>),
+    /// A caller of [`super::Pipeline::ingest_with`]: the outcome and its write, which ingest
+    /// runs in the message's transaction.
+    With(Box<dyn Carried>),
+}
+
+impl Reply {
+    /// The transport's write, if the message has one.
+    fn write(&mut self) -> Option<&mut dyn Carried> {
+        match self {
+            Self::Outcome(_) => None,
+            Self::With(w) => Some(w.as_mut()),
+        }
+    }
+
+    fn send(self, result: Result<IngestOutcome>) {
+        match self {
+            Self::Outcome(reply) => {
+                let _ = reply.send(result);
+            }
+            Self::With(w) => w.answer(result),
+        }
+    }
+}
 
 pub(super) struct Pending {
     pub(super) transport: String,
@@ -84,13 +132,13 @@ pub(super) struct Pending {
     pub(super) thread_key: String,
     /// Shared once stored: what was committed is held as it was written ([`Parsed`]).
     pub(super) msg: Arc<NormalizedMessage>,
-    pub(super) write: Option<Write>,
     /// Why the policy state the message presents was refused, when it was (set by the commit
     /// that declined it; the waiter is told).
     pub(super) refused: Option<crate::policy::Refusal>,
     /// Why the agent is not to be called for it, when a safety rule said so.
     pub(super) held: Option<super::Hold>,
-    pub(super) reply: oneshot::Sender<Result<(IngestOutcome, Option<Write>)>>,
+    /// Whom to answer, and the transport's write, if any.
+    pub(super) reply: Reply,
 }
 
 /// Commits pending messages for the group-commit writer ([`crate::store::group_commit`]).
@@ -124,7 +172,7 @@ impl crate::store::GroupCommit for Ingest {
         let committed = commit(&self.0, batch).await?;
         // The transports' own rows are settled before their callers hear of them, and before
         // their messages' dispatch can begin.
-        for w in batch.iter_mut().filter_map(|p| p.write.as_mut()) {
+        for w in batch.iter_mut().filter_map(|p| p.reply.write()) {
             w.committed();
         }
         Ok(committed)
@@ -143,7 +191,7 @@ impl crate::store::GroupCommit for Ingest {
             }
         }
         let opened: Vec<&str> = then.opened.iter().map(String::as_str).collect();
-        super::history::hold(core, then.messages, &opened);
+        core.caches.hold(then.messages, &opened);
         for enqueued in then.dispatch {
             core.queue.hand_over(enqueued);
         }
@@ -173,11 +221,11 @@ impl crate::store::GroupCommit for Ingest {
                     "accepted"
                 };
                 self.0.metrics.inbound(&p.transport, outcome);
-                Ok((o, p.write))
+                Ok(o)
             }
             Err(e) => Err(e),
         };
-        let _ = p.reply.send(reply);
+        p.reply.send(reply);
     }
 }
 
@@ -190,24 +238,172 @@ fn stored_body(msg: &mut Arc<NormalizedMessage>, thread_id: &str) -> Result<Stri
     serde_json::to_string(&**msg).map_err(Error::corrupt)
 }
 
+/// What becomes of one message of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Fate {
+    /// New: stored and dispatched.
+    Fresh,
+    /// Its external id was claimed before: which message holds it is looked up once the
+    /// batch's own declines have given theirs back.
+    Seen,
+    /// Its external id was seen: the message stored then (its thread's id still unknown when
+    /// that message is earlier in this same batch).
+    Duplicate {
+        message_id: String,
+        thread_id: Option<String>,
+    },
+    /// Its policy state was refused, or the transport's own write declined it.
+    Declined,
+}
+
+/// One message of a batch as its commit goes, in the batch's order.
+#[derive(Debug)]
+struct Row {
+    /// Switchboard's id of its thread, when the thread was met before.
+    known: Option<String>,
+    /// Its stored body, when written before the batch took the database's writer.
+    body: Option<String>,
+    /// The id its thread gets, should the thread be new.
+    new_thread: Option<String>,
+    /// What becomes of it.
+    fate: Fate,
+}
+
+/// What an ingest batch writes once its messages' fates and threads are known.
+#[derive(Debug, Default)]
+struct Plan {
+    /// Each message's outcome, in the batch's order.
+    outcomes: Vec<IngestOutcome>,
+    /// The messages to store (their index in the batch) and their bodies.
+    inserts: Vec<(usize, String)>,
+    /// Their dispatch jobs, by how long they wait (ms; a debounce holds text back).
+    jobs: std::collections::BTreeMap<u64, Vec<DispatchJob>>,
+    /// The threads the batch creates.
+    opened: Vec<String>,
+}
+
+/// Decides what `batch` writes: each message's outcome, body and dispatch job. `threads` maps
+/// the wire threads the batch met first to their new ids.
+fn plan(
+    conversation: &crate::config::ConversationConfig,
+    batch: &mut [Pending],
+    rows: &mut [Row],
+    threads: &std::collections::HashMap<(String, String), String>,
+) -> Result<Plan> {
+    let mut plan = Plan::default();
+    // The first message of a thread created in this batch has no history: its dispatch can
+    // skip looking for it. (Later messages of the same new thread do have one.)
+    let mut created: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for (i, (p, row)) in batch.iter_mut().zip(rows.iter_mut()).enumerate() {
+        let outcome = match &row.fate {
+            Fate::Declined => IngestOutcome {
+                message_id: String::new(),
+                thread_id: String::new(),
+                duplicate: false,
+                declined: true,
+            },
+            Fate::Seen => {
+                return Err(Error::Invalid("duplicate of an unknown message".into()));
+            }
+            Fate::Duplicate {
+                message_id,
+                thread_id,
+            } => IngestOutcome {
+                message_id: message_id.clone(),
+                thread_id: thread_id.clone().unwrap_or_default(),
+                duplicate: true,
+                declined: false,
+            },
+            Fate::Fresh => {
+                let body = match row.body.take() {
+                    Some(body) => body,
+                    None => {
+                        let thread_id = match &row.known {
+                            Some(id) => id,
+                            None => threads
+                                .get(&(p.transport.clone(), p.thread_key.clone()))
+                                .ok_or_else(|| {
+                                    Error::Invalid("thread could not be stored".into())
+                                })?,
+                        };
+                        stored_body(&mut p.msg, thread_id)?
+                    }
+                };
+                let thread_id = &p.msg.thread_id;
+                let opens =
+                    row.new_thread.as_ref() == Some(thread_id) && created.insert(thread_id.clone());
+                if opens {
+                    plan.opened.push(thread_id.clone());
+                }
+                // Text-only messages of a transport with a debounce wait for more from their
+                // sender; the others are dispatched at once. A message that waits may find
+                // others of its thread answered before it runs.
+                let debounce = conversation.of(&p.transport).debounce_ms;
+                let delay = if debounce > 0 && super::conversation::debounces(&p.msg) {
+                    debounce
+                } else {
+                    0
+                };
+                plan.jobs.entry(delay).or_default().push(DispatchJob {
+                    message_id: p.msg.id.clone(),
+                    new_thread: opens && delay == 0,
+                    chain: Vec::new(),
+                    held: p.held,
+                    origin: None,
+                });
+                plan.inserts.push((i, body));
+                IngestOutcome {
+                    message_id: p.msg.id.clone(),
+                    thread_id: thread_id.clone(),
+                    duplicate: false,
+                    declined: false,
+                }
+            }
+        };
+        plan.outcomes.push(outcome);
+    }
+    // A duplicate of a message of this same batch: its thread is known only now.
+    let batch_threads: std::collections::HashMap<String, String> = plan
+        .outcomes
+        .iter()
+        .filter(|o| !o.duplicate && !o.declined)
+        .map(|o| (o.message_id.clone(), o.thread_id.clone()))
+        .collect();
+    for o in plan
+        .outcomes
+        .iter_mut()
+        .filter(|o| o.duplicate && o.thread_id.is_empty())
+    {
+        o.thread_id = batch_threads
+            .get(&o.message_id)
+            .cloned()
+            .unwrap_or_default();
+    }
+    plan.opened.sort_unstable();
+    Ok(plan)
+}
+
 async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome>, Stored)> {
     // The thread of a message met before is known, and its body written, before the writer is
     // taken: the writer is held by one batch at a time. (A message presenting a policy state has
     // it checked in the transaction, and its body written there.)
-    let known: Vec<Option<String>> = batch
-        .iter()
-        .map(|p| {
-            core.thread_ids
-                .get(&thread_key(&p.transport, &p.thread_key))
-        })
-        .collect();
-    let mut written: Vec<Option<String>> = Vec::with_capacity(batch.len());
-    for (p, known) in batch.iter_mut().zip(&known) {
-        written.push(match known {
+    let mut rows = Vec::with_capacity(batch.len());
+    for p in batch.iter_mut() {
+        let known = core
+            .caches
+            .thread_ids
+            .get(&thread_key(&p.transport, &p.thread_key));
+        let body = match &known {
             Some(thread_id) if p.msg.policy_resolution.is_none() => {
                 Some(stored_body(&mut p.msg, thread_id)?)
             }
             _ => None,
+        };
+        rows.push(Row {
+            new_thread: known.is_none().then(|| uuid::Uuid::now_v7().to_string()),
+            known,
+            body,
+            fate: Fate::Fresh,
         });
     }
     let now = core.clock.now_ms();
@@ -222,18 +418,22 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
             message_id: &p.msg.id,
         })
         .collect();
-    let mut fresh = messages::claim_external_ids(&mut tx, &keys, now).await?;
+    let fresh = messages::claim_external_ids(&mut tx, &keys, now).await?;
+    for (p, row) in batch.iter().zip(&mut rows) {
+        if !fresh.contains(&p.msg.id) {
+            row.fate = Fate::Seen;
+        }
+    }
 
     // A policy state a new message presents is checked and consumed here, before anything
     // else of it is written; a refused one is declined like below, and its waiter told why.
-    let mut declined = std::collections::HashSet::new();
-    for p in batch.iter_mut() {
+    for (p, row) in batch.iter_mut().zip(&mut rows) {
         p.refused = None;
         let msg = Arc::make_mut(&mut p.msg);
         let Some(claim) = msg
             .policy_resolution
             .as_mut()
-            .filter(|_| fresh.contains(&msg.id))
+            .filter(|_| row.fate == Fate::Fresh)
         else {
             continue;
         };
@@ -246,164 +446,88 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
         };
         if let Err(r) = crate::policy::verify_in(&mut tx, claim, &turn, now).await? {
             messages::release_external_id(&mut tx, &p.transport, &p.external_id).await?;
-            fresh.remove(&msg.id);
-            declined.insert(msg.id.clone());
+            row.fate = Fate::Declined;
             p.refused = Some(r);
         }
     }
 
     // The transports' own rows, for new messages; a declined message gives its key back.
-    for p in batch.iter_mut() {
-        if let Some(w) = p.write.as_mut().filter(|_| fresh.contains(&p.msg.id))
+    for (p, row) in batch.iter_mut().zip(&mut rows) {
+        if let Some(w) = p.reply.write().filter(|_| row.fate == Fate::Fresh)
             && !w.write(&mut tx, now).await?
         {
             if let Some(claim) = p.msg.policy_resolution.as_ref().filter(|c| c.verified) {
                 crate::store::policy::release(&mut tx, &claim.in_reply_to_state, &p.msg.id).await?;
             }
             messages::release_external_id(&mut tx, &p.transport, &p.external_id).await?;
-            fresh.remove(&p.msg.id);
-            declined.insert(p.msg.id.clone());
+            row.fate = Fate::Declined;
         }
-        if p.write.as_ref().is_some_and(|w| w.blocked_by_sender()) {
+        if p.reply.write().is_some_and(|w| w.blocked_by_sender()) {
             p.held = Some(super::Hold::BlockedBySender);
         }
     }
 
-    // 2. Threads: map each wire thread key not known yet to switchboard's thread id.
-    let new_ids: Vec<Option<String>> = known
-        .iter()
-        .map(|k| k.is_none().then(|| uuid::Uuid::now_v7().to_string()))
-        .collect();
-    let wanted: Vec<(&str, &str, &str)> = batch
-        .iter()
-        .zip(&new_ids)
-        .filter(|(p, _)| fresh.contains(&p.msg.id))
-        .filter_map(|(p, id)| Some((p.transport.as_str(), p.thread_key.as_str(), id.as_deref()?)))
-        .collect();
-    let threads = messages::upsert_threads(&mut tx, &wanted, now).await?;
-
-    // 3. Messages and their dispatch jobs.
-    let mut outcomes = Vec::with_capacity(batch.len());
-    let mut bodies = Vec::new();
-    for ((p, known), written) in batch.iter_mut().zip(&known).zip(&mut written) {
-        if declined.contains(&p.msg.id) {
-            outcomes.push(IngestOutcome {
-                message_id: String::new(),
-                thread_id: String::new(),
-                duplicate: false,
-                declined: true,
-            });
-            continue;
-        }
-        if !fresh.contains(&p.msg.id) {
+    // Which message holds the external id of each duplicate (one declined above gave it
+    // back: the batch then fails, and is retried message by message).
+    for (p, row) in batch.iter().zip(&mut rows) {
+        if row.fate == Fate::Seen {
             let (message_id, thread_id) =
                 messages::duplicate_of(&mut tx, &p.transport, &p.external_id)
                     .await?
                     .ok_or_else(|| Error::Invalid("duplicate of an unknown message".into()))?;
-            outcomes.push(IngestOutcome {
+            row.fate = Fate::Duplicate {
                 message_id,
-                thread_id,
-                duplicate: true,
-                declined: false,
-            });
-            continue;
+                thread_id: (!thread_id.is_empty()).then_some(thread_id),
+            };
         }
-        let body = match written.take() {
-            Some(body) => body,
-            None => {
-                let thread_id = match known {
-                    Some(id) => id,
-                    None => threads
-                        .get(&(p.transport.clone(), p.thread_key.clone()))
-                        .ok_or_else(|| Error::Invalid("thread could not be stored".into()))?,
-                };
-                stored_body(&mut p.msg, thread_id)?
-            }
-        };
-        bodies.push(body);
-        outcomes.push(IngestOutcome {
-            message_id: p.msg.id.clone(),
-            thread_id: p.msg.thread_id.clone(),
-            duplicate: false,
-            declined: false,
-        });
     }
-    // A duplicate of a message earlier in this same batch: its thread is known only here.
-    let batch_threads: std::collections::HashMap<String, String> = outcomes
+
+    // 2. Threads: map each wire thread key not known yet to switchboard's thread id.
+    let wanted: Vec<(&str, &str, &str)> = batch
         .iter()
-        .filter(|o| !o.duplicate)
-        .map(|o| (o.message_id.clone(), o.thread_id.clone()))
+        .zip(&rows)
+        .filter(|(_, row)| row.fate == Fate::Fresh)
+        .filter_map(|(p, row)| {
+            Some((
+                p.transport.as_str(),
+                p.thread_key.as_str(),
+                row.new_thread.as_deref()?,
+            ))
+        })
         .collect();
-    for o in outcomes
-        .iter_mut()
-        .filter(|o| o.duplicate && o.thread_id.is_empty() && !o.declined)
-    {
-        o.thread_id = batch_threads
-            .get(&o.message_id)
-            .cloned()
-            .unwrap_or_default();
-    }
-    let stored: Vec<&Pending> = batch.iter().filter(|p| fresh.contains(&p.msg.id)).collect();
-    // The first message of a thread created in this batch has no history: its dispatch can skip
-    // looking for it. (Later messages of the same new thread do have one.)
-    let mut created: std::collections::HashSet<&str> =
-        new_ids.iter().flatten().map(String::as_str).collect();
-    let opened: Vec<String> = stored
+    let threads = messages::upsert_threads(&mut tx, &wanted, now).await?;
+
+    // 3. Messages and their dispatch jobs.
+    let plan = plan(&core.conversation, batch, &mut rows, &threads)?;
+    let inserts: Vec<NewMessage<'_>> = plan
+        .inserts
         .iter()
-        .map(|p| p.msg.thread_id.as_str())
-        .filter(|id| created.contains(id))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
-    let rows: Vec<NewMessage<'_>> = stored
-        .iter()
-        .zip(&bodies)
-        .map(|(p, body)| NewMessage {
-            id: &p.msg.id,
-            thread_id: &p.msg.thread_id,
+        .map(|(i, body)| NewMessage {
+            id: &batch[*i].msg.id,
+            thread_id: &batch[*i].msg.thread_id,
             direction: "in",
-            agent: &p.agent,
-            transport: &p.transport,
+            agent: &batch[*i].agent,
+            transport: &batch[*i].transport,
             answers: None,
             body,
         })
         .collect();
-    let mut messages = messages::insert_many(&mut tx, &rows, now).await?;
-    if messages.len() != rows.len() {
+    let mut messages = messages::insert_many(&mut tx, &inserts, now).await?;
+    if messages.len() != inserts.len() {
         return Err(Error::Invalid(
             "a message with this id is already stored".into(),
         ));
     }
     // Each held with the value it was written from, so that its dispatch need not parse it
     // (the rows come back in the order given).
-    for (m, p) in messages.iter_mut().zip(&stored) {
+    for (m, (i, _)) in messages.iter_mut().zip(&plan.inserts) {
+        let p = &batch[*i];
         if m.id == p.msg.id {
             m.parsed = Some(Parsed::Message(Arc::clone(&p.msg)));
         }
     }
-    // Text-only messages of a transport with a debounce wait for more from their sender; the
-    // others are dispatched at once.
-    let mut by_delay: std::collections::BTreeMap<u64, Vec<DispatchJob>> = Default::default();
-    for p in &stored {
-        let debounce = core.conversation.of(&p.transport).debounce_ms;
-        let delay = if debounce > 0 && super::conversation::debounces(&p.msg) {
-            debounce
-        } else {
-            0
-        };
-        // A message that waits may find others of its thread answered before it runs.
-        let opens = created.remove(p.msg.thread_id.as_str());
-        by_delay.entry(delay).or_default().push(DispatchJob {
-            message_id: p.msg.id.clone(),
-            new_thread: opens && delay == 0,
-            chain: Vec::new(),
-            held: p.held,
-            origin: None,
-        });
-    }
-    let mut dispatch = Vec::with_capacity(by_delay.len());
-    for (delay, jobs) in by_delay {
+    let mut dispatch = Vec::with_capacity(plan.jobs.len());
+    for (delay, jobs) in plan.jobs {
         let rows = DispatchJob::rows(jobs.into_iter())?;
         dispatch.push(if delay == 0 {
             core.queue
@@ -417,12 +541,14 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
     }
     tx.commit().await?;
     for ((transport, key), id) in &threads {
-        core.thread_ids.put(&thread_key(transport, key), id.clone());
+        core.caches
+            .thread_ids
+            .put(&thread_key(transport, key), id.clone());
     }
     let stored = Stored {
         messages,
-        opened,
+        opened: plan.opened,
         dispatch,
     };
-    Ok((outcomes, stored))
+    Ok((plan.outcomes, stored))
 }

@@ -13,6 +13,7 @@
 //! It owns the contract with transports ([`Transport`], [`Delivery`], [`TransportRegistry`])
 //! and imports no transport.
 
+mod caches;
 mod chain;
 mod conversation;
 mod deliver;
@@ -29,10 +30,10 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
+pub use caches::Caches;
 pub use chain::{inline_handles, relayed_from};
 pub use erase::EraseWrite;
-pub use history::{Held, ThreadSeqs, Turn, Turns, turns};
-pub use ingest::{IngestOutcome, IngestWrite, thread_ids};
+pub use ingest::{IngestOutcome, IngestWrite};
 pub use policy::LinkOutcome;
 pub use runs::Runs;
 pub use transport::{AfterCommit, Delivery, Exposure, Transport, TransportRegistry};
@@ -162,14 +163,8 @@ pub struct Core {
     pub blobs: BlobStore,
     /// Signing keys.
     pub keys: Keys,
-    /// Messages and responses stored last, for the stages that follow.
-    pub recent: crate::store::messages::Recent,
-    /// Parsed turns that history shows again and again ([`history::turns`]).
-    pub turns: history::Turns,
-    /// The `seq`s of each thread's turns, where this instance alone writes the database.
-    pub threads: history::ThreadSeqs,
-    /// Switchboard's thread id of each wire thread met lately ([`thread_ids`]).
-    pub thread_ids: crate::store::recent::Recent<String>,
+    /// What this instance stored last, held in memory ([`Caches`]).
+    pub caches: Caches,
     /// Rate-limit counters.
     pub rates: crate::limits::Windows,
     /// The public base URL (policy parts' landing pages).
@@ -330,7 +325,16 @@ impl Pipeline {
         external_id: &str,
         msg: NormalizedMessage,
     ) -> Result<IngestOutcome> {
-        Ok(self.submit(transport, external_id, msg, None).await?.0)
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.submit(
+            transport,
+            external_id,
+            msg,
+            ingest::Reply::Outcome(reply),
+            rx,
+            |o| o,
+        )
+        .await
     }
 
     /// As [`Pipeline::ingest`], with rows of the transport's own committed in the same
@@ -346,13 +350,10 @@ impl Pipeline {
         msg: NormalizedMessage,
         write: W,
     ) -> Result<(IngestOutcome, W)> {
-        let (outcome, write) = self
-            .submit(transport, external_id, msg, Some(Box::new(write)))
-            .await?;
-        let write = write
-            .and_then(|w| w.into_any().downcast::<W>().ok())
-            .ok_or(Error::Unavailable)?;
-        Ok((outcome, *write))
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let reply = ingest::Reply::With(Box::new(ingest::Carry { write, reply }));
+        self.submit(transport, external_id, msg, reply, rx, |(o, _)| o)
+            .await
     }
 
     /// Whether `agent`'s access rules let `sender` in ([`crate::access`]); a refusal is
@@ -409,13 +410,17 @@ impl Pipeline {
         Ok(block)
     }
 
-    async fn submit(
+    /// Hands `msg` to the ingest writer, which answers `reply` (received on `rx`) once its
+    /// batch has committed; `outcome` reads what ingest did from the answer.
+    async fn submit<T>(
         &self,
         transport: &str,
         external_id: &str,
         msg: NormalizedMessage,
-        write: Option<ingest::Write>,
-    ) -> Result<(IngestOutcome, Option<ingest::Write>)> {
+        reply: ingest::Reply,
+        rx: tokio::sync::oneshot::Receiver<Result<T>>,
+        outcome: impl Fn(&T) -> &IngestOutcome,
+    ) -> Result<T> {
         msg.validate()?;
         if external_id.is_empty() {
             return Err(Error::Invalid("external id is empty".into()));
@@ -451,14 +456,12 @@ impl Pipeline {
             transport,
             agent = %agent.name,
         );
-        let (reply, rx) = tokio::sync::oneshot::channel();
         let pending = ingest::Pending {
             transport: transport.to_owned(),
             external_id: external_id.to_owned(),
             agent: agent.name.clone(),
             thread_key: msg.thread_id.clone(),
             msg: Arc::new(msg),
-            write,
             refused: None,
             held,
             reply,
@@ -469,7 +472,7 @@ impl Pipeline {
                 .await
                 .map_err(|_| Error::Unavailable)?;
             let stored = rx.await.map_err(|_| Error::Unavailable)??;
-            let outcome = &stored.0;
+            let outcome = outcome(&stored);
             tracing::Span::current().record("thread_id", outcome.thread_id.as_str());
             tracing::debug!(
                 duplicate = outcome.duplicate,

@@ -347,12 +347,6 @@ impl crate::store::recent::Weight for StoredMessage {
 /// delivery need not read them back.
 pub type Recent = crate::store::recent::Recent<std::sync::Arc<StoredMessage>>;
 
-/// A [`Recent`] of a size that holds what is in flight: 4,096 rows, 16 MiB, rows up to 256 KiB.
-#[must_use]
-pub fn recent() -> Recent {
-    Recent::new(4_096, 16 << 20, 256 << 10)
-}
-
 /// Stored messages or responses by id, from `recent` where it holds them, the rest read.
 ///
 /// # Errors

@@ -59,6 +59,7 @@ impl<V, K: Hash + Eq> Rows<V, K> {
 
 impl<V: Clone + Weight, K: Hash + Eq + Clone> Recent<V, K> {
     /// At most `max_rows` rows and `max_bytes` bytes; rows over `max_row_bytes` are not kept.
+    /// With `max_rows` 0 it holds nothing.
     #[must_use]
     pub fn new(max_rows: usize, max_bytes: usize, max_row_bytes: usize) -> Self {
         Self {
@@ -120,6 +121,9 @@ impl<V: Clone + Weight, K: Hash + Eq + Clone> Recent<V, K> {
     ) where
         K: Borrow<Q>,
     {
+        if self.max_rows == 0 {
+            return;
+        }
         let weight = row.weight();
         let mut r = self.lock();
         if r.by_id.get(id).is_some_and(|(held, _)| stale(held, &row)) {

@@ -11,6 +11,7 @@ mod activitypub;
 mod api;
 mod architecture;
 mod assembly;
+mod caches;
 mod cli;
 mod connections;
 mod console;

@@ -563,10 +563,6 @@ impl crate::pipeline::IngestWrite for NewTask {
             self.engine.queue.hand_over(p);
         }
     }
-
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
-        self
-    }
 }
 
 /// One push job (id, payload) per config and event sequence number.

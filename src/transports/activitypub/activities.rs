@@ -295,10 +295,6 @@ impl crate::pipeline::IngestWrite for NoteRows {
     fn blocked_by_sender(&self) -> bool {
         self.blocked_by_sender
     }
-
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
-        self
-    }
 }
 
 /// The thread key a note's explicit `context`/`conversation` names: for a context we minted

@@ -169,8 +169,4 @@ impl crate::pipeline::IngestWrite for BlockedBySender {
     fn blocked_by_sender(&self) -> bool {
         true
     }
-
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
-        self
-    }
 }

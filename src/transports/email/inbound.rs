@@ -637,16 +637,9 @@ impl roles::ToAgent for Inbound {
                 },
             )
             .await;
-        match self
-            .store(&env, raw, &mail, &auth, &[agent], &job.rcpts)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == crate::error::ErrorKind::Invalid => {
-                Err(OutboundError::permanent(e.to_string()))
-            }
-            Err(e) => Err(OutboundError::temporary(e.to_string())),
-        }
+        self.store(&env, raw, &mail, &auth, &[agent], &job.rcpts)
+            .await?;
+        Ok(())
     }
 }
 
@@ -725,10 +718,6 @@ impl crate::pipeline::IngestWrite for MailRows {
             b.store_in(tx, now).await?;
         }
         Ok(true)
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
-        self
     }
 }
 

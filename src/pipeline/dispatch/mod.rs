@@ -1,0 +1,228 @@
+//! The `dispatch` job handler, and the loading of a batch's stored rows that the `deliver` and
+//! `turn_end` handlers share.
+//!
+//! A batch goes in three steps. Its turns run concurrently, one run per thread and agent at a
+//! time ([`turn`]); [`plan`] decides, without the database, what their results do; [`apply`]
+//! writes that in one transaction with the jobs' new states, guarded by the lease so a job whose
+//! lease expired cannot apply its effects twice; after the commit, [`after_commit`] holds what
+//! was stored for the next turns, ends the runs and hands the new jobs over.
+
+mod apply;
+mod plan;
+mod turn;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// How long a dispatch waits for one of its agent's call slots before leaving the message for
+/// a later attempt (well inside any job lease).
+const CALL_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The most earlier messages one turn takes in.
+const MAX_ABSORBED: usize = 256;
+
+use futures_util::future::join_all;
+use tracing::Instrument as _;
+
+use self::apply::{after_commit, apply};
+use self::plan::{Dispatched, JobResult, plan};
+use super::{Core, DispatchJob, runs};
+use crate::error::{Error, OutboundError, Result};
+use crate::message::{NormalizedMessage, NormalizedResponse};
+use crate::queue::JobHandler;
+use crate::store::jobs::JobRow;
+use crate::store::messages::{self, StoredMessage};
+
+fn payload<T: serde::de::DeserializeOwned>(job: &JobRow) -> std::result::Result<T, OutboundError> {
+    serde_json::from_str(&job.payload)
+        .map_err(|e| OutboundError::permanent(format!("job payload is malformed: {e}")))
+}
+
+/// Database trouble while preparing a job is temporary; a corrupt row is permanent, and says
+/// which row and what is wrong with it ([`OutboundError`]'s one classification).
+fn internal(e: Error) -> OutboundError {
+    OutboundError::from(e)
+}
+
+/// The stored rows a batch refers to, keyed by id.
+pub(super) type Rows = HashMap<String, Arc<StoredMessage>>;
+
+/// Loads the stored rows a batch refers to (those stored last are still in memory). A database
+/// failure fails every job of the batch temporarily (they are retried with backoff) instead of
+/// stranding their leases.
+pub(super) async fn load_many(
+    core: &Core,
+    ids: &[&str],
+) -> std::result::Result<Rows, OutboundError> {
+    messages::get_many_cached(&core.db, &core.caches.recent, ids)
+        .await
+        .map_err(internal)
+}
+
+/// The payloads of a batch's jobs, and the stored rows they name (`of` each payload) loaded at
+/// once ([`load_many`]).
+pub(super) async fn load_batch<J: serde::de::DeserializeOwned>(
+    core: &Core,
+    batch: &[JobRow],
+    of: impl Fn(&J) -> &str,
+) -> (
+    Vec<std::result::Result<J, OutboundError>>,
+    std::result::Result<Rows, OutboundError>,
+) {
+    let jobs: Vec<_> = batch.iter().map(payload::<J>).collect();
+    let wanted: Vec<&str> = jobs
+        .iter()
+        .filter_map(|j| j.as_ref().ok().map(&of))
+        .collect();
+    let rows = load_many(core, &wanted).await;
+    (jobs, rows)
+}
+
+pub(super) fn lookup<'a>(
+    rows: &'a Rows,
+    id: &str,
+) -> std::result::Result<&'a StoredMessage, OutboundError> {
+    rows.get(id)
+        .map(AsRef::as_ref)
+        .ok_or_else(|| OutboundError::permanent(format!("message {id} is not stored")))
+}
+
+/// The stored message of `row` (a corrupt one fails its job for good).
+pub(super) fn message(
+    row: &StoredMessage,
+) -> std::result::Result<NormalizedMessage, OutboundError> {
+    row.message().map_err(internal)
+}
+
+/// The stored response of `row`, like [`message`].
+pub(super) fn response(
+    row: &StoredMessage,
+) -> std::result::Result<NormalizedResponse, OutboundError> {
+    row.response().map_err(internal)
+}
+
+/// A dispatch job's result, and the lease a job kept to wait for its thread is renewed to.
+struct Ran(std::result::Result<Dispatched, OutboundError>, i64);
+
+impl crate::queue::Attempted for Ran {
+    fn error(&self) -> Option<&OutboundError> {
+        self.0.as_ref().err()
+    }
+
+    fn deferred_until(&self) -> Option<i64> {
+        matches!(self.0, Ok(Dispatched::Deferred)).then_some(self.1)
+    }
+}
+
+/// The outcome of a message erased before its turn came: its agent is never called with what
+/// was erased.
+pub(super) const DELETED: &str = "deleted";
+
+/// Handles `dispatch` jobs.
+pub(super) struct DispatchHandler(pub(super) Arc<Core>);
+
+impl DispatchHandler {
+    /// The lease a job kept to wait for its thread is renewed to: a lease from now.
+    fn defer_until(&self) -> i64 {
+        let lease = i64::try_from(self.defer_for().as_millis()).unwrap_or(i64::MAX);
+        self.0.clock.now_ms().saturating_add(lease)
+    }
+
+    /// How long a deferred job waits at the longest: a lease.
+    fn defer_for(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.0.queue.config().lease_seconds)
+    }
+}
+
+#[async_trait::async_trait]
+impl JobHandler for DispatchHandler {
+    /// Runs the batch's turns (one run per thread and agent at a time), then [`plan`]s their
+    /// effects, [`apply`]s them in the transaction that ends the jobs, and follows up after its
+    /// commit.
+    async fn handle(&self, owner: &str, batch: &[JobRow]) -> Result<()> {
+        let core = &self.0;
+        let (jobs, rows) = load_batch(core, batch, |j: &DispatchJob| j.message_id.as_str()).await;
+        let row_of = |i: usize| -> Option<&StoredMessage> {
+            let job = jobs.get(i)?.as_ref().ok()?;
+            rows.as_ref().ok()?.get(&job.message_id).map(AsRef::as_ref)
+        };
+        // One run per thread and agent at a time: the oldest message of each takes its thread,
+        // unless a run of it is in flight; the others wait for that run to end.
+        let mut order: Vec<usize> = (0..batch.len()).collect();
+        order.sort_by_key(|&i| row_of(i).map_or(i64::MAX, |r| r.seq));
+        let mut taken: Vec<Option<runs::Run>> = batch.iter().map(|_| None).collect();
+        let longest = self.defer_for();
+        for i in order {
+            if let Some(row) = row_of(i) {
+                let key = (row.thread_id.clone(), row.agent.clone());
+                taken[i] = core.runs.take(key.clone(), row.seq);
+                if taken[i].is_none() {
+                    core.runs.wait(key, row.seq, longest);
+                }
+            }
+        }
+        // The windows of the turns that run, looked up for the batch at once.
+        let running: Vec<&StoredMessage> = (0..batch.len())
+            .filter(|&i| taken[i].is_some())
+            .filter(|&i| jobs[i].as_ref().is_ok_and(|j| !j.new_thread))
+            .filter_map(row_of)
+            .collect();
+        let windows = super::history::windows(core, &running)
+            .await
+            .map_err(internal);
+        let windows = &windows;
+        let kept_until = self.defer_until();
+        let loaded = &rows;
+        let results: Vec<Ran> = join_all(jobs.iter().zip(batch).zip(&taken).map(
+            |((job, job_row), run)| async move {
+                let result = async {
+                    let job = job.as_ref().map_err(Clone::clone)?;
+                    let rows = loaded.as_ref().map_err(Clone::clone)?;
+                    let row = lookup(rows, &job.message_id)?;
+                    let Some(run) = run else {
+                        tracing::debug!(message_id = %row.id, "its thread is running: deferred");
+                        return Ok(Dispatched::Deferred);
+                    };
+                    let span = tracing::info_span!(
+                        "dispatch",
+                        job_id = %job_row.id,
+                        message_id = %row.id,
+                        thread_id = %row.thread_id,
+                        transport = %row.transport,
+                        agent = %row.agent,
+                    );
+                    self.run(row, job, run, windows).instrument(span).await
+                }
+                .await;
+                Ran(result, kept_until)
+            },
+        ))
+        .await;
+
+        let now = core.clock.now_ms();
+        let mut tx = core.db.begin().await?;
+        let mut finished = core
+            .queue
+            .finish(&mut tx, owner, batch, &results, now)
+            .await?;
+        let fx = plan(
+            results
+                .into_iter()
+                .enumerate()
+                .map(|(i, Ran(ran, _))| JobResult {
+                    message_id: jobs[i].as_ref().ok().map(|j| j.message_id.clone()),
+                    run: row_of(i).map(|r| ((r.thread_id.clone(), r.agent.clone()), r.seq)),
+                    ends_turns: row_of(i)
+                        .and_then(|r| core.transports.get(&r.transport))
+                        .is_some_and(|t| t.ends_turns()),
+                    ran,
+                    end: finished.end(i).cloned(),
+                })
+                .collect(),
+        );
+        let applied = apply(core, &mut tx, &fx, &mut finished, now).await?;
+        core.queue.commit(tx, finished).await?;
+        after_commit(core, fx, applied, batch, taken, now).await;
+        Ok(())
+    }
+}
