@@ -323,8 +323,8 @@ impl Application {
                 .on_connect(move |conn, ext| {
                     http::limits::on_connect(&admission, &trusted, &on_connect_metrics, conn, ext);
                 })
-                // Stream events and small answers go out at once, not after the peer's delayed
-                // ACK (up to 40 ms per SSE event with Nagle's algorithm on).
+                // Stream events and small answers go out as soon as they are written
+                // (`TCP_NODELAY`), never held back for the peer's delayed ACK.
                 .tcp_nodelay(true)
                 .disable_signals()
                 .shutdown_timeout(grace)

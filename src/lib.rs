@@ -34,11 +34,9 @@ pub use app::Application;
 pub use config::Config;
 pub use error::{Error, Result};
 
-/// The process allocator: mimalloc. Every request allocates and frees from several threads
-/// (HTTP workers, the runtime, the database's worker threads); glibc's allocator spent about a
-/// seventh of a request's CPU time in `malloc`, `free` and their arena consolidation. Built
-/// without transparent huge pages for its heap (`no_thp`): where the kernel grants them on
-/// request, each first touch of a 2 MiB page zeroed all of it, a tenth of the pipeline's CPU
-/// while its caches filled.
+/// The process allocator: mimalloc, made for memory allocated on one thread and freed on another
+/// (HTTP workers, the runtime, the database's threads), as every request does. Built with
+/// `no_thp`: its heap asks for no transparent huge pages, so a page's first touch zeroes 4 KiB,
+/// not 2 MiB. (Why, measured: `docs/benchmarks/pipeline.md`.)
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

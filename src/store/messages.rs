@@ -470,9 +470,8 @@ pub async fn thread_turn_seqs(
 
 /// [`thread_turn_seqs`] for many turns at once: for each `(thread_id, before_seq)`, the `seq`s of
 /// its window, in order. On PostgreSQL it is one statement for them all (a `LATERAL` join over
-/// the list, each side the same two index ranges), where a statement each cost more in round
-/// trips and per-statement work than in the index reads; SQLite, with no round trip to save,
-/// reads them one by one.
+/// the list, each side the same two index ranges: one round trip per batch); SQLite, with no
+/// round trip to save, reads them one by one.
 ///
 /// # Errors
 /// Database errors.

@@ -9,8 +9,8 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-/// The map's hasher: keys are ids this instance or its database made, not chosen by a remote,
-/// so a fast hash does (SipHash showed in profiles of the pipeline).
+/// The map's hasher: keys are ids this instance or its database made, never chosen by a remote,
+/// so the map needs no hash that resists collisions chosen by an attacker.
 type Hasher = foldhash::fast::RandomState;
 
 /// What a remembered row weighs, in bytes (its large fields).

@@ -2,9 +2,8 @@
 //!
 //! A statement on a local file in WAL mode with `synchronous=NORMAL` takes microseconds and
 //! never waits for the disk (commits append to the WAL without `fsync`), so it runs right where
-//! it is called instead of being handed to a connection thread and back: those two thread
-//! switches per statement cost more than the statement. What can take long is moved out of the
-//! way: checkpoints (which copy the WAL into the database and `fsync`) run on a thread of their
+//! it is called, never handed to a connection thread and back. What can take long is moved out
+//! of the way: checkpoints (which copy the WAL into the database and `fsync`) run on a thread of their
 //! own, and the writer never checkpoints.
 //!
 //! Durability ([`Durability`]): with `periodic` a commit returns once it is in the WAL and a
