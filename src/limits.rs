@@ -25,6 +25,16 @@ use crate::error::Result;
 use crate::message::Sender;
 use crate::store::{Arg, Backend, Db};
 
+/// How a transport's senders count against the limits (declared by the transport).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counting {
+    /// Its senders are anyone on the open networks: the built-in defaults apply where the
+    /// agent sets no limit.
+    pub open: bool,
+    /// A sender's address names its server (`@user@host`): the per-host limit applies.
+    pub per_host: bool,
+}
+
 /// One agent's limits, resolved over the global defaults.
 #[derive(Debug, Clone)]
 pub struct AgentLimits {
@@ -68,16 +78,10 @@ impl AgentLimits {
         }
     }
 
-    /// The buckets a message from `sender` over `transport` to `agent` counts in, with their
-    /// rates; `open` when the transport faces the open networks, where the built-in defaults
-    /// apply.
-    fn buckets(
-        &self,
-        agent: &str,
-        transport: &str,
-        open: bool,
-        sender: &Sender,
-    ) -> Vec<(String, Rate)> {
+    /// The buckets a message from `sender` to `agent` counts in, with their rates, as its
+    /// transport's senders are counted.
+    fn buckets(&self, agent: &str, counting: Counting, sender: &Sender) -> Vec<(String, Rate)> {
+        let open = counting.open;
         let or_default = |set: Option<Rate>, default: Rate| {
             set.or(open.then_some(default)).filter(|r| !r.is_off())
         };
@@ -89,7 +93,7 @@ impl AgentLimits {
             out.push((format!("sender:{agent}:{}", party(sender)), rate));
         }
         if let Some(rate) = or_default(self.per_host, DEFAULT_PER_HOST)
-            && transport == "activitypub"
+            && counting.per_host
             && let Some((_, host)) = sender.address.trim_start_matches('@').split_once('@')
         {
             out.push((format!("host:{agent}:{}", host.to_lowercase()), rate));
@@ -142,13 +146,12 @@ impl Windows {
         &self,
         limits: &AgentLimits,
         agent: &str,
-        transport: &str,
-        open: bool,
+        counting: Counting,
         sender: &Sender,
         now_ms: i64,
     ) -> Result<Option<u64>> {
         let mut wait = None;
-        for (bucket, rate) in limits.buckets(agent, transport, open, sender) {
+        for (bucket, rate) in limits.buckets(agent, counting, sender) {
             let window_ms = i64::from(rate.per_seconds) * 1000;
             let start = now_ms - now_ms.rem_euclid(window_ms);
             let hits = self.count(&bucket, start, now_ms).await?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use switchboard::app::JOB_KINDS;
+use switchboard::app;
 use switchboard::clock::{Clock, SystemClock};
 use switchboard::store::{Db, jobs};
 use switchboard::{Application, Config, ops, telemetry};
@@ -135,7 +135,12 @@ async fn main() -> anyhow::Result<()> {
             let path = file.or(cli.config);
             let config = Config::from_env(path.as_deref())?;
             print!("{}", config.to_masked_toml()?);
-            let problems = ops::check_environment(&config, &JOB_KINDS);
+            let mut problems: Vec<String> = match config.check_with(&app::transport_names()) {
+                Err(switchboard::Error::Config(p)) => p.lines().map(str::to_owned).collect(),
+                Err(e) => vec![e.to_string()],
+                Ok(()) => Vec::new(),
+            };
+            problems.extend(ops::check_environment(&config, &app::job_kinds()));
             anyhow::ensure!(
                 problems.is_empty(),
                 "configuration: {}",
@@ -195,7 +200,10 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Agents => {
             let config = Config::from_env(cli.config.as_deref())?;
-            print!("{}", ops::agents_table(&ops::agent_addresses(&config)?));
+            print!(
+                "{}",
+                ops::agents_table(&ops::agent_addresses(&config, &app::address_kinds())?)
+            );
         }
         Command::Healthcheck {
             ready,
@@ -229,10 +237,11 @@ async fn main() -> anyhow::Result<()> {
             match command {
                 QueueCommand::List { state, kind, limit } => {
                     if let Some(k) = &kind {
+                        let known = app::job_kinds();
                         anyhow::ensure!(
-                            JOB_KINDS.contains(&k.as_str()),
+                            known.contains(&k.as_str()),
                             "unknown job kind {k:?} (known: {})",
-                            JOB_KINDS.join(", ")
+                            known.join(", ")
                         );
                     }
                     anyhow::ensure!(limit > 0, "--limit must be above 0");

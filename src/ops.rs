@@ -10,50 +10,77 @@ use crate::error::Result;
 use crate::net::check_url;
 use crate::site::Site;
 
+/// A kind of address a transport gives every agent (declared by the transport, in its
+/// descriptor): the agents table, the console and the start-up lines show one per kind.
+#[derive(Debug, Clone, Copy)]
+pub struct AddressKind {
+    /// What it is called: the start-up line's key, and how callers ask for it
+    /// ([`AgentAddresses::get`]).
+    pub key: &'static str,
+    /// What it is called in the console (`Fediverse`); the agents table's column is the same
+    /// in capitals.
+    pub label: &'static str,
+    /// Where its column stands (smaller first).
+    pub rank: u8,
+    /// The address of the agent named by the last argument, or `None` when the transport is
+    /// off.
+    pub of: fn(&Config, &Site, &str) -> Option<String>,
+}
+
+impl PartialEq for AddressKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for AddressKind {}
+
 /// Where one agent can be reached, and what answers for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentAddresses {
     /// The local name.
     pub name: String,
-    /// Its fediverse handle, `@name@domain`.
-    pub handle: String,
-    /// Its email address, when the email transport is on.
-    pub email: Option<String>,
-    /// The URL of its A2A agent card, when the A2A transport is on.
-    pub card_url: Option<String>,
-    /// The kind of its backend (`echo`, `webhook`, `a2a`, `conformance`).
+    /// One address per kind, in column order: `None` where its transport is off.
+    pub addresses: Vec<(AddressKind, Option<String>)>,
+    /// The kind of its backend (`echo`, `webhook`, `a2a`, `openai`, `conformance`).
     pub backend: &'static str,
+}
+
+impl AgentAddresses {
+    /// The address of kind `key` (`fediverse`, `email`, `a2a_card`), when its transport is on.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.addresses
+            .iter()
+            .find(|(k, _)| k.key == key)
+            .and_then(|(_, a)| a.as_deref())
+    }
 }
 
 /// The name of a backend's kind, as written in the configuration.
 #[must_use]
 pub fn backend_kind(backend: &BackendConfig) -> &'static str {
-    match backend {
-        BackendConfig::Echo => "echo",
-        BackendConfig::Conformance => "conformance",
-        BackendConfig::A2a { .. } => "a2a",
-        BackendConfig::Webhook { .. } => "webhook",
-        BackendConfig::Openai { .. } => "openai",
-    }
+    backend.kind()
 }
 
-/// Every configured agent's addresses, derived from the public URL and the mail domain.
+/// Every configured agent's addresses of each of `kinds`, derived from the public URL and the
+/// mail domain.
 ///
 /// # Errors
 /// [`crate::Error::Config`] when the public URL is unusable.
-pub fn agent_addresses(config: &Config) -> Result<Vec<AgentAddresses>> {
+pub fn agent_addresses(config: &Config, kinds: &[AddressKind]) -> Result<Vec<AgentAddresses>> {
     let site = Site::from_config(config)?;
+    let mut kinds = kinds.to_vec();
+    kinds.sort_by_key(|k| k.rank);
     Ok(config
         .agents
         .iter()
         .map(|a| AgentAddresses {
             name: a.name.clone(),
-            handle: format!("@{}@{}", a.name, site.handle_domain()),
-            email: site.mail_domain().map(|d| format!("{}@{d}", a.name)),
-            card_url: config
-                .a2a
-                .enabled
-                .then(|| site.url(&format!("/agents/{}/agent-card.json", a.name))),
+            addresses: kinds
+                .iter()
+                .map(|k| (*k, (k.of)(config, &site, &a.name)))
+                .collect(),
             backend: backend_kind(&a.backend),
         })
         .collect())
@@ -63,23 +90,23 @@ pub fn agent_addresses(config: &Config) -> Result<Vec<AgentAddresses>> {
 /// `-` where a transport is off.
 #[must_use]
 pub fn agents_table(agents: &[AgentAddresses]) -> String {
-    let mut rows = vec![[
-        "NAME".to_owned(),
-        "FEDIVERSE".to_owned(),
-        "EMAIL".to_owned(),
-        "A2A CARD".to_owned(),
-        "BACKEND".to_owned(),
-    ]];
-    for a in agents {
-        rows.push([
-            a.name.clone(),
-            a.handle.clone(),
-            a.email.clone().unwrap_or_else(|| "-".into()),
-            a.card_url.clone().unwrap_or_else(|| "-".into()),
-            a.backend.to_owned(),
-        ]);
+    let mut header = vec!["NAME".to_owned()];
+    if let Some(first) = agents.first() {
+        header.extend(first.addresses.iter().map(|(k, _)| k.label.to_uppercase()));
     }
-    let mut widths = [0usize; 5];
+    header.push("BACKEND".to_owned());
+    let mut rows = vec![header];
+    for a in agents {
+        let mut row = vec![a.name.clone()];
+        row.extend(
+            a.addresses
+                .iter()
+                .map(|(_, addr)| addr.clone().unwrap_or_else(|| "-".into())),
+        );
+        row.push(a.backend.to_owned());
+        rows.push(row);
+    }
+    let mut widths = vec![0usize; rows.iter().map(Vec::len).max().unwrap_or(0)];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -88,7 +115,7 @@ pub fn agents_table(agents: &[AgentAddresses]) -> String {
     let mut out = String::new();
     for row in &rows {
         let mut line = String::new();
-        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+        for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
             if i + 1 == row.len() {
                 line.push_str(cell);
             } else {
@@ -101,17 +128,29 @@ pub fn agents_table(agents: &[AgentAddresses]) -> String {
     out
 }
 
-/// Logs one line per agent with its three addresses, and one line saying which listeners and
-/// transports are on (`smtp` is the bound SMTP address, when the listener runs).
-pub fn log_startup(config: &Config, smtp: Option<SocketAddr>) {
-    match agent_addresses(config) {
+/// Logs one line per agent with its addresses, and one line saying which listeners and
+/// transports are on (`smtp` is the bound SMTP address, when the listener runs). The addresses
+/// of the built-in transports keep fields of their own (`fediverse`, `email`, `a2a_card`: log
+/// processing reads them); any other kind is listed in `more` as `key=address`.
+pub fn log_startup(config: &Config, kinds: &[AddressKind], smtp: Option<SocketAddr>) {
+    const OWN_FIELDS: [&str; 3] = ["fediverse", "email", "a2a_card"];
+    match agent_addresses(config, kinds) {
         Ok(agents) => {
             for a in agents {
+                let mut more = String::new();
+                for (k, addr) in a
+                    .addresses
+                    .iter()
+                    .filter(|(k, _)| !OWN_FIELDS.contains(&k.key))
+                {
+                    let _ = write!(more, "{}={} ", k.key, addr.as_deref().unwrap_or("off"));
+                }
                 tracing::info!(
                     agent = %a.name,
-                    fediverse = %a.handle,
-                    email = a.email.as_deref().unwrap_or("off"),
-                    a2a_card = a.card_url.as_deref().unwrap_or("off"),
+                    fediverse = a.get("fediverse").unwrap_or("off"),
+                    email = a.get("email").unwrap_or("off"),
+                    a2a_card = a.get("a2a_card").unwrap_or("off"),
+                    more = more.trim_end(),
                     backend = a.backend,
                     "agent"
                 );
@@ -184,17 +223,8 @@ fn outbound_urls(config: &Config) -> Vec<(String, String)> {
     let mut urls = Vec::new();
     for (i, a) in config.agents.iter().enumerate() {
         let at = format!("agents[{i}]");
-        match &a.backend {
-            BackendConfig::Webhook { url, .. } => {
-                urls.push((format!("{at}.backend.url"), url.clone()));
-            }
-            BackendConfig::A2a { card, .. } => {
-                urls.push((format!("{at}.backend.card"), card.clone()));
-            }
-            BackendConfig::Openai { base_url, .. } => {
-                urls.push((format!("{at}.backend.base_url"), base_url.clone()));
-            }
-            BackendConfig::Echo | BackendConfig::Conformance => {}
+        for (key, url) in a.backend.outbound_urls() {
+            urls.push((format!("{at}.backend.{key}"), url.to_owned()));
         }
         let (issuers, introspection) = match a.a2a.as_ref().map(|c| &c.auth) {
             Some(A2aAuthConfig::Jwt { issuers, .. }) => (issuers.as_slice(), None),
@@ -229,11 +259,12 @@ fn outbound_urls(config: &Config) -> Vec<(String, String)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::{AgentConfig, Secret};
 
-    fn webhook(url: &str) -> AgentConfig {
+    /// An agent `hook` with a webhook backend at `url`.
+    pub(crate) fn webhook(url: &str) -> AgentConfig {
         AgentConfig {
             name: "hook".into(),
             display_name: None,
@@ -248,33 +279,6 @@ mod tests {
             a2a: None,
             access: None,
         }
-    }
-
-    #[test]
-    fn addresses_follow_the_public_url_and_the_transports() {
-        let mut c = Config::default();
-        c.server.public_url = Some("https://sb.example".into());
-        c.agents.push(webhook("https://hook.example/x"));
-        let a = agent_addresses(&c).unwrap();
-        assert_eq!(a[1].handle, "@hook@sb.example");
-        assert_eq!(a[1].email.as_deref(), Some("hook@sb.example"));
-        assert_eq!(
-            a[1].card_url.as_deref(),
-            Some("https://sb.example/agents/hook/agent-card.json")
-        );
-        assert_eq!(a[1].backend, "webhook");
-        c.email.enabled = false;
-        c.a2a.enabled = false;
-        let a = agent_addresses(&c).unwrap();
-        assert_eq!((a[0].email.as_ref(), a[0].card_url.as_ref()), (None, None));
-        let table = agents_table(&a);
-        let lines: Vec<&str> = table.lines().collect();
-        assert!(lines[0].starts_with("NAME  "), "{table}");
-        assert!(
-            lines[2].starts_with("hook ") && lines[2].ends_with("webhook"),
-            "{table}"
-        );
-        assert!(lines[2].contains(" - "), "{table}");
     }
 
     #[test]

@@ -134,31 +134,54 @@ pub enum BackendConfig {
 }
 
 impl BackendConfig {
-    /// A remote backend (webhook, A2A, OpenAI-compatible) needs an http(s) URL and a per-call
+    /// The kind, as written in the configuration (`kind = "webhook"`).
+    #[must_use]
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Echo => "echo",
+            Self::Conformance => "conformance",
+            Self::A2a { .. } => "a2a",
+            Self::Webhook { .. } => "webhook",
+            Self::Openai { .. } => "openai",
+        }
+    }
+
+    /// Every URL the backend calls, by its key under `backend` (`card`, `url`, `base_url`):
+    /// what its own check and `check-config`'s network policy hold to. Each kind names its own;
+    /// the built-in ones call nothing.
+    #[must_use]
+    pub fn outbound_urls(&self) -> Vec<(&'static str, &str)> {
+        match self {
+            Self::Echo | Self::Conformance => Vec::new(),
+            Self::A2a { card, .. } => vec![("card", card.as_str())],
+            Self::Webhook { url, .. } => vec![("url", url.as_str())],
+            Self::Openai { base_url, .. } => vec![("base_url", base_url.as_str())],
+        }
+    }
+
+    /// The per-call timeout of a backend that calls out.
+    const fn timeout_ms(&self) -> Option<u64> {
+        match self {
+            Self::Echo | Self::Conformance => None,
+            Self::A2a { timeout_ms, .. }
+            | Self::Webhook { timeout_ms, .. }
+            | Self::Openai { timeout_ms, .. } => Some(*timeout_ms),
+        }
+    }
+
+    /// A remote backend (webhook, A2A, OpenAI-compatible) needs http(s) URLs and a per-call
     /// timeout shorter than the queue lease. `at` is the agent's path (`agents[0]`).
     fn check(&self, at: &str, lease_seconds: u64, problems: &mut Vec<String>) {
-        let (key, url, timeout_ms) = match self {
-            Self::Echo | Self::Conformance => return,
-            Self::A2a {
-                card, timeout_ms, ..
-            } => ("card", card, *timeout_ms),
-            Self::Webhook {
-                url, timeout_ms, ..
-            } => ("url", url, *timeout_ms),
-            Self::Openai {
-                base_url,
-                timeout_ms,
-                ..
-            } => {
-                self.check_openai(at, problems);
-                ("base_url", base_url, *timeout_ms)
+        self.check_openai(at, problems);
+        for (key, url) in self.outbound_urls() {
+            if !url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+                problems.push(format!("{at}.backend.{key} {url:?}: not an http(s) URL"));
             }
-        };
-        if !url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
-            problems.push(format!("{at}.backend.{key} {url:?}: not an http(s) URL"));
         }
         // A lease must outlive the call it covers, or the job runs twice.
-        if timeout_ms >= lease_seconds.saturating_mul(1000) {
+        if let Some(timeout_ms) = self.timeout_ms()
+            && timeout_ms >= lease_seconds.saturating_mul(1000)
+        {
             problems.push(format!(
                 "{at}.backend.timeout_ms {timeout_ms}: must be shorter than queue.lease_seconds"
             ));

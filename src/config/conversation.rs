@@ -5,9 +5,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// The transports whose settings may be overridden.
-pub const TRANSPORTS: [&str; 4] = ["activitypub", "email", "a2a", "api"];
-
 /// The longest debounce, in milliseconds.
 pub const MAX_DEBOUNCE_MS: u64 = 60_000;
 
@@ -79,8 +76,9 @@ impl ConversationConfig {
         }
     }
 
-    /// Debounces within bounds, overrides only for known transports.
-    pub(super) fn check(&self, problems: &mut Vec<String>) {
+    /// Debounces within bounds, overrides only for the `transports` the application has
+    /// (not checked when none are given).
+    pub(super) fn check(&self, transports: &[&str], problems: &mut Vec<String>) {
         let debounce = |path: &str, ms: u64, problems: &mut Vec<String>| {
             if ms > MAX_DEBOUNCE_MS {
                 problems.push(format!(
@@ -91,10 +89,10 @@ impl ConversationConfig {
         debounce("conversation", self.debounce_ms, problems);
         for (name, o) in &self.transports {
             let path = format!("conversation.transports.{name}");
-            if !TRANSPORTS.contains(&name.as_str()) {
+            if !transports.is_empty() && !transports.contains(&name.as_str()) {
                 problems.push(format!(
                     "{path}: unknown transport (one of {})",
-                    TRANSPORTS.join(", ")
+                    transports.join(", ")
                 ));
             }
             if let Some(ms) = o.debounce_ms {
@@ -154,7 +152,7 @@ mod tests {
             },
         );
         let mut problems = Vec::new();
-        c.check(&mut problems);
+        c.check(&["activitypub", "email", "a2a", "api"], &mut problems);
         assert_eq!(
             problems,
             [

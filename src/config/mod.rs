@@ -201,6 +201,15 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] with one problem per line.
     pub fn check(&self) -> Result<(), Error> {
+        self.check_with(&[])
+    }
+
+    /// As [`Config::check`], knowing the names of the application's transports:
+    /// `[conversation.transports]` may name only those.
+    ///
+    /// # Errors
+    /// As [`Config::check`].
+    pub fn check_with(&self, transports: &[&str]) -> Result<(), Error> {
         let mut problems = Vec::new();
         self.server
             .check(self.net.allow_private_addresses, &mut problems);
@@ -216,7 +225,7 @@ impl Config {
         self.limits.check("limits", &mut problems);
         self.trust.check(&mut problems);
         self.policy.check(&mut problems);
-        self.conversation.check(&mut problems);
+        self.conversation.check(transports, &mut problems);
         self.moderation.check(&names, &mut problems);
         if self.moderation.reports_to.is_some() && !self.email.enabled {
             problems.push(

@@ -142,9 +142,11 @@ pub(crate) struct TurnEndJob {
     pub(crate) failure: Option<String>,
 }
 
-/// What the pipeline's stages share.
-#[derive(Debug)]
-pub struct Core {
+/// The services the pipeline and the transports share, built once by the application (all
+/// cheap to clone). The pipeline's [`Core`] and the transports' parts each hold one and read
+/// its fields through it.
+#[derive(Debug, Clone)]
+pub struct Services {
     /// The database.
     pub db: Db,
     /// The clock.
@@ -153,16 +155,26 @@ pub struct Core {
     pub queue: Arc<Queue>,
     /// The hosted agents.
     pub agents: Arc<AgentRegistry>,
-    /// The transports responses go out by.
-    pub transports: TransportRegistry,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    /// What agents see of a thread.
-    pub history: HistoryPolicy,
     /// Attachments.
     pub blobs: BlobStore,
     /// Signing keys.
     pub keys: Keys,
+    /// The blocks in force: senders refused before anything of theirs is stored, parties a
+    /// transport leaves out of what it sends.
+    pub blocks: Arc<crate::moderation::Blocks>,
+}
+
+/// What the pipeline's stages share: the [`Services`] (its fields read through the core) and
+/// the pipeline's own state.
+#[derive(Debug)]
+pub struct Core {
+    services: Services,
+    /// The transports responses go out by.
+    pub transports: TransportRegistry,
+    /// What agents see of a thread.
+    pub history: HistoryPolicy,
     /// What this instance stored last, held in memory ([`Caches`]).
     pub caches: Caches,
     /// Rate-limit counters.
@@ -175,11 +187,56 @@ pub struct Core {
     pub conversation: crate::config::ConversationConfig,
     /// The runs in flight in this process, per thread and agent.
     pub runs: Runs,
-    /// Senders refused before anything of theirs is stored.
-    pub blocks: Arc<crate::moderation::Blocks>,
+}
+
+impl std::ops::Deref for Core {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.services
+    }
 }
 
 impl Core {
+    /// The pipeline's state over `services`, its settings from `config`, delivering through
+    /// `transports`; `caches` off holds nothing in memory ([`Caches::off`]).
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the public URL is unusable.
+    pub fn new(
+        config: &crate::config::Config,
+        services: Services,
+        transports: TransportRegistry,
+        caches: bool,
+    ) -> Result<Self> {
+        let site = crate::site::Site::from_config(config)?;
+        // SQLite serves one instance: every turn of its database is stored by this one.
+        let caches = if caches {
+            Caches::new(services.db.backend() == crate::store::Backend::Sqlite)
+        } else {
+            Caches::off()
+        };
+        Ok(Self {
+            rates: crate::limits::Windows::new(services.db.clone()),
+            services,
+            transports,
+            history: config.history,
+            caches,
+            public_url: site.base_url().to_owned(),
+            policy_state_ttl_ms: i64::try_from(config.policy.state_ttl_seconds)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1000),
+            conversation: config.conversation.clone(),
+            runs: Runs::default(),
+        })
+    }
+
+    /// The shared services.
+    #[must_use]
+    pub fn services(&self) -> &Services {
+        &self.services
+    }
+
     /// As [`Pipeline::blocked`].
     fn blocked(
         &self,
@@ -228,11 +285,15 @@ impl Core {
         transport: &str,
         sender: &Sender,
     ) -> Result<Option<u64>> {
-        let open = self.transports.exposure(transport).open;
+        let exposure = self.transports.exposure(transport);
+        let counting = crate::limits::Counting {
+            open: exposure.open,
+            per_host: exposure.per_host,
+        };
         let now_ms = self.clock.now_ms();
         let over = self
             .rates
-            .hit(&agent.limits, &agent.name, transport, open, sender, now_ms)
+            .hit(&agent.limits, &agent.name, counting, sender, now_ms)
             .await?;
         if let Some(retry_after_s) = over {
             self.metrics.refused(&agent.name, transport, "rate_limited");
@@ -516,6 +577,12 @@ impl Pipeline {
     #[must_use]
     pub fn turn_end_handler(&self) -> Arc<dyn JobHandler> {
         Arc::new(deliver::TurnEndHandler(Arc::clone(&self.core)))
+    }
+
+    /// The services it shares with the transports.
+    #[must_use]
+    pub fn services(&self) -> &Services {
+        &self.core.services
     }
 
     /// The database.

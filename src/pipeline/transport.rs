@@ -151,6 +151,9 @@ pub struct Exposure {
     /// An answer goes back in the response to the sender's own request (A2A), never as a new
     /// message the sender might answer again.
     pub answers_in_request: bool,
+    /// A sender's address names its server (`@user@host`, ActivityPub): the agents' per-host
+    /// rate limits apply.
+    pub per_host: bool,
 }
 
 /// The transports of this instance, by name.

@@ -21,6 +21,7 @@ mod deploy;
 mod doctor;
 mod email;
 mod examples;
+mod extend;
 mod helpers;
 mod keys;
 mod limits;

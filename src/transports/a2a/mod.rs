@@ -47,6 +47,32 @@ pub struct A2a {
     parts: Parts,
 }
 
+/// The A2A transport, as the application lists it.
+pub const TRANSPORT: super::Descriptor = super::Descriptor {
+    name: NAME,
+    job_kinds: &[push::KIND],
+    listeners: &[],
+    address: Some(crate::ops::AddressKind {
+        key: "a2a_card",
+        label: "A2A card",
+        rank: 3,
+        of: card_url,
+    }),
+    build,
+};
+
+/// The URL of `agent`'s agent card, when A2A is on.
+fn card_url(
+    config: &crate::config::Config,
+    site: &crate::site::Site,
+    agent: &str,
+) -> Option<String> {
+    config
+        .a2a
+        .enabled
+        .then(|| site.url(&format!("/agents/{agent}/agent-card.json")))
+}
+
 /// Builds the A2A transport, or nothing when `a2a.enabled` is off.
 ///
 /// # Errors
@@ -379,6 +405,7 @@ impl Transport for A2aTransport {
         crate::pipeline::Exposure {
             open: true,
             answers_in_request: true,
+            per_host: false,
         }
     }
 

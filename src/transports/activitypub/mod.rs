@@ -148,6 +148,25 @@ impl ActivityPub {
     }
 }
 
+/// The ActivityPub transport, as the application lists it.
+pub const TRANSPORT: super::Descriptor = super::Descriptor {
+    name: NAME,
+    job_kinds: &[JOB_KIND],
+    listeners: &[],
+    address: Some(crate::ops::AddressKind {
+        key: "fediverse",
+        label: "Fediverse",
+        rank: 1,
+        of: handle,
+    }),
+    build,
+};
+
+/// `agent`'s fediverse handle, `@name@domain` (its name, whether ActivityPub is on or not).
+fn handle(_: &crate::config::Config, site: &crate::site::Site, agent: &str) -> Option<String> {
+    Some(format!("@{agent}@{}", site.handle_domain()))
+}
+
 /// Builds the ActivityPub transport, or nothing when `activitypub.enabled` is off.
 ///
 /// # Errors

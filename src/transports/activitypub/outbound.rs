@@ -500,11 +500,13 @@ impl Transport for ActivityPub {
         NAME
     }
 
-    /// Any server may deliver; an answer is a new note its author may answer.
+    /// Any server may deliver; an answer is a new note its author may answer; an actor's
+    /// handle names its server, which the per-host limits count.
     fn exposure(&self) -> crate::pipeline::Exposure {
         crate::pipeline::Exposure {
             open: true,
             answers_in_request: false,
+            per_host: true,
         }
     }
 

@@ -107,7 +107,18 @@ pub struct Api {
     outbound: Arc<ApiTransport>,
     token: Option<Secret>,
     agents: Arc<Vec<AgentView>>,
+    config: Arc<crate::config::Config>,
+    addresses: Arc<[crate::ops::AddressKind]>,
 }
+
+/// The operator API, as the application lists it: it gives agents no address of its own.
+pub const TRANSPORT: super::Descriptor = super::Descriptor {
+    name: NAME,
+    job_kinds: &[],
+    listeners: &[],
+    address: None,
+    build,
+};
 
 /// Builds the API transport (always on).
 ///
@@ -115,16 +126,16 @@ pub struct Api {
 /// [`Error::Config`] when the public URL is unusable.
 pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
     let cfg = &parts.config.api;
-    let agents = crate::ops::agent_addresses(&parts.config)?
+    let agents = crate::ops::agent_addresses(&parts.config, &parts.addresses)?
         .into_iter()
         .zip(&parts.config.agents)
         .map(|(a, c)| AgentView {
-            name: a.name,
             display_name: c.display_name.clone(),
-            handle: a.handle,
-            email: a.email,
-            card_url: a.card_url,
+            handle: a.get("fediverse").unwrap_or_default().to_owned(),
+            email: a.get("email").map(str::to_owned),
+            card_url: a.get("a2a_card").map(str::to_owned),
             backend: a.backend.to_owned(),
+            name: a.name,
         })
         .collect();
     Ok(Some(Box::new(Api {
@@ -135,6 +146,8 @@ pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
             parts.clock.clone(),
         )),
         token: cfg.token.clone(),
+        config: Arc::clone(&parts.config),
+        addresses: Arc::clone(&parts.addresses),
     })))
 }
 
@@ -148,7 +161,9 @@ impl TransportModule for Api {
         self.outbound.clone()
     }
 
+    /// Its routes: the operator API on the public listener, the console on the private one.
     async fn start(&self, pipeline: &Pipeline, _: watch::Receiver<bool>) -> Result<Started> {
+        let console = console::Console::new(&self.config, &self.addresses, pipeline.clone())?;
         let state = ApiState {
             pipeline: pipeline.clone(),
             token: self.token.clone(),
@@ -174,6 +189,11 @@ impl TransportModule for Api {
                     )
                     .route("/api/v1/reports", web::get().to(read::list_reports));
             })),
+            private_routes: console.map(|console| -> super::Routes {
+                Arc::new(move |cfg: &mut web::ServiceConfig| {
+                    console::configure(cfg, console.clone());
+                })
+            }),
             ..Started::default()
         })
     }

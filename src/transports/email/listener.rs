@@ -14,6 +14,9 @@ use crate::config::{Config, EmailConfig, UnauthenticatedMail};
 use crate::error::{Error, Result};
 use crate::pipeline::Pipeline;
 
+/// The listener's name (`Application::listener`, its connection metrics).
+pub(super) const SMTP: &str = "smtp";
+
 /// A running SMTP listener.
 #[derive(Debug)]
 pub struct Listener {
@@ -51,7 +54,7 @@ fn refuse_session(
     stream: tokio::net::TcpStream,
     refusal: crate::admission::Refusal,
 ) {
-    metrics.connection_refused("smtp", refusal.label());
+    metrics.connection_refused(SMTP, refusal.label());
     let line: &'static [u8] = match refusal {
         crate::admission::Refusal::Full => b"421 4.7.0 Too many connections, try again later\r\n",
         crate::admission::Refusal::PeerFull => {
@@ -125,7 +128,7 @@ pub(super) async fn listen(
     let sessions = crate::admission::Admission::new(
         cfg.max_sessions,
         cfg.max_sessions_per_peer,
-        metrics.connections("smtp"),
+        metrics.connections(SMTP),
     );
     let proxy_protocol = cfg.proxy_protocol;
     let trusted = Arc::new(config.server.trusted()?);
@@ -146,11 +149,11 @@ pub(super) async fn listen(
                 _ = shutdown.changed() => break,
                 accepted = listener.accept() => match accepted {
                     Ok(x) => {
-                        backoff.succeeded("smtp");
+                        backoff.succeeded(SMTP);
                         x
                     }
                     Err(e) => {
-                        let pause = backoff.failed("smtp", &e);
+                        let pause = backoff.failed(SMTP, &e);
                         tokio::select! {
                             _ = shutdown.changed() => break,
                             () = tokio::time::sleep(pause) => continue,
@@ -186,7 +189,7 @@ pub(super) async fn listen(
                     client = match read.await {
                         Ok(client) => client,
                         Err(e) => {
-                            metrics.connection_refused("smtp", "proxy_protocol");
+                            metrics.connection_refused(SMTP, "proxy_protocol");
                             tracing::debug!(%peer, error = %e, "SMTP connection closed");
                             return;
                         }

@@ -540,6 +540,7 @@ impl Transport for EmailTransport {
         crate::pipeline::Exposure {
             open: true,
             answers_in_request: false,
+            per_host: false,
         }
     }
 
@@ -690,6 +691,25 @@ impl std::fmt::Debug for Email {
     }
 }
 
+/// The email transport, as the application lists it.
+pub const TRANSPORT: super::Descriptor = super::Descriptor {
+    name: NAME,
+    job_kinds: &[roles::JOB_KIND, crate::store::reports::JOB_KIND],
+    listeners: &[listener::SMTP],
+    address: Some(crate::ops::AddressKind {
+        key: "email",
+        label: "Email",
+        rank: 2,
+        of: address,
+    }),
+    build,
+};
+
+/// `agent`'s email address, when email is on.
+fn address(_: &crate::config::Config, site: &crate::site::Site, agent: &str) -> Option<String> {
+    site.mail_domain().map(|d| format!("{agent}@{d}"))
+}
+
 /// Builds the email transport, or nothing when `email.enabled` is off.
 ///
 /// # Errors
@@ -752,7 +772,7 @@ impl TransportModule for Email {
         let l = listener::listen(&self.config, pipeline.clone(), &self.roles, shutdown).await?;
         Ok(Started {
             tasks: vec![l.task],
-            listeners: vec![("smtp", l.addr)],
+            listeners: vec![(listener::SMTP, l.addr)],
             ..Started::default()
         })
     }

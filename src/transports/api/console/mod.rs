@@ -47,14 +47,18 @@ impl Console {
     ///
     /// # Errors
     /// [`Error::Config`] when the public URL is unusable.
-    pub fn new(config: &Config, pipeline: Pipeline) -> Result<Option<Self>> {
+    pub fn new(
+        config: &Config,
+        addresses: &[crate::ops::AddressKind],
+        pipeline: Pipeline,
+    ) -> Result<Option<Self>> {
         if !config.console.enabled {
             return Ok(None);
         }
         Ok(Some(Self {
             pipeline,
             token: config.console.token.clone(),
-            agents: std::sync::Arc::new(crate::ops::agent_addresses(config)?),
+            agents: std::sync::Arc::new(crate::ops::agent_addresses(config, addresses)?),
         }))
     }
 
@@ -324,17 +328,21 @@ async fn agents_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
         let mut rows = String::new();
         for a in agents.iter() {
             let act = activity.get(&a.name);
+            let mut addresses = String::new();
+            for (_, addr) in &a.addresses {
+                let _ = match addr.as_deref() {
+                    None => write!(addresses, "<td>—</td>"),
+                    Some(u) if u.starts_with("https://") || u.starts_with("http://") => {
+                        write!(addresses, "<td><a href=\"{0}\">{0}</a></td>", esc(u))
+                    }
+                    Some(other) => write!(addresses, "<td>{}</td>", esc(other)),
+                };
+            }
             let _ = write!(
                 rows,
-                "<tr data-agent=\"{n}\"><td><a href=\"/console/threads?agent={n}\">{n}</a></td><td>{h}</td><td>{e}</td><td>{card}</td>\
+                "<tr data-agent=\"{n}\"><td><a href=\"/console/threads?agent={n}\">{n}</a></td>{addresses}\
                  <td><span class=\"badge\">{b}</span></td><td>{ok}</td><td>{ko}</td><td>{lat}</td></tr>",
                 n = esc(&a.name),
-                h = esc(&a.handle),
-                e = esc(a.email.as_deref().unwrap_or("—")),
-                card = a.card_url.as_deref().map_or_else(
-                    || "—".to_owned(),
-                    |u| format!("<a href=\"{0}\">{0}</a>", esc(u))
-                ),
                 b = esc(a.backend),
                 ok = when(act.and_then(|a| a.last_success)),
                 ko = when(act.and_then(|a| a.last_failure)),
@@ -343,11 +351,20 @@ async fn agents_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
                     .map_or_else(|| "—".to_owned(), |ms| format!("{ms} ms")),
             );
         }
+        let columns: String = agents
+            .first()
+            .map(|a| {
+                a.addresses
+                    .iter()
+                    .map(|(k, _)| format!("<th>{}</th>", esc(k.label)))
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(View::page(
             "Agents",
             "Agents",
             &format!(
-                "<table><tr><th>Name</th><th>Fediverse</th><th>Email</th><th>A2A card</th><th>Backend</th>\
+                "<table><tr><th>Name</th>{columns}<th>Backend</th>\
                  <th>Last answer</th><th>Last failure</th><th>Latency (24 h)</th></tr>{rows}</table>"
             ),
         ))
@@ -637,7 +654,7 @@ async fn send_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
         let _ = write!(
             options,
             "<option value=\"{h}\">{h}</option>",
-            h = esc(&a.handle)
+            h = esc(a.get("fediverse").unwrap_or(&a.name))
         );
     }
     let main = format!(
