@@ -5,7 +5,8 @@
 //!
 //! `cargo bench --bench pipeline [-- N]`; PostgreSQL from `SWITCHBOARD_TEST_POSTGRES_URL`;
 //! `BENCH_DURABILITY=periodic` or `fsync` runs one mode only, `BENCH_SHAPE=new` or `shared` one
-//! shape only.
+//! shape only; `BENCH_CACHES=off` runs the pipeline without its in-memory caches (every read
+//! from the database), to weigh what they save.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -98,6 +99,7 @@ async fn run(
     config.queue.poll_interval_ms = 100;
     let opts = Options {
         transports: vec![sink.clone()],
+        caches: std::env::var("BENCH_CACHES").as_deref() != Ok("off"),
         ..Options::default()
     };
     let app = Application::build_with(config, opts)
