@@ -6,6 +6,7 @@ mod address;
 pub mod chunk;
 mod history;
 mod macros;
+pub mod reply_context;
 pub mod schema;
 mod time;
 mod types;
@@ -13,6 +14,7 @@ mod validate;
 
 pub use address::{Address, is_domain, is_handle_name};
 pub use history::{HistoryPolicy, TrimmedHistory};
+pub use reply_context::{ReplyContext, ReplyContextError, STORED_REPLY_CONTEXT};
 pub use time::Timestamp;
 pub use types::*;
 pub use validate::ValidationError;

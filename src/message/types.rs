@@ -52,6 +52,12 @@ pub struct NormalizedMessage {
     /// The response this turn continues (A2A input-required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub received_trace: Option<Box<NormalizedResponse>>,
+    /// What its transport needs to reply, in that transport's own type
+    /// ([`super::reply_context`]). Never serialised with the message: neither agents nor the
+    /// schema see it; the store keeps it beside the message's fields.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub reply_context: super::ReplyContext,
     /// Fields this version does not know.
     #[serde(flatten)]
     pub extra: Extra,

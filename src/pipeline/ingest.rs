@@ -230,12 +230,15 @@ impl crate::store::GroupCommit for Ingest {
 }
 
 /// The body `msg` is stored as, in thread `thread_id` (switchboard's), attachments referred to by
-/// digest only.
+/// digest only, with its reply context.
 fn stored_body(msg: &mut Arc<NormalizedMessage>, thread_id: &str) -> Result<String> {
     let m = Arc::make_mut(msg);
     thread_id.clone_into(&mut m.thread_id);
     crate::blobs::strip_urls(&mut m.parts);
-    serde_json::to_string(&**msg).map_err(Error::corrupt)
+    // A field of the reply context's stored name among the unknown ones is not kept (it is
+    // not stored), so what is held in memory is what a read gives back.
+    m.extra.remove(crate::message::STORED_REPLY_CONTEXT);
+    msg.to_stored_json().map_err(Error::corrupt)
 }
 
 /// What becomes of one message of a batch.

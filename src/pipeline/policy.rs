@@ -99,8 +99,8 @@ impl Pipeline {
         let original = messages::get(&self.core.db, &row.message_id)
             .await?
             .ok_or_else(|| Error::NotFound("the message this policy answered".into()))?;
-        let original: NormalizedMessage =
-            serde_json::from_str(&original.body).map_err(Error::corrupt)?;
+        let original =
+            NormalizedMessage::from_stored_json(&original.body).map_err(Error::corrupt)?;
         let thread = crate::store::threads::get(&self.core.db, &row.thread_id)
             .await?
             .ok_or_else(|| Error::NotFound("the thread this policy belongs to".into()))?;
@@ -139,6 +139,8 @@ impl Pipeline {
                 data: None,
             }),
             received_trace: None,
+            // Answered like the message it completes, so its transport replies the same way.
+            reply_context: original.reply_context,
             extra: crate::message::Extra::new(),
         };
         let IngestOutcome { duplicate, .. } =

@@ -55,7 +55,8 @@ impl StoredMessage {
     pub fn message(&self) -> Result<crate::message::NormalizedMessage> {
         match &self.parsed {
             Some(Parsed::Message(m)) => Ok(m.as_ref().clone()),
-            _ => self.parse(),
+            _ => crate::message::NormalizedMessage::from_stored_json(&self.body)
+                .map_err(|e| self.corrupt(&e)),
         }
     }
 
@@ -71,9 +72,11 @@ impl StoredMessage {
     }
 
     fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_str(&self.body).map_err(|e| {
-            crate::error::Error::Corrupt(format!("stored message {} is corrupt: {e}", self.id))
-        })
+        serde_json::from_str(&self.body).map_err(|e| self.corrupt(&e))
+    }
+
+    fn corrupt(&self, e: &serde_json::Error) -> crate::error::Error {
+        crate::error::Error::Corrupt(format!("stored message {} is corrupt: {e}", self.id))
     }
 }
 

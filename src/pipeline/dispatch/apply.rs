@@ -175,7 +175,7 @@ async fn wake_siblings(
         .collect();
     let bodies = siblings
         .iter()
-        .map(|(_, s)| serde_json::to_string(&s.msg))
+        .map(|(_, s)| s.msg.to_stored_json())
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(Error::corrupt)?;
     let rows: Vec<NewMessage<'_>> = siblings

@@ -127,17 +127,34 @@ pub fn ap_inbox(body: &[u8]) {
     round_trip(&msg);
 }
 
+/// The message reads back as it was, as agents are shown it (without its reply context) and
+/// as it is stored (with it).
 fn round_trip(msg: &NormalizedMessage) {
     let value = match serde_json::to_value(msg) {
         Ok(v) => v,
         Err(e) => panic!("a NormalizedMessage does not serialize: {e}"),
     };
+    let shown = NormalizedMessage {
+        reply_context: crate::message::ReplyContext::NONE,
+        ..msg.clone()
+    };
     match serde_json::from_value::<NormalizedMessage>(value.clone()) {
         Ok(back) => assert!(
-            back == *msg,
+            back == shown,
             "a NormalizedMessage changed in a serde round trip: {value}"
         ),
         Err(e) => panic!("a NormalizedMessage does not read back: {e}: {value}"),
+    }
+    let stored = match msg.to_stored_json() {
+        Ok(s) => s,
+        Err(e) => panic!("a NormalizedMessage does not serialize to be stored: {e}"),
+    };
+    match NormalizedMessage::from_stored_json(&stored) {
+        Ok(back) => assert!(
+            back == *msg,
+            "a NormalizedMessage changed in a storage round trip: {stored}"
+        ),
+        Err(e) => panic!("a stored NormalizedMessage does not read back: {e}: {stored}"),
     }
 }
 

@@ -676,6 +676,7 @@ pub fn note_message(n: WokenNote<'_>) -> NormalizedMessage {
         raw: n.activity.clone(),
         policy_resolution: None,
         received_trace: None,
+        reply_context: crate::message::ReplyContext::NONE,
         extra: Extra::new(),
     }
 }

@@ -218,8 +218,12 @@ pub(super) async fn progress(db: &Db, msgs: &[&MessageEntry]) -> Result<HashMap<
         .collect())
 }
 
+/// A stored message or response as the API shows it: a message without its reply context,
+/// which is its transport's alone.
 fn body(m: &MessageEntry) -> Result<Value> {
-    serde_json::from_str(&m.body).map_err(Error::corrupt)
+    let mut v = serde_json::from_str(&m.body).map_err(Error::corrupt)?;
+    crate::message::NormalizedMessage::strip_stored(&mut v);
+    Ok(v)
 }
 
 /// `GET /api/v1/threads/{id}`.

@@ -593,6 +593,7 @@ impl Inbound {
             raw,
             policy_resolution: None,
             received_trace: None,
+            reply_context: crate::message::ReplyContext::NONE,
             extra: Extra::new(),
         }
     }

@@ -277,6 +277,7 @@ pub(super) fn turn_message(
         }),
         policy_resolution,
         received_trace: None,
+        reply_context: crate::message::ReplyContext::NONE,
         extra: also_addressed(state, call, msg, &agent.name),
     })
 }

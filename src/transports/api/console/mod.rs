@@ -514,7 +514,8 @@ async fn message_page(
         let m = threads::entry(&db, &id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("no message {id}")))?;
-        let body: Value = serde_json::from_str(&m.body).map_err(Error::corrupt)?;
+        let mut body: Value = serde_json::from_str(&m.body).map_err(Error::corrupt)?;
+        crate::message::NormalizedMessage::strip_stored(&mut body);
         let response = threads::responses_to(&db, &[m.id.as_str()]).await?.pop();
         let response_id = response.as_ref().map(|r| r.id.clone());
         let mut job_ids = vec![format!("dispatch:{}", m.id)];
