@@ -11,6 +11,7 @@ pub mod auth;
 pub mod card;
 pub mod mapping;
 pub mod push;
+pub mod reply_context;
 pub mod server;
 pub mod store;
 pub mod tasks;
@@ -257,13 +258,9 @@ fn take_chain(task: &mut Value) -> Vec<Value> {
     }
 }
 
-/// The task a message belongs to.
-fn task_of(original: &NormalizedMessage) -> Result<&str, OutboundError> {
-    original
-        .raw
-        .get("taskId")
-        .and_then(Value::as_str)
-        .ok_or_else(|| OutboundError::permanent("the message names no A2A task"))
+/// The task a message belongs to (its reply context's).
+fn task_of(original: &NormalizedMessage) -> Result<String, OutboundError> {
+    reply_context::ReplyContext::of(original).map(|c| c.task_id)
 }
 
 fn not_stored(task_id: &str) -> OutboundError {
@@ -419,12 +416,12 @@ impl Transport for A2aTransport {
         let task_id = task_of(&d.original)?;
         let outcome = self
             .engine
-            .update(task_id, |row, task, now| apply_response(d, row, task, now))
+            .update(&task_id, |row, task, now| apply_response(d, row, task, now))
             .await
             .map_err(|e| OutboundError::temporary(e.message))?;
         match outcome {
             Some(_) => Ok(()),
-            None => Err(not_stored(task_id)),
+            None => Err(not_stored(&task_id)),
         }
     }
 
@@ -445,13 +442,13 @@ impl Transport for A2aTransport {
         let mut writes = TaskWrites::default();
         let outcome = self
             .engine
-            .update_in(tx, &mut writes, task_id, |row, task, now| {
+            .update_in(tx, &mut writes, &task_id, |row, task, now| {
                 apply_response(d, row, task, now)
             })
             .await
             .map_err(|e| OutboundError::temporary(e.message))?;
         if outcome.is_none() {
-            return Err(not_stored(task_id));
+            return Err(not_stored(&task_id));
         }
         let engine = self.engine.clone();
         Ok(Box::new(move || engine.committed(writes)))
@@ -478,7 +475,7 @@ impl Transport for A2aTransport {
         let task_id = task_of(original)?;
         let artifact_id = stream_artifact_id(original);
         self.engine
-            .update(task_id, |row, task, _now| {
+            .update(&task_id, |row, task, _now| {
                 let state = TaskState::parse(&row.state);
                 if row.turn_message_id != original.id
                     || state.is_some_and(|s| s.is_terminal() || s.is_interrupted())
@@ -514,13 +511,13 @@ impl Transport for A2aTransport {
         let task_id = task_of(original)?;
         if let Some(why) = failure {
             tracing::warn!(
-                task = task_id,
+                task = %task_id,
                 error = why,
                 "the agent could not answer; the task fails"
             );
         }
         self.engine
-            .update(task_id, |row, task, now| {
+            .update(&task_id, |row, task, now| {
                 let state = TaskState::parse(&row.state);
                 // A sibling agent woken in a chain is not the task's turn, but the task waits
                 // for it: its silence ends the chain with what the others said.

@@ -245,7 +245,7 @@ pub(super) fn turn_message(
         .ok_or_else(|| RpcError::new(wire::INTERNAL_ERROR, "the task's agent is gone"))?;
     let policy_resolution = mapping::policy_claim(msg.metadata.as_ref(), now)
         .map_err(|why| RpcError::invalid_field("message.metadata", why))?;
-    Ok(NormalizedMessage {
+    let mut nm = NormalizedMessage {
         id,
         thread_id: format!("{}\n{}", row.owner, row.context_id),
         in_reply_to,
@@ -279,7 +279,13 @@ pub(super) fn turn_message(
         received_trace: None,
         reply_context: crate::message::ReplyContext::NONE,
         extra: also_addressed(state, call, msg, &agent.name),
+    };
+    nm.set_reply_context(&crate::transports::a2a::reply_context::ReplyContext {
+        task_id: row.id.clone(),
+        context_id: row.context_id.clone(),
     })
+    .map_err(|e| internal(&Error::corrupt(e)))?;
+    Ok(nm)
 }
 
 /// At the hub, the further agents a message's leading handles name besides `agent` (A2A gives
