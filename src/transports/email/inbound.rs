@@ -12,10 +12,12 @@ use sha2::{Digest, Sha256};
 use super::NAME;
 use super::auth::{AuthOutcome, Envelope, Verifier};
 use super::parse::{self, ParseError, ParsedMail};
+use super::reply_context::ReplyContext;
 use super::roles::{self, RoleJob};
 use super::session::Receiver;
 use super::smtp::{Rcpt, Reply, SessionEnvelope};
 use super::store;
+use super::wire::{self, BodyRef, Summary};
 use crate::agents::Agent;
 use crate::config::UnauthenticatedMail;
 use crate::error::OutboundError;
@@ -349,7 +351,7 @@ impl Inbound {
                 body.as_deref(),
                 dropped,
                 roles,
-            );
+            )?;
             let name = agent.name.to_lowercase();
             let rows = MailRows {
                 blobs: std::mem::take(&mut new_blobs),
@@ -436,7 +438,7 @@ impl Inbound {
         body: Option<&str>,
         dropped: usize,
         roles: &[String],
-    ) -> NormalizedMessage {
+    ) -> crate::Result<NormalizedMessage> {
         let now = self.pipeline.clock().now();
         let from = mail.from.clone().or_else(|| {
             (!env.mail_from.is_empty()).then(|| parse::Mailbox {
@@ -525,36 +527,37 @@ impl Inbound {
                 Rcpt::Bounce(_) => None,
             })
             .collect();
-        let mut raw = json!({
-            "message_id": mail.message_id,
-            "subject": mail.subject,
-            "from": mail.from,
-            "reply_to": mail.reply_to,
-            "to": mail.to,
-            "cc": mail.cc,
-            "date": mail.date,
-            "in_reply_to": mail.in_reply_to,
-            "references": mail.references,
-            "thread_index_guid": mail.thread_index_guid,
-            "thread_key": thread.key,
-            "agent_address": self.email_address(agent),
-            "from_authenticated": vouched.from_authenticated,
-            "authentication_results": auth.results,
-            "size": size,
-            "body": body.map(|d| json!({"algo": "sha256", "digest": d, "mime": "message/rfc822"})),
-            "dropped_attachments": dropped,
-            "envelope": {
-                "mail_from": env.mail_from,
-                "rcpt_to": rcpt_to,
-                "client_ip": env.peer.ip().to_string(),
-                "helo": env.helo,
-                "tls": env.tls,
+        let summary = Summary {
+            message_id: mail.message_id.clone(),
+            subject: mail.subject.clone(),
+            from: mail.from.clone(),
+            reply_to: mail.reply_to.clone(),
+            to: mail.to.clone(),
+            cc: mail.cc.clone(),
+            date: mail.date.clone(),
+            in_reply_to: mail.in_reply_to.clone(),
+            references: mail.references.clone(),
+            thread_index_guid: mail.thread_index_guid.clone(),
+            thread_key: Some(thread.key.clone()),
+            agent_address: Some(self.email_address(agent)),
+            from_authenticated: Some(vouched.from_authenticated),
+            authentication_results: auth.results.clone(),
+            size,
+            body: body.map(BodyRef::rfc822),
+            dropped_attachments: dropped,
+            envelope: wire::Envelope {
+                mail_from: env.mail_from.to_owned(),
+                rcpt_to,
+                client_ip: env.peer.ip().to_string(),
+                helo: env.helo.to_owned(),
+                tls: env.tls,
             },
-        });
-        if !roles.is_empty() {
             // Never answered (see `EmailTransport::deliver`).
-            raw["roles"] = json!(roles);
-        }
+            roles: roles.to_vec(),
+        };
+        let context =
+            ReplyContext::of_summary(&summary, thread.key.clone(), vouched.from_authenticated);
+        let raw = serde_json::to_value(&summary).map_err(crate::Error::corrupt)?;
         let sender = Sender {
             address,
             display_name: from.and_then(|f| f.name),
@@ -569,7 +572,7 @@ impl Inbound {
             client: None,
             extra: Extra::new(),
         };
-        NormalizedMessage {
+        let mut msg = NormalizedMessage {
             id: uuid::Uuid::now_v7().to_string(),
             thread_id: thread.key.clone(),
             in_reply_to: thread.parent.clone(),
@@ -595,7 +598,10 @@ impl Inbound {
             received_trace: None,
             reply_context: crate::message::ReplyContext::NONE,
             extra: Extra::new(),
-        }
+        };
+        msg.set_reply_context(&context)
+            .map_err(crate::Error::corrupt)?;
+        Ok(msg)
     }
 }
 

@@ -5,11 +5,13 @@
 //! both speaking the types of [`smtp`]. After the final dot the message is checked and parsed
 //! ([`parse`]), authenticated with DKIM, SPF, DMARC and ARC ([`auth`]), mapped to a
 //! `NormalizedMessage` for every agent named in To or Cc and ingested ([`inbound`]); only then
-//! does the client get 250. Mail to the role addresses (`postmaster@`, `abuse@`, `dmarc@`) is
-//! stored and routed by a job to `email.postmaster` ([`roles`]); reports of abuse are mailed to
-//! `moderation.reports_to` ([`reports`]). Outbound, [`EmailTransport`]
-//! renders the agent's response as a threaded reply, signs it with DKIM and sends it through the
-//! configured relay ([`outbound`]).
+//! does the client get 250. The message keeps the mail's summary as `raw` ([`wire`]) and what
+//! a reply needs as its reply context ([`reply_context`]). Mail to the role addresses
+//! (`postmaster@`, `abuse@`, `dmarc@`) is stored and routed by a job to `email.postmaster`
+//! ([`roles`]); reports of abuse are mailed to `moderation.reports_to` ([`reports`]).
+//! Outbound, [`EmailTransport`] renders the agent's response as a threaded reply from the
+//! message's reply context, signs it with DKIM and sends it through the configured relay
+//! ([`outbound`]).
 
 pub mod auth;
 pub mod connection;
@@ -19,11 +21,13 @@ pub mod inbound;
 mod listener;
 pub mod outbound;
 pub mod parse;
+pub mod reply_context;
 pub mod reports;
 pub mod roles;
 pub mod session;
 pub mod smtp;
 pub mod store;
+pub mod wire;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,9 +38,9 @@ use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Tls, TlsParameters};
 use lettre::transport::smtp::extension::ClientId;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
-use serde_json::Value;
 use tokio::sync::watch;
 
+use self::reply_context::ReplyContext;
 use super::{Parts, Started, TransportModule};
 use crate::blobs::BlobStore;
 use crate::clock::SharedClock;
@@ -452,51 +456,32 @@ impl EmailTransport {
     }
 }
 
-fn str_list(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Where a reply to `original` goes: its Reply-To, else its From, else its envelope sender —
-/// when the From address was authenticated (aligned DKIM or a DMARC pass). Otherwise nowhere,
-/// unless the agent replies to unauthenticated senders too (`reply_unauthenticated`), and then
-/// to the From address only: a Reply-To is the sender's word and counts only when From does.
+/// Where a reply to a mail with reply context `ctx` goes: its Reply-To, else its From, else its
+/// envelope sender — when the From address was authenticated (aligned DKIM or a DMARC pass).
+/// Otherwise nowhere, unless the agent replies to unauthenticated senders too
+/// (`reply_unauthenticated`), and then to the From address only: a Reply-To is the sender's word
+/// and counts only when From does.
 fn reply_target(
-    raw: &Value,
-    original: &crate::message::NormalizedMessage,
+    ctx: &ReplyContext,
     reply_unauthenticated: bool,
 ) -> std::result::Result<parse::Mailbox, &'static str> {
-    let mailbox = |key: &str| -> Option<parse::Mailbox> {
-        serde_json::from_value(raw.get(key)?.clone()).ok()
-    };
-    // Messages stored before the flag existed: a DMARC pass is an authenticated From.
-    let authenticated = raw
-        .get("from_authenticated")
-        .and_then(Value::as_bool)
-        .unwrap_or(original.sender.auth_method == crate::message::AuthMethod::EmailDmarc);
-    if !authenticated && !reply_unauthenticated {
+    if !ctx.from_authenticated && !reply_unauthenticated {
         return Err(
             "the sender's address is not authenticated (no aligned DKIM signature, no DMARC \
              pass): no reply is mailed to it",
         );
     }
-    let reply_to = if authenticated {
-        mailbox("reply_to")
+    let reply_to = if ctx.from_authenticated {
+        ctx.reply_to.clone()
     } else {
         None
     };
     reply_to
-        .or_else(|| mailbox("from"))
+        .or_else(|| ctx.from.clone())
         .or_else(|| {
-            let mf = raw.pointer("/envelope/mail_from")?.as_str()?;
-            (!mf.is_empty()).then(|| parse::Mailbox {
+            (!ctx.mail_from.is_empty()).then(|| parse::Mailbox {
                 name: None,
-                address: mf.to_owned(),
+                address: ctx.mail_from.clone(),
             })
         })
         .ok_or("the message has no reply address")
@@ -548,12 +533,8 @@ impl Transport for EmailTransport {
         if d.response.parts.is_empty() {
             return Ok(());
         }
-        let raw = &d.original.raw;
-        if raw
-            .get("roles")
-            .and_then(Value::as_array)
-            .is_some_and(|r| !r.is_empty())
-        {
+        let ctx = ReplyContext::of(&d.original)?;
+        if !ctx.roles.is_empty() {
             // Bounces, reports, complaints: an answer would be backscatter, or reflected at
             // whoever the sender claims to be.
             tracing::info!(response = %d.response.id, "mail to a role address is never answered");
@@ -567,11 +548,7 @@ impl Transport for EmailTransport {
             .next()
             .unwrap_or("")
             .to_lowercase();
-        let to = match reply_target(
-            raw,
-            &d.original,
-            self.reply_unauthenticated.contains(&agent),
-        ) {
+        let to = match reply_target(&ctx, self.reply_unauthenticated.contains(&agent)) {
             Ok(to) => to,
             Err(why) => return Err(OutboundError::permanent(why)),
         };
@@ -584,16 +561,13 @@ impl Transport for EmailTransport {
             return Ok(());
         }
         // The address the sender wrote to, unless the turn was relayed from another agent.
-        let from = raw
-            .get("agent_address")
-            .and_then(Value::as_str)
+        let from = ctx
+            .agent_address
+            .clone()
             .filter(|_| crate::pipeline::relayed_from(&d.original).is_none())
-            .map_or_else(|| format!("{agent}@{}", self.mail_domain), str::to_owned);
+            .unwrap_or_else(|| format!("{agent}@{}", self.mail_domain));
         let message_id = format!("{}@{}", d.response.id, self.mail_domain);
-        let thread_key = raw
-            .get("thread_key")
-            .and_then(Value::as_str)
-            .unwrap_or(&d.original.thread_id);
+        let thread_key = ctx.thread_key.as_str();
         let now = self.clock.now_ms();
         let remembered: crate::Result<()> = async {
             let mut tx = self.db.begin().await?;
@@ -615,12 +589,9 @@ impl Transport for EmailTransport {
         let files = self.files(&d.response.parts).await;
         let relay = crate::pipeline::relayed_from(&d.original);
         let cc = self.local_cc(relay.map(|(_, by)| by), d, &from);
-        let mut parent_id = raw
-            .get("message_id")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let mut refs = str_list(raw.get("references").unwrap_or(&Value::Null));
-        let irt = str_list(raw.get("in_reply_to").unwrap_or(&Value::Null));
+        let mut parent_id = ctx.message_id.clone();
+        let mut refs = ctx.references.clone();
+        let irt = &ctx.in_reply_to;
         if let Some((response, _)) = relay {
             // A relayed turn's reply answers the mentioning agent's mail (its Message-ID is
             // minted from the response id), below the mail that started the thread.
@@ -633,11 +604,11 @@ impl Transport for EmailTransport {
             from: (&from, self.display_names.get(&agent).map(String::as_str)),
             to: (&to.address, to.name.as_deref()),
             cc: &cc,
-            subject: raw.get("subject").and_then(Value::as_str),
+            subject: ctx.subject.as_deref(),
             message_id: &message_id,
             parent_id,
             parent_references: &refs,
-            parent_in_reply_to: &irt,
+            parent_in_reply_to: irt,
             date: SystemTime::UNIX_EPOCH + Duration::from_millis(millis),
             text,
             html,
@@ -780,7 +751,7 @@ impl TransportModule for Email {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::message::NormalizedMessage;
@@ -812,6 +783,21 @@ mod tests {
         raw
     }
 
+    /// The reply target of a message stored before reply contexts existed, with `raw` and
+    /// the sender's `auth_method`: its context is read from `raw`.
+    fn reply_target(
+        raw: &Value,
+        original: &NormalizedMessage,
+        reply_unauthenticated: bool,
+    ) -> std::result::Result<parse::Mailbox, &'static str> {
+        let msg = NormalizedMessage {
+            raw: raw.clone(),
+            ..original.clone()
+        };
+        let ctx = ReplyContext::of(&msg).expect("a context");
+        super::reply_target(&ctx, reply_unauthenticated)
+    }
+
     #[test]
     fn an_authenticated_from_gets_the_reply_at_its_reply_to() {
         let to = reply_target(&raw(Some(true)), &original("email-dkim"), false).expect("a target");
@@ -834,5 +820,40 @@ mod tests {
         let to = reply_target(&raw(None), &original("email-dmarc"), false).expect("a target");
         assert_eq!(to.address, "elsewhere@c.example");
         assert!(reply_target(&raw(None), &original("email-dkim"), false).is_err());
+    }
+
+    #[test]
+    fn the_stored_context_is_read_and_raw_only_for_a_message_stored_before_it() {
+        let mut raw = raw(Some(true));
+        raw["thread_key"] = json!("echo:<root@b.example>");
+        raw["agent_address"] = json!("echo+x@agents.test");
+        raw["message_id"] = json!("m1@b.example");
+        raw["references"] = json!(["root@b.example"]);
+        raw["roles"] = json!(["abuse@agents.test"]);
+        let old = NormalizedMessage {
+            raw: raw.clone(),
+            ..original("email-dkim")
+        };
+        // Stored before: the fields of `raw`.
+        let legacy = ReplyContext::of(&old).expect("from raw");
+        assert_eq!(legacy.thread_key, "echo:<root@b.example>");
+        assert_eq!(legacy.agent_address.as_deref(), Some("echo+x@agents.test"));
+        assert_eq!(legacy.roles, ["abuse@agents.test"]);
+        assert_eq!(legacy.mail_from, "bounce@b.example");
+        assert_eq!(legacy.references, ["root@b.example"]);
+        assert!(legacy.from_authenticated);
+        // Without a thread key, the message's thread; without `raw`, no address to answer.
+        let bare = ReplyContext::of(&original("email-dmarc")).expect("from nothing");
+        assert_eq!(bare.thread_key, "t1");
+        assert!(super::reply_target(&bare, true).is_err());
+        // A stored context wins over `raw`.
+        let mut new = old.clone();
+        let ctx = ReplyContext {
+            roles: Vec::new(),
+            thread_key: "echo:<other@b.example>".into(),
+            ..legacy
+        };
+        new.set_reply_context(&ctx).expect("set");
+        assert_eq!(ReplyContext::of(&new).expect("stored"), ctx);
     }
 }

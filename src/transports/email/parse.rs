@@ -7,6 +7,9 @@ use std::borrow::Cow;
 use base64::Engine as _;
 use mail_parser::{HeaderName, MessageParser, MimeHeaders, PartType};
 
+use super::wire::DeliveryStatus;
+pub use super::wire::{Dsn, Mailbox};
+
 /// The most `Received` headers before a message is treated as looping.
 pub const MAX_RECEIVED: usize = 50;
 
@@ -43,16 +46,6 @@ pub enum ParseError {
     /// domain.
     #[error("the From address holds control characters")]
     ControlInFrom,
-}
-
-/// A mailbox: display name and address.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Mailbox {
-    /// Display name, decoded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// `local@domain`, domain lowercased.
-    pub address: String,
 }
 
 /// One attachment or inline image.
@@ -140,15 +133,6 @@ pub fn chain_of(value: &str) -> Option<crate::message::AgentChain> {
         max_hops,
         is_final: hop >= max_hops,
     })
-}
-
-/// What a delivery status notification (RFC 3464) says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dsn {
-    /// `Action: failed` (or a 5.x.x status).
-    pub failed: bool,
-    /// `Status` and `Diagnostic-Code`, for operators.
-    pub detail: String,
 }
 
 /// The unfolded header fields of a raw message, in order.
@@ -539,20 +523,13 @@ fn dsn(msg: &mail_parser::Message<'_>) -> Option<Dsn> {
             continue;
         }
         let text = String::from_utf8_lossy(part.contents()).replace("\r\n", "\n");
-        let field = |name: &str| {
-            text.lines().find_map(|l| {
-                let (n, v) = l.split_once(':')?;
-                n.trim()
-                    .eq_ignore_ascii_case(name)
-                    .then(|| v.trim().to_owned())
-            })
-        };
-        let action = field("Action").unwrap_or_default().to_ascii_lowercase();
-        let status = field("Status").unwrap_or_default();
-        let diag = field("Diagnostic-Code").unwrap_or_default();
+        let status = DeliveryStatus::parse(&text);
         return Some(Dsn {
-            failed: action == "failed" || status.starts_with('5'),
-            detail: sanitize_line(&format!("{action} {status} {diag}")),
+            failed: status.failed(),
+            detail: sanitize_line(&format!(
+                "{} {} {}",
+                status.action, status.status, status.diagnostic_code
+            )),
         });
     }
     None
