@@ -9,6 +9,7 @@ use super::fetch::FetchError;
 use super::mapping::{self, iri, str_of};
 use super::reject::Reject;
 use super::verify::Auth;
+use super::wire::{self, FromJson as _};
 use super::{Inner, NAME, store};
 use crate::message::Part;
 use crate::moderation::Who;
@@ -62,14 +63,8 @@ pub(super) async fn on_create(
         }
         _ => return Ok(false),
     };
-    if !matches!(
-        str_of(note, "type"),
-        Some("Note" | "Article" | "Page" | "Question")
-    ) {
-        return Ok(false);
-    }
-    // With the fetched note in place of its IRI, so `raw` holds it as replies expect
-    // (`inReplyTo`, visibility and mentions are read from `raw.object`).
+    // With the fetched note in place of its IRI: `raw` holds the note itself (agents read it
+    // there), and the note is read from the activity like an embedded one.
     let resolved = activity
         .get("object")
         .is_some_and(Value::is_string)
@@ -79,10 +74,17 @@ pub(super) async fn on_create(
             a
         });
     let activity = resolved.as_ref().unwrap_or(activity);
-    let note_id = str_of(note, "id").ok_or_else(|| Reject::invalid("object has no id"))?;
-    let author = note
-        .get("attributedTo")
-        .and_then(|a| mapping::many(Some(a)).into_iter().find_map(iri));
+    let typed_activity = wire::Activity::from_json(activity);
+    let Some(typed) = typed_activity.embedded() else {
+        return Ok(false);
+    };
+    if !matches!(typed.kind(), Some("Note" | "Article" | "Page" | "Question")) {
+        return Ok(false);
+    }
+    let note_id = typed
+        .id()
+        .ok_or_else(|| Reject::invalid("object has no id"))?;
+    let author = typed.author();
     if author != Some(auth.actor.id.as_str())
         || mapping::host_of(note_id) != mapping::host_of(&auth.actor.id)
     {
@@ -92,15 +94,15 @@ pub(super) async fn on_create(
         .agents
         .all()
         .into_iter()
-        .filter(|a| mapping::wakes(note, activity, &inner.actor_url(&a.name)))
+        .filter(|a| mapping::wakes(typed, &typed_activity, &inner.actor_url(&a.name)))
         .collect();
     if woken.is_empty() {
         return Ok(false);
     }
-    let (thread_key, parent) = thread_of(inner, note).await;
+    let (thread_key, parent) = thread_of(inner, typed).await;
     let in_reply_to = parent.as_ref().and_then(|p| p.message_id.clone());
-    let parts = parts_of(inner, note).await;
-    let visibility = mapping::visibility_of(note, auth.actor.followers.as_deref());
+    let parts = parts_of(inner, typed).await;
+    let visibility = mapping::visibility_of(typed, auth.actor.followers.as_deref());
     let public = matches!(
         visibility,
         crate::message::Visibility::Public | crate::message::Visibility::Unlisted
@@ -136,7 +138,8 @@ pub(super) async fn on_create(
             parts: parts.clone(),
             max_reply_chars,
             now: inner.clock.now(),
-        });
+        })
+        .map_err(|e| Reject::from(crate::Error::corrupt(e)))?;
         // An agent that blocks the actor is skipped silently; one whose access rules refuse it
         // is skipped too: the inbox still answers 202, and the sender is told only when the
         // agent's `refusal_reply` says so.
@@ -300,7 +303,7 @@ impl crate::pipeline::IngestWrite for NoteRows {
 /// The thread key a note's explicit `context`/`conversation` names: for a context we minted
 /// (a server that adopts the context of the note it answers sends ours back), the thread it
 /// was minted for, so the conversation does not split; else the value itself.
-async fn explicit_thread(inner: &Inner, note: &Value) -> Option<String> {
+async fn explicit_thread(inner: &Inner, note: &wire::Object) -> Option<String> {
     let key = mapping::explicit_thread(note)?;
     if let Some((agent, id)) = inner.local_context(&key)
         && let Ok(Some(c)) = store::context(&inner.db, id).await
@@ -314,11 +317,11 @@ async fn explicit_thread(inner: &Inner, note: &Value) -> Option<String> {
 /// The conversation key and the known parent of a note: `context`/`conversation`, else the
 /// thread of a known parent, else the root of the `inReplyTo` chain (fetching at most
 /// `max_parent_fetches` unknown parents), else the note itself.
-async fn thread_of(inner: &Inner, note: &Value) -> (String, Option<store::ObjectRow>) {
+async fn thread_of(inner: &Inner, note: &wire::Object) -> (String, Option<store::ObjectRow>) {
     let explicit = explicit_thread(inner, note).await;
-    let Some(mut parent) = note.get("inReplyTo").and_then(iri).map(str::to_owned) else {
+    let Some(mut parent) = note.in_reply_to().map(str::to_owned) else {
         return (
-            explicit.unwrap_or_else(|| str_of(note, "id").unwrap_or_default().to_owned()),
+            explicit.unwrap_or_else(|| note.id().unwrap_or_default().to_owned()),
             None,
         );
     };
@@ -333,10 +336,11 @@ async fn thread_of(inner: &Inner, note: &Value) -> (String, Option<store::Object
         let Ok(doc) = inner.fetch_object(&parent).await else {
             break;
         };
+        let doc = wire::Object::from_json(&doc);
         if let Some(e) = explicit_thread(inner, &doc).await {
             return (e, None);
         }
-        match doc.get("inReplyTo").and_then(iri) {
+        match doc.in_reply_to() {
             Some(up) => {
                 if let Ok(Some(k)) = store::object(&inner.db, up).await {
                     return (k.thread_key, None);
@@ -351,7 +355,7 @@ async fn thread_of(inner: &Inner, note: &Value) -> (String, Option<store::Object
 
 /// Text and attachments of a note as parts. Attachments are downloaded into the blob store
 /// within the media size limit; what cannot be stored becomes a link.
-async fn parts_of(inner: &Inner, note: &Value) -> Vec<Part> {
+async fn parts_of(inner: &Inner, note: &wire::Object) -> Vec<Part> {
     let mut parts = Vec::new();
     // A mention of one of our agents reads as its handle (`@name@{handle domain}`), whatever
     // name the sender's tag gave it.

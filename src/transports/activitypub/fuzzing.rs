@@ -11,6 +11,7 @@ use super::html;
 use super::inbox;
 use super::mapping::{self as ap, iri, str_of};
 use super::sig::{self, Alg, RequestView, Scheme, VerifyKey};
+use super::wire::{FromJson as _, Object};
 use crate::config::ActivityPubConfig;
 use crate::message::{AuthMethod, NormalizedMessage, Part, Timestamp};
 
@@ -81,7 +82,8 @@ pub fn ap_inbox(body: &[u8]) {
         .unwrap_or_else(|| json!({"id": actor, "preferredUsername": "someone"}));
     let followers = str_of(&actor_doc, "followers");
     let _visibility = ap::visibility_of(note, followers);
-    let _fields = ap::thread_fields(note);
+    let typed = Object::from_json(note);
+    let _fields = ap::thread_fields(&typed);
     let thread = ap::explicit_thread(note)
         .or_else(|| note.get("inReplyTo").and_then(iri).map(str::to_owned))
         .unwrap_or_else(|| note_id.to_owned());
@@ -124,7 +126,10 @@ pub fn ap_inbox(body: &[u8]) {
         max_reply_chars: cfg.max_reply_chars.for_software(Some("mastodon")),
         now: Timestamp::from_unix_millis(1_700_000_000_000),
     });
-    round_trip(&msg);
+    match msg {
+        Ok(msg) => round_trip(&msg),
+        Err(e) => panic!("a woken note has no reply context: {e}"),
+    }
 }
 
 /// The message reads back as it was, as agents are shown it (without its reply context) and

@@ -1,13 +1,19 @@
-//! Pure mapping between ActivityStreams JSON and the contract: who a note wakes (the addressing
+//! Pure mapping between ActivityStreams and the contract: who a note wakes (the addressing
 //! rule), its visibility, sender address and profile, text, thread keys; and the reverse, a
 //! NormalizedResponse rendered as a `Create(Note)` with Mastodon-compatible addressing, mention
-//! markup and tags. No I/O here.
+//! markup and tags. It reads and writes the types of [`super::wire`]; the functions that read a
+//! note or an actor also take it as JSON ([`AsWire`]). A few helpers read raw JSON for the
+//! transport's other activities ([`many`], [`iri`], [`iris`], [`str_of`]). No I/O here.
 
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
 use super::html;
+use super::reply_context::ReplyContext;
+use super::wire::{
+    self, Activity, Actor, AsWire, FromJson as _, Image, Loose, Object, OneOrMany, Tag,
+};
 use crate::message::{
     AddressingRelay, AgentChain, Audience, AuthMethod, Avatar, EvidenceSource, Extra,
     IdentityEvidence, MentionRelay, NormalizedMessage, Part, Proof, ReceivedVia,
@@ -20,15 +26,23 @@ pub const PUBLIC: &str = "https://www.w3.org/ns/activitystreams#Public";
 /// The namespace of switchboard's extension properties (`agentChain`).
 pub const MENTIONABLE_NS: &str = "https://mentionable.dev/ns#";
 
+/// The `agentChain` of a reply written at `chain`'s hop.
+#[must_use]
+pub fn chain_mark(chain: AgentChain) -> wire::AgentChain {
+    wire::AgentChain {
+        hop: u64::from(chain.hop).into(),
+        max_hops: u64::from(chain.max_hops).into(),
+        extra: wire::Extra::new(),
+    }
+}
+
 /// Marks an agent's reply note with the hop its agent answered as in an agent conversation
 /// (`agentChain`: `hop`, `maxHops`; an extension property in [`MENTIONABLE_NS`]), so that
 /// another switchboard answering it continues the chain instead of starting a new one.
 pub fn mark_chain(note: &mut Value, chain: AgentChain) {
     if let Some(m) = note.as_object_mut() {
-        m.insert(
-            "agentChain".into(),
-            json!({"hop": chain.hop, "maxHops": chain.max_hops}),
-        );
+        // Numbers only: writing it as JSON cannot fail.
+        m.insert("agentChain".into(), json!(chain_mark(chain)));
     }
 }
 
@@ -36,10 +50,11 @@ pub fn mark_chain(note: &mut Value, chain: AgentChain) {
 /// ([`mark_chain`]): the next hop, at most the note's `maxHops` (and never above what any
 /// configuration allows).
 #[must_use]
-pub fn chain_of(note: &Value) -> Option<AgentChain> {
-    let c = note.get("agentChain")?;
-    let hop = u32::try_from(c.get("hop")?.as_u64()?).ok()?;
-    let max_hops = u32::try_from(c.get("maxHops")?.as_u64()?)
+pub fn chain_of(note: &impl AsWire<Object>) -> Option<AgentChain> {
+    let note = note.as_wire();
+    let c = note.agent_chain.get()?;
+    let hop = u32::try_from(*c.hop.get()?).ok()?;
+    let max_hops = u32::try_from(*c.max_hops.get()?)
         .ok()?
         .min(crate::config::MAX_MAX_HOPS);
     if hop == 0 || max_hops == 0 {
@@ -127,35 +142,31 @@ pub fn host_of(iri: &str) -> Option<String> {
 
 /// Everyone a note or its activity addresses (`to`, `cc`, `bto`, `bcc`, `audience`).
 #[must_use]
-pub fn audience(note: &Value, activity: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    for obj in [note, activity] {
-        for k in ["to", "cc", "bto", "bcc", "audience"] {
-            out.extend(iris(obj.get(k)));
-        }
-    }
-    out
+pub fn audience(note: &impl AsWire<Object>, activity: &impl AsWire<Activity>) -> Vec<String> {
+    let (note, activity) = (note.as_wire(), activity.as_wire());
+    note.addressing
+        .all()
+        .chain(activity.addressing.all())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The `href`s of a note's `Mention` tags.
 #[must_use]
-pub fn mention_hrefs(note: &Value) -> Vec<String> {
-    many(note.get("tag"))
-        .into_iter()
-        .filter(|t| str_of(t, "type") == Some("Mention"))
-        .filter_map(|t| str_of(t, "href").map(str::to_owned))
+pub fn mention_hrefs(note: &impl AsWire<Object>) -> Vec<String> {
+    note.as_wire()
+        .mentions()
+        .filter_map(|t| t.href.as_str())
+        .map(str::to_owned)
         .collect()
 }
 
 /// Mention tags as href → `@user@domain`. A tag name without a domain gets the href's host.
 #[must_use]
-pub fn mention_names(note: &Value) -> HashMap<String, String> {
+pub fn mention_names(note: &impl AsWire<Object>) -> HashMap<String, String> {
     let mut out = HashMap::new();
-    for t in many(note.get("tag")) {
-        if str_of(t, "type") != Some("Mention") {
-            continue;
-        }
-        let (Some(href), Some(name)) = (str_of(t, "href"), str_of(t, "name")) else {
+    for t in note.as_wire().mentions() {
+        let (Some(href), Some(name)) = (t.href.as_str(), t.name.as_str()) else {
             continue;
         };
         let name = name.trim_start_matches('@');
@@ -175,22 +186,41 @@ pub fn mention_names(note: &Value) -> HashMap<String, String> {
 /// The addressing rule (`mention_relay: addressing`): the agent is woken only when it is both
 /// addressed and mentioned by a `Mention` tag.
 #[must_use]
-pub fn wakes(note: &Value, activity: &Value, agent_iri: &str) -> bool {
-    audience(note, activity).iter().any(|a| a == agent_iri)
-        && mention_hrefs(note).iter().any(|h| h == agent_iri)
+pub fn wakes(
+    note: &impl AsWire<Object>,
+    activity: &impl AsWire<Activity>,
+    agent_iri: &str,
+) -> bool {
+    let (note, activity) = (note.as_wire(), activity.as_wire());
+    let mut addressed = note.addressing.all().chain(activity.addressing.all());
+    addressed.any(|a| a == agent_iri) && note.mentions().any(|t| t.href.as_str() == Some(agent_iri))
 }
 
 /// Mastodon's visibility classes of an inbound note.
 #[must_use]
-pub fn visibility_of(note: &Value, author_followers: Option<&str>) -> Visibility {
-    let to = iris(note.get("to"));
-    let cc = iris(note.get("cc"));
+pub fn visibility_of(note: &impl AsWire<Object>, author_followers: Option<&str>) -> Visibility {
+    let note = note.as_wire();
+    let iris = |p: &Loose<OneOrMany<wire::Reference>>| -> Vec<String> {
+        p.iris().map(str::to_owned).collect()
+    };
+    visibility(
+        &iris(&note.addressing.to),
+        &iris(&note.addressing.cc),
+        author_followers,
+    )
+}
+
+/// The visibility class of a note addressed `to` and `cc` (IRIs) by an author whose followers
+/// collection is `author_followers`: public in `to`, else unlisted (public in `cc`), else
+/// followers-only (their collection addressed), else direct.
+#[must_use]
+pub fn visibility(to: &[String], cc: &[String], author_followers: Option<&str>) -> Visibility {
     if to.iter().any(|s| is_public(s)) {
         Visibility::Public
     } else if cc.iter().any(|s| is_public(s)) {
         Visibility::Unlisted
-    } else if author_followers.is_some_and(|f| to.iter().chain(&cc).any(|s| s == f))
-        || to.iter().chain(&cc).any(|s| s.ends_with("/followers"))
+    } else if author_followers.is_some_and(|f| to.iter().chain(cc).any(|s| s == f))
+        || to.iter().chain(cc).any(|s| s.ends_with("/followers"))
     {
         Visibility::Followers
     } else {
@@ -200,10 +230,10 @@ pub fn visibility_of(note: &Value, author_followers: Option<&str>) -> Visibility
 
 /// The conversation key of a note: `context`, else `conversation` (FEP-7888, OStatus).
 #[must_use]
-pub fn explicit_thread(note: &Value) -> Option<String> {
-    note.get("context")
-        .and_then(iri)
-        .or_else(|| str_of(note, "conversation"))
+pub fn explicit_thread(note: &impl AsWire<Object>) -> Option<String> {
+    let note = note.as_wire();
+    note.context()
+        .or_else(|| note.conversation())
         .map(str::to_owned)
 }
 
@@ -220,10 +250,10 @@ pub struct ThreadFields<'a> {
 
 /// The thread fields of `note`, each as received.
 #[must_use]
-pub fn thread_fields(note: &Value) -> ThreadFields<'_> {
+pub fn thread_fields(note: &Object) -> ThreadFields<'_> {
     ThreadFields {
-        context: note.get("context").and_then(iri),
-        conversation: str_of(note, "conversation"),
+        context: note.context(),
+        conversation: note.conversation(),
     }
 }
 
@@ -255,36 +285,44 @@ pub fn reply_thread<'a>(
 
 /// `@user@host` of an actor document.
 #[must_use]
-pub fn address_of(actor: &Value) -> Option<String> {
-    let user = str_of(actor, "preferredUsername")?;
-    let host = host_of(str_of(actor, "id")?)?;
+pub fn address_of(actor: &impl AsWire<Actor>) -> Option<String> {
+    let actor = actor.as_wire();
+    let user = actor.preferred_username.as_str()?;
+    let host = host_of(actor.id.as_str()?)?;
     Some(format!("@{user}@{host}"))
 }
 
-/// The plain text of a note: `summary` (content warning) first, then the content.
+/// The plain text of a note given as JSON: `summary` (content warning) first, then the
+/// content ([`note_text_with`], its mentions named by their tags).
 #[must_use]
 pub fn note_text(note: &Value) -> String {
-    note_text_with(note, &mention_names(note))
+    let note = Object::from_json(note);
+    note_text_with(&note, &mention_names(&note))
 }
 
 /// [`note_text`] with the mention links' addresses given (href → `@user@domain`).
 #[must_use]
-pub fn note_text_with(note: &Value, mentions: &HashMap<String, String>) -> String {
-    let content = str_of(note, "content")
+pub fn note_text_with(note: &impl AsWire<Object>, mentions: &HashMap<String, String>) -> String {
+    let note = note.as_wire();
+    let content = note
+        .content
+        .as_str()
         .or_else(|| {
-            note.get("contentMap")
-                .and_then(Value::as_object)
+            note.content_map
+                .get()
                 .and_then(|m| m.values().find_map(Value::as_str))
         })
         .unwrap_or_default();
     let body = html::to_text(content, mentions);
-    let cw = str_of(note, "summary")
+    let cw = note
+        .summary
+        .as_str()
         .map(|s| html::to_text(s, mentions))
         .filter(|s| !s.is_empty());
-    let name = str_of(note, "name").filter(|s| !s.is_empty());
+    let name = note.name.as_str().filter(|s| !s.is_empty());
     match (name, cw) {
         (Some(n), _) if body.is_empty() => n.to_owned(),
-        (Some(n), _) if str_of(note, "type") != Some("Note") => format!("{n}\n\n{body}"),
+        (Some(n), _) if note.kind() != Some("Note") => format!("{n}\n\n{body}"),
         (_, Some(cw)) => format!("CW: {cw}\n\n{body}"),
         _ => body,
     }
@@ -305,27 +343,21 @@ pub struct Attachment {
 
 /// A note's attachments, at most `limit`.
 #[must_use]
-pub fn attachments(note: &Value, limit: usize) -> Vec<Attachment> {
-    many(note.get("attachment"))
-        .into_iter()
+pub fn attachments(note: &impl AsWire<Object>, limit: usize) -> Vec<Attachment> {
+    note.as_wire()
+        .attachment
+        .each()
+        .filter_map(Loose::get)
         .filter_map(|a| {
-            let url = match a.get("url") {
-                Some(Value::String(s)) => Some(s.clone()),
-                Some(Value::Array(v)) => v.iter().find_map(|u| match u {
-                    Value::String(s) => Some(s.clone()),
-                    o => str_of(o, "href").map(str::to_owned),
-                }),
-                Some(o @ Value::Object(_)) => str_of(o, "href").map(str::to_owned),
-                _ => str_of(a, "href").map(str::to_owned),
-            }?;
+            let url = a.location()?;
             if !(url.starts_with("https://") || url.starts_with("http://")) {
                 return None;
             }
             Some(Attachment {
-                url,
-                mime: str_of(a, "mediaType").map(str::to_owned),
-                name: str_of(a, "name").map(str::to_owned),
-                is_link: str_of(a, "type") == Some("Link"),
+                url: url.to_owned(),
+                mime: a.media_type.as_str().map(str::to_owned),
+                name: a.name.as_str().map(str::to_owned),
+                is_link: a.kind.as_str() == Some("Link"),
             })
         })
         .take(limit)
@@ -469,43 +501,58 @@ pub fn mention_prefix_chars(recipients: &[Recipient], parts: &[Part]) -> usize {
         .sum()
 }
 
-/// The reply note (without `@context`).
+/// The reply note (without `@context`), as written: `id`, `type`, `attributedTo`, `content`,
+/// `published`, `to`, `cc` (arrays, empty ones too), `tag` (a `Mention` per recipient), `url`,
+/// `sensitive`, then `inReplyTo`, `context`, `conversation` and `attachment` when there are
+/// any.
 #[must_use]
-pub fn reply_note(plan: &ReplyPlan<'_>, attachments: Vec<Value>) -> Value {
+pub fn reply_object(plan: &ReplyPlan<'_>, attachments: Vec<wire::Attachment>) -> Object {
     let mentioned: Vec<String> = plan.recipients.iter().map(|r| r.iri.clone()).collect();
     let (to, cc) = addressing(&plan.visibility, plan.followers, &mentioned);
-    let tags: Vec<Value> = plan
+    let list = |iris: Vec<String>| {
+        Loose::Typed(OneOrMany::Many(
+            iris.into_iter().map(wire::Reference::Iri).collect(),
+        ))
+    };
+    let tags = plan
         .recipients
         .iter()
-        .map(|r| json!({"type": "Mention", "href": r.iri, "name": r.address}))
+        .map(|r| Loose::Typed(Tag::mention(&r.iri, &r.address)))
         .collect();
-    let mut note = json!({
-        "id": plan.note_id,
-        "type": "Note",
-        "attributedTo": plan.actor,
-        "content": reply_html(plan.recipients, plan.parts),
-        "published": plan.published,
-        "to": to,
-        "cc": cc,
-        "tag": tags,
-        "url": plan.note_id,
-        "sensitive": false,
-    });
-    if let Some(m) = note.as_object_mut() {
-        if let Some(r) = plan.in_reply_to {
-            m.insert("inReplyTo".into(), r.into());
-        }
-        if let Some(c) = plan.thread.context {
-            m.insert("context".into(), c.into());
-        }
-        if let Some(c) = plan.thread.conversation.or(plan.thread.context) {
-            m.insert("conversation".into(), c.into());
-        }
-        if !attachments.is_empty() {
-            m.insert("attachment".into(), Value::Array(attachments));
-        }
+    Object {
+        id: plan.note_id.into(),
+        kind: "Note".into(),
+        attributed_to: OneOrMany::One(plan.actor.into()).into(),
+        content: reply_html(plan.recipients, plan.parts).into(),
+        published: plan.published.into(),
+        addressing: wire::Addressing {
+            to: list(to),
+            cc: list(cc),
+            ..wire::Addressing::default()
+        },
+        tag: OneOrMany::Many(tags).into(),
+        url: OneOrMany::One(plan.note_id.into()).into(),
+        sensitive: false.into(),
+        in_reply_to: plan.in_reply_to.map(wire::Reference::from).into(),
+        context: plan.thread.context.map(wire::Reference::from).into(),
+        conversation: plan
+            .thread
+            .conversation
+            .or(plan.thread.context)
+            .map(str::to_owned)
+            .into(),
+        attachment: (!attachments.is_empty())
+            .then(|| OneOrMany::Many(attachments.into_iter().map(Loose::Typed).collect()))
+            .into(),
+        ..Object::default()
     }
-    note
+}
+
+/// [`reply_object`] as JSON.
+#[must_use]
+pub fn reply_note(plan: &ReplyPlan<'_>, attachments: Vec<wire::Attachment>) -> Value {
+    // Strings, booleans and lists of them: writing it as JSON cannot fail.
+    json!(reply_object(plan, attachments))
 }
 
 /// Wraps a note in its `Create`, with the note's addressing and our `@context`.
@@ -529,7 +576,7 @@ pub fn create_of(note: &Value) -> Value {
 pub struct WokenNote<'a> {
     /// The message's id (UUIDv7).
     pub id: String,
-    /// The verified activity (kept as `raw`).
+    /// The verified activity, its note embedded (kept as `raw`, as received).
     pub activity: &'a Value,
     /// The authenticated actor's IRI.
     pub actor_id: &'a str,
@@ -558,33 +605,35 @@ pub struct WokenNote<'a> {
 }
 
 /// The sender's profile from its actor document: presentation only, never authorization.
-fn profile_of(doc: &Value, actor_id: &str) -> SenderProfile {
+fn profile_of(doc: &Actor, actor_id: &str) -> SenderProfile {
+    // The first icon, when it names a picture.
     let avatar = doc
-        .get("icon")
-        .and_then(|i| many(Some(i)).into_iter().next())
+        .icon
+        .each()
+        .next()
+        .and_then(Loose::get)
         .and_then(|i| match i {
-            Value::String(s) => Some(Avatar {
+            Image::Url(s) => Some(Avatar {
                 url: s.clone(),
                 mime_type: None,
                 width: None,
                 height: None,
             }),
-            o => str_of(o, "url").map(|u| Avatar {
+            Image::Object(o) => o.url.as_str().map(|u| Avatar {
                 url: u.to_owned(),
-                mime_type: str_of(o, "mediaType").map(str::to_owned),
+                mime_type: o.media_type.as_str().map(str::to_owned),
                 width: None,
                 height: None,
             }),
         });
     SenderProfile {
-        display_name: str_of(doc, "name")
+        display_name: doc
+            .name
+            .as_str()
             .filter(|s| !s.is_empty())
             .map(str::to_owned),
-        username: str_of(doc, "preferredUsername").map(str::to_owned),
-        url: doc
-            .get("url")
-            .and_then(|u| many(Some(u)).into_iter().find_map(iri))
-            .map(str::to_owned),
+        username: doc.preferred_username.as_str().map(str::to_owned),
+        url: doc.profile_url().map(str::to_owned),
         avatar,
         provider: Some("activitypub".into()),
         provider_subject: Some(actor_id.to_owned()),
@@ -596,28 +645,33 @@ fn profile_of(doc: &Value, actor_id: &str) -> SenderProfile {
 /// or `Application` (how Mastodon, Misskey, GoToSocial and switchboard itself publish bots and
 /// instance actors), or it carries a bot flag some servers add (`bot`, `isBot`: true).
 #[must_use]
-pub fn is_automated(doc: &Value) -> bool {
-    let typed = many(doc.get("type"))
-        .into_iter()
-        .filter_map(Value::as_str)
-        .any(|t| {
-            matches!(
-                t,
-                "Service" | "Application" | "as:Service" | "as:Application"
-            )
-        });
-    let flagged = ["bot", "isBot"]
+pub fn is_automated(doc: &impl AsWire<Actor>) -> bool {
+    let doc = doc.as_wire();
+    let typed = doc.kind.each().filter_map(Loose::get).any(|t| {
+        matches!(
+            t.as_str(),
+            "Service" | "Application" | "as:Service" | "as:Application"
+        )
+    });
+    let flagged = [&doc.bot, &doc.is_bot]
         .iter()
-        .any(|k| doc.get(*k).and_then(Value::as_bool) == Some(true));
+        .any(|f| f.get() == Some(&true));
     typed || flagged
 }
 
 /// The NormalizedMessage of a woken note: the verified actor as sender, with one piece of
 /// identity evidence (the actor IRI, vouched for by this server's verification of its
-/// signature or proof), and ActivityPub's reply capabilities.
-#[must_use]
-pub fn note_message(n: WokenNote<'_>) -> NormalizedMessage {
-    let profile = profile_of(n.actor_doc, n.actor_id);
+/// signature or proof), ActivityPub's reply capabilities, and the reply context
+/// ([`ReplyContext`]) its answer is addressed and threaded by.
+///
+/// # Errors
+/// The reply context does not convert to JSON (it always does).
+pub fn note_message(
+    n: WokenNote<'_>,
+) -> Result<NormalizedMessage, crate::message::ReplyContextError> {
+    let activity = Activity::from_json(n.activity);
+    let actor = Actor::from_json(n.actor_doc);
+    let profile = profile_of(&actor, n.actor_id);
     let evidence = IdentityEvidence {
         id: None,
         subject: n.actor_id.to_owned(),
@@ -640,7 +694,7 @@ pub fn note_message(n: WokenNote<'_>) -> NormalizedMessage {
         }),
         extra: Extra::new(),
     };
-    NormalizedMessage {
+    let mut msg = NormalizedMessage {
         id: n.id,
         thread_id: n.thread_key.to_owned(),
         in_reply_to: n.in_reply_to.map(str::to_owned),
@@ -652,7 +706,7 @@ pub fn note_message(n: WokenNote<'_>) -> NormalizedMessage {
             verified: true,
             key_id: Some(n.key_id.to_owned()),
             identities: Some(vec![evidence]),
-            automated: is_automated(n.actor_doc),
+            automated: is_automated(&actor),
             client: None,
             extra: Extra::new(),
         },
@@ -665,7 +719,7 @@ pub fn note_message(n: WokenNote<'_>) -> NormalizedMessage {
                 envelope_fields: vec!["to".into(), "cc".into()],
                 also_inline: true,
             }),
-            agent_chain: n.activity.get("object").and_then(chain_of),
+            agent_chain: activity.embedded().and_then(chain_of),
             formats: vec!["text/html".into(), "text/plain".into()],
             attachments: true,
             streaming: false,
@@ -678,7 +732,9 @@ pub fn note_message(n: WokenNote<'_>) -> NormalizedMessage {
         received_trace: None,
         reply_context: crate::message::ReplyContext::NONE,
         extra: Extra::new(),
-    }
+    };
+    msg.set_reply_context(&ReplyContext::of_activity(&activity))?;
+    Ok(msg)
 }
 
 #[cfg(test)]
@@ -711,7 +767,8 @@ mod tests {
             parts: vec![Part::text("hi")],
             max_reply_chars: 500,
             now,
-        });
+        })
+        .expect("a message");
         msg.validate().expect("valid");
         let got = serde_json::to_value(&msg).expect("json");
         let expected = json!({
@@ -782,7 +839,8 @@ mod tests {
             parts: vec![Part::text("x")],
             max_reply_chars: 500,
             now: Timestamp::from_unix_millis(0),
-        });
+        })
+        .expect("a message");
         assert_eq!(msg.sender.display_name, None);
         let profile = msg.sender.profile.expect("profile");
         assert_eq!(profile.username, None);
@@ -871,7 +929,9 @@ mod tests {
             "https://sb.example/agents/h/contexts/1"
         );
         assert_eq!(
-            thread_fields(&json!({"context": "https://a.example/c", "conversation": "tag:x"})),
+            thread_fields(&Object::from_json(
+                &json!({"context": "https://a.example/c", "conversation": "tag:x"})
+            )),
             ThreadFields {
                 context: Some("https://a.example/c"),
                 conversation: Some("tag:x"),

@@ -3,7 +3,9 @@
 //! - [`sig`]: draft-cavage and RFC 9421 HTTP signatures (parse, check, sign).
 //! - [`proof`]: FEP-8b32 `eddsa-jcs-2022` object proofs, JCS, base58btc Multikeys.
 //! - [`html`]: note HTML to text, and the outbound sanitiser.
+//! - [`wire`]: the ActivityStreams shapes read and written (activity, note, actor, tags).
 //! - [`mapping`]: ActivityStreams ⇄ contract, pure.
+//! - [`reply_context`]: what a reply needs of the note it answers, kept with the message.
 //! - [`store`]: the transport's tables.
 //! - `fetch`: signed, cached fetches of remote actors and keys (through the SSRF guard).
 //! - `documents`: WebFinger, actors, NodeInfo, collections, notes, profile pages.
@@ -30,10 +32,12 @@ mod moderation;
 mod outbound;
 pub mod proof;
 mod reject;
+pub mod reply_context;
 pub mod sig;
 mod software;
 pub mod store;
 mod verify;
+pub mod wire;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -11,10 +11,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::future::join_all;
 use reqwest::header::HeaderValue;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::long_replies;
-use super::mapping::{self, Recipient, ReplyPlan, iri, str_of};
+use super::mapping::{self, Recipient, ReplyPlan, str_of};
+use super::reply_context::{NoteContext, ReplyContext};
+use super::wire::{self, FromJson as _};
 use super::{ActivityPub, Inner, JOB_KIND, NAME, proof, store};
 use crate::error::{Error, OutboundError, PeerStatus, Result};
 use crate::message::{BytesRef, Part, Visibility};
@@ -147,15 +149,18 @@ impl Inner {
     async fn reply_thread(
         &self,
         agent: &str,
-        note: Option<&Value>,
+        note: Option<&NoteContext>,
         thread_key: &str,
     ) -> Result<(Option<String>, Option<String>)> {
-        let parent = match note.and_then(|n| n.get("inReplyTo")).and_then(iri) {
+        let parent = match note.and_then(|n| n.in_reply_to.as_deref()) {
             Some(p) => store::object(&self.db, p).await?,
             None => None,
         };
-        let parent: Option<Value> = parent.and_then(|p| serde_json::from_str(&p.body).ok());
-        let ours = note.map(mapping::thread_fields).unwrap_or_default();
+        let parent: Option<wire::Object> = parent.and_then(|p| serde_json::from_str(&p.body).ok());
+        let ours = note.map_or_else(mapping::ThreadFields::default, |n| mapping::ThreadFields {
+            context: n.context.as_deref(),
+            conversation: n.conversation.as_deref(),
+        });
         let theirs = parent
             .as_ref()
             .map(mapping::thread_fields)
@@ -179,11 +184,11 @@ impl Inner {
             .ok_or_else(|| OutboundError::permanent(format!("no agent {}", d.response.agent)))?;
         let actor = self.actor_url(&agent.name);
         let followers = format!("{actor}/followers");
-        let raw = &d.original.raw;
-        let original_note = raw.get("object").filter(|o| o.is_object());
-        let sender_iri = raw
-            .get("actor")
-            .and_then(iri)
+        let ctx = ReplyContext::of(&d.original)?;
+        let original_note = ctx.note.as_ref();
+        let sender_iri = ctx
+            .actor
+            .as_deref()
             .ok_or_else(|| OutboundError::permanent("the original has no actor"))?;
         let sender = self.actor(sender_iri, false).await.map_err(|e| match e {
             super::fetch::FetchError::Temporary(r) => OutboundError::temporary(r),
@@ -247,10 +252,8 @@ impl Inner {
             .map(|a| Recipient {
                 iri: a.id.clone(),
                 address: a.address.clone(),
-                url: a
-                    .doc
-                    .get("url")
-                    .and_then(|u| mapping::many(Some(u)).into_iter().find_map(iri))
+                url: wire::Actor::from_json(&a.doc)
+                    .profile_url()
                     .unwrap_or(&a.id)
                     .to_owned(),
             })
@@ -262,10 +265,10 @@ impl Inner {
             .collect();
         let visibility = d.response.visibility.unwrap_or_else(|| {
             original_note.map_or(Visibility::Direct, |n| {
-                mapping::visibility_of(n, actors[0].followers.as_deref())
+                mapping::visibility(&n.to, &n.cc, actors[0].followers.as_deref())
             })
         });
-        let in_reply_to = original_note.and_then(|n| str_of(n, "id"));
+        let in_reply_to = original_note.and_then(|n| n.id.as_deref());
         // The thread key the inbox stored the note under, so the reply joins its thread (and
         // its context collection); else what the inbox would have chosen.
         let stored = match in_reply_to {
@@ -275,16 +278,15 @@ impl Inner {
         let thread_key = match stored {
             Some(row) => row.thread_key,
             None => original_note
-                .and_then(mapping::explicit_thread)
+                .and_then(NoteContext::explicit_thread)
                 .or_else(|| {
                     original_note.map(|n| {
-                        n.get("inReplyTo")
-                            .and_then(iri)
-                            .unwrap_or(str_of(n, "id").unwrap_or_default())
-                            .to_owned()
+                        n.in_reply_to
+                            .as_deref()
+                            .unwrap_or(n.id.as_deref().unwrap_or_default())
                     })
                 })
-                .unwrap_or_else(|| d.response.thread_id.clone()),
+                .map_or_else(|| d.response.thread_id.clone(), str::to_owned),
         };
         let (context, conversation) = self
             .reply_thread(&agent.name, original_note, &thread_key)
@@ -296,12 +298,11 @@ impl Inner {
             if let Part::File(f) = p
                 && let BytesRef::ContentAddressed(c) = &f.bytes_ref
             {
-                attachments.push(json!({
-                    "type": "Document",
-                    "mediaType": f.mime,
-                    "url": self.blobs.url(&c.digest),
-                    "name": f.name,
-                }));
+                attachments.push(wire::Attachment::document(
+                    &self.blobs.url(&c.digest),
+                    &f.mime,
+                    f.name.as_deref(),
+                ));
             }
         }
         // A relayed turn's reply answers the mentioning agent's note (its id is minted from
