@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::mapping::{self, str_of};
 use super::sig::{self, PublicKey};
+use super::wire::{self, FromJson as _, Loose};
 use super::{Inner, store};
 use crate::error::OutboundError;
 use crate::net::HttpRequest;
@@ -37,22 +38,24 @@ pub struct RemoteActor {
 }
 
 impl RemoteActor {
-    /// Parses an actor document.
+    /// Parses an actor document ([`wire::Actor`]): its id and `@user@host` are required; keys
+    /// of another shape than expected are left out.
     #[must_use]
     pub fn parse(doc: Value) -> Option<Self> {
-        let id = str_of(&doc, "id")?.to_owned();
-        let address = mapping::address_of(&doc)?;
+        let actor = wire::Actor::from_json(&doc);
+        let id = actor.id.as_str()?.to_owned();
+        let address = mapping::address_of(&actor)?;
         let mut keys = Vec::new();
-        for k in mapping::many(doc.get("publicKey")) {
-            if let (Some(kid), Some(pem)) = (str_of(k, "id"), str_of(k, "publicKeyPem"))
+        for k in actor.public_key.each().filter_map(Loose::get) {
+            if let (Some(kid), Some(pem)) = (k.id.as_str(), k.public_key_pem.as_str())
                 && let Some(der) = crate::keys::spki_der_from_pem(pem)
             {
                 keys.push((kid.to_owned(), PublicKey::Rsa(der)));
             }
         }
-        for k in mapping::many(doc.get("assertionMethod")) {
-            if str_of(k, "type") == Some("Multikey")
-                && let (Some(kid), Some(mb)) = (str_of(k, "id"), str_of(k, "publicKeyMultibase"))
+        for k in actor.assertion_method.each().filter_map(Loose::get) {
+            if k.kind.as_str() == Some("Multikey")
+                && let (Some(kid), Some(mb)) = (k.id.as_str(), k.public_key_multibase.as_str())
                 && let Some(raw) = super::proof::parse_ed25519_multikey(mb)
             {
                 keys.push((kid.to_owned(), PublicKey::Ed25519(raw)));
@@ -60,12 +63,9 @@ impl RemoteActor {
         }
         Some(Self {
             address,
-            inbox: str_of(&doc, "inbox").map(str::to_owned),
-            shared_inbox: doc
-                .get("endpoints")
-                .and_then(|e| str_of(e, "sharedInbox"))
-                .map(str::to_owned),
-            followers: str_of(&doc, "followers").map(str::to_owned),
+            inbox: actor.inbox.as_str().map(str::to_owned),
+            shared_inbox: actor.shared_inbox().map(str::to_owned),
+            followers: actor.followers.as_str().map(str::to_owned),
             keys,
             id,
             doc,
