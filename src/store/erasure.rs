@@ -28,8 +28,8 @@ pub struct ErasedRow {
 /// sender wrote. A message keeps its ids (`id`, `thread_id`, `in_reply_to`), its addressing
 /// (`recipient`, `recipient_capabilities`, `received_via`, `received_at`) and who sent it
 /// (`sender.address`, `auth_method`, `verified`, `automated`); a response its ids, agent and
-/// state. Parts are empty; the raw wire form, history, profile, identity evidence and unknown
-/// fields are gone. A body that does not parse becomes `{}` with its id.
+/// state. Parts are empty; the raw wire form, the reply context, history, profile, identity
+/// evidence and unknown fields are gone. A body that does not parse becomes `{}` with its id.
 #[must_use]
 pub fn tombstone(direction: &str, id: &str, body: &str) -> String {
     let old: Map<String, Value> = serde_json::from_str(body).unwrap_or_default();
@@ -278,6 +278,24 @@ pub async fn claimed_by(db: &Db, transport: &str, external_ids: &[&str]) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tombstone_has_no_reply_context() {
+        let body = serde_json::json!({
+            "id": "m1", "thread_id": "t1",
+            "sender": {"address": "bob@b.example", "auth_method": "none", "verified": false},
+            "recipient": "@echo@sb.example",
+            "parts": [{"kind": "text", "mime": "text/plain", "content": "hi"}],
+            "recipient_capabilities": {"mention_relay": {"kind": "none"}, "formats": [], "attachments": false, "streaming": false},
+            "received_via": "email", "received_at": "2026-01-02T03:04:05.678Z",
+            crate::message::STORED_REPLY_CONTEXT: {"subject": "secret"},
+        })
+        .to_string();
+        let t = tombstone("in", "m1", &body);
+        assert!(!t.contains("secret"), "{t}");
+        let m = crate::message::NormalizedMessage::from_stored_json(&t).unwrap();
+        assert!(!m.reply_context.is_some());
+    }
 
     #[test]
     fn a_tombstone_keeps_ids_and_addressing_only() {
