@@ -1,6 +1,6 @@
 //! A2A benchmark, side by side in one run: blocking `SendMessage` and `SendStreamingMessage` to
-//! an echo agent on switchboard (in this process, SQLite; once plain and once with ten access
-//! rules and a trusted connector issuer configured), on the a2a-sdk 1.3.0 Python server
+//! an echo agent on switchboard (SQLite; once plain and once with ten access rules and a trusted
+//! connector issuer configured, each in a process of its own), on the a2a-sdk 1.3.0 Python server
 //! (`tests/peers/a2a/server.py`, uvicorn, in-memory store) and on the @a2a-js/sdk 1.3.0 server
 //! (`tests/peers/a2a/server.mjs`, Express, in-memory store), alternating A B C x3. Prints
 //! requests/s, p50/p99 latency and, for switchboard, the memory held per open stream.
@@ -10,7 +10,11 @@
 //! `BENCH_SECONDS` (default 10) per step, `BENCH_CONCURRENCY` (default 16).
 //!
 //! The load generator is a process of its own (`bench/common/loadgen.rs`, pinned to core 0 by
-//! default), so the CPU time printed for each server is its own process's alone.
+//! default), and so is each switchboard: this executable started again with
+//! `BENCH_A2A_SERVE=plain` or `policy` (see [`serve`]) runs one instance, prints its address and
+//! serves until its standard input closes. The CPU time printed for each server, and the memory
+//! per stream, are therefore that server's process's alone: neither instance is charged with the
+//! other's idle work, nor do they share a runtime.
 
 #[path = "common/loadgen.rs"]
 mod loadgen;
@@ -22,9 +26,9 @@ use switchboard::Application;
 use switchboard::config::Secret;
 use switchboard::moderation::Who;
 
-/// Resident memory of this process, in KiB.
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+/// Resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -113,7 +117,9 @@ fn with_policy(config: &mut switchboard::Config) {
     });
 }
 
-async fn start_switchboard(dir: &std::path::Path, policy: bool) -> Application {
+/// The benchmarked instance's configuration (`policy`: with [`with_policy`]), but for its
+/// database.
+fn config(policy: bool) -> switchboard::Config {
     let mut config = switchboard::Config::from_env(None).unwrap_or_else(|e| panic!("config: {e}"));
     config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
     config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
@@ -122,7 +128,6 @@ async fn start_switchboard(dir: &std::path::Path, policy: bool) -> Application {
     loadgen::blocks(&mut config.moderation);
     // The memory step holds 1000 streams open from one address.
     config.server.max_connections_per_peer = 4096;
-    config.database.url = Secret::new(format!("sqlite://{}", dir.join("bench.db").display()));
     // A second agent whose tasks wait for input, to hold streams open.
     config.agents.push(switchboard::config::AgentConfig {
         access: None,
@@ -136,9 +141,115 @@ async fn start_switchboard(dir: &std::path::Path, policy: bool) -> Application {
     if policy {
         with_policy(&mut config);
     }
-    Application::build(config)
+    config
+}
+
+/// What a switchboard process prints before its address.
+const LISTENING: &str = "listening on ";
+
+/// The body of a switchboard process (`BENCH_A2A_SERVE=plain` or `policy`): starts one instance
+/// on a database of its own, prints `listening on ADDR` on its standard output, and serves
+/// until its standard input closes (the benchmark ended, or died).
+async fn serve(kind: String) {
+    let policy = match kind.as_str() {
+        "plain" => false,
+        "policy" => true,
+        other => panic!("{SERVE}={other}: plain or policy"),
+    };
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut config = config(policy);
+    config.database.url = Secret::new(format!(
+        "sqlite://{}",
+        dir.path().join("bench.db").display()
+    ));
+    let app = Application::build(config)
         .await
-        .unwrap_or_else(|e| panic!("switchboard: {e}"))
+        .unwrap_or_else(|e| panic!("switchboard: {e}"));
+    {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{LISTENING}{}", app.http_addr()).unwrap_or_else(|e| panic!("{e}"));
+        out.flush().unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut sink = Vec::new();
+    let _ = tokio::io::AsyncReadExt::read_to_end(&mut tokio::io::stdin(), &mut sink).await;
+    let _ = app.shutdown().await;
+}
+
+/// The variable that makes this executable a switchboard process.
+const SERVE: &str = "BENCH_A2A_SERVE";
+
+/// A switchboard in a process of its own (this executable, with [`SERVE`] set), which pins
+/// itself as the process under test; ended by [`Switchboard::stop`], killed when dropped
+/// without it.
+struct Switchboard {
+    child: std::process::Child,
+    /// `http://ADDR`.
+    base: String,
+}
+
+impl Switchboard {
+    fn start(kind: &str) -> Self {
+        use std::io::BufRead as _;
+        let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current exe: {e}"));
+        let mut child = std::process::Command::new(exe)
+            .env(SERVE, kind)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("switchboard process: {e}"));
+        let out = child
+            .stdout
+            .take()
+            .unwrap_or_else(|| panic!("switchboard process: no stdout"));
+        let mut lines = std::io::BufReader::new(out).lines();
+        let addr = loop {
+            match lines.next() {
+                Some(Ok(line)) => match line.strip_prefix(LISTENING) {
+                    Some(addr) => break addr.to_owned(),
+                    None => eprintln!("switchboard ({kind}): {line}"),
+                },
+                _ => panic!("the {kind} switchboard process did not start"),
+            }
+        };
+        // Whatever it prints later goes to stderr, and its pipe never fills.
+        let kind = kind.to_owned();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                eprintln!("switchboard ({kind}): {line}");
+            }
+        });
+        Self {
+            child,
+            base: format!("http://{addr}"),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Asks the process to shut down (its standard input closes) and waits 15 s at most for it
+    /// to end; one still running then is killed.
+    async fn stop(mut self) {
+        drop(self.child.stdin.take());
+        for _ in 0..300 {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Switchboard {
+    fn drop(&mut self) {
+        // A process not stopped (the benchmark panicked on the way) is killed.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
 }
 
 /// Waits until the peer on `port` serves its agent card; returns its endpoint URL.
@@ -198,8 +309,9 @@ async fn start_node(node_modules: &str) -> (tokio::process::Child, String) {
     (child, serving(port, "the @a2a-js/sdk server").await)
 }
 
-/// Memory per open stream on switchboard: subscriptions to tasks that wait for input.
-async fn stream_memory(url: &str, n: usize) -> f64 {
+/// Memory per open stream on switchboard (process `pid`): subscriptions to tasks that wait for
+/// input.
+async fn stream_memory(url: &str, pid: u32, n: usize) -> f64 {
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for _ in 0..n {
@@ -224,7 +336,7 @@ async fn stream_memory(url: &str, n: usize) -> f64 {
         );
     }
     // Each task waits for input, so its subscription stays open.
-    let before = rss_kib();
+    let before = rss_kib(pid);
     let mut open = Vec::new();
     for id in &ids {
         let resp = client
@@ -241,13 +353,16 @@ async fn stream_memory(url: &str, n: usize) -> f64 {
         open.push(resp);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after = rss_kib();
+    let after = rss_kib(pid);
     drop(open);
     (after.saturating_sub(before) as f64 * 1024.0) / n as f64
 }
 
 fn main() {
-    loadgen::main(bench);
+    match std::env::var(SERVE) {
+        Ok(kind) => loadgen::main(|| serve(kind)),
+        Err(_) => loadgen::main(bench),
+    }
 }
 
 async fn bench() {
@@ -259,12 +374,10 @@ async fn bench() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(16);
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let app = start_switchboard(dir.path(), false).await;
-    let sb = format!("http://{}/a2a", app.http_addr());
-    let policy_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let policy_app = start_switchboard(policy_dir.path(), true).await;
-    let sb_policy = format!("http://{}/a2a", policy_app.http_addr());
+    let plain = Switchboard::start("plain");
+    let sb = format!("{}/a2a", plain.base);
+    let policy = Switchboard::start("policy");
+    let sb_policy = format!("{}/a2a", policy.base);
     let python = std::env::var("SWITCHBOARD_A2A_PYTHON").ok();
     let py = match &python {
         Some(p) => Some(start_python(p).await),
@@ -282,14 +395,13 @@ async fn bench() {
     };
     println!("A2A benchmark: {secs} s per step, {conc} concurrent clients, A B C alternating x3");
     println!("{}", loadgen::describe());
-    let me = std::process::id();
     let pid = |c: &tokio::process::Child| c.id().unwrap_or(0);
     let mut contenders: Vec<(&str, String, u32)> = vec![
-        ("switchboard", sb.clone(), me),
+        ("switchboard", sb.clone(), plain.pid()),
         (
             "switchboard, 10 access rules + 1 trusted issuer",
             sb_policy.clone(),
-            me,
+            policy.pid(),
         ),
     ];
     if let Some((c, url)) = &py {
@@ -336,11 +448,13 @@ async fn bench() {
             );
         }
         // The checks of an (anonymous) caller no block matches: the agent's at admission,
-        // then ingest's of the message's sender.
+        // then ingest's of the message's sender. The blocks are the plain instance's, from its
+        // configuration made again here.
         if let Some((_, steps)) = rows.first().filter(|(_, s)| !s.is_empty()) {
             let anonymous = || Who::default().with_sender("@anonymous@a2a.invalid");
             let cpu = median(steps.iter().map(|s| s.cpu_us).collect());
-            loadgen::print_blocks_cost(&app.config().moderation, "request", cpu, || {
+            let moderation = config(false).moderation;
+            loadgen::print_blocks_cost(&moderation, "request", cpu, || {
                 vec![(Some("echo"), anonymous()), (None, anonymous())]
             });
         }
@@ -350,14 +464,14 @@ async fn bench() {
             rate(1) / rate(0)
         );
     }
-    let tck = format!("http://{}/agents/tck/a2a", app.http_addr());
-    let per_stream = stream_memory(&tck, 1000).await;
+    let tck = format!("{}/agents/tck/a2a", plain.base);
+    let per_stream = stream_memory(&tck, plain.pid(), 1000).await;
     println!(
         "\nswitchboard memory per open stream: {:.1} KiB (1000 streams)",
         per_stream / 1024.0
     );
     drop(py);
     drop(js);
-    let _ = app.shutdown().await;
-    let _ = policy_app.shutdown().await;
+    plain.stop().await;
+    policy.stop().await;
 }

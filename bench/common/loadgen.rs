@@ -7,8 +7,8 @@
 //! process under test (itself, or a peer's process) from `/proc`.
 //!
 //! Pinning (`BENCH_PIN=1`, the default on machines with two or more cores): the generator runs
-//! on core 0 and the process under test on the other cores, as `shared/notes/performance.md`
-//! §7 asks, so both contenders get the same cores.
+//! on core 0 and the process under test on the other cores, so both contenders get the same
+//! cores.
 
 #![allow(dead_code)]
 
