@@ -54,7 +54,8 @@ pub enum Held {
 impl Weight for Held {
     fn weight(&self) -> usize {
         match self {
-            Self::Stored(row) => row.body.len(),
+            // The row's own weight: its body, and the value it was written from when held too.
+            Self::Stored(row) => row.weight(),
             Self::Parsed(turn) => turn.weight,
         }
     }
@@ -543,6 +544,24 @@ mod tests {
             deleted_at: None,
             parsed: None,
         })
+    }
+
+    #[test]
+    fn a_stored_turn_weighs_what_it_holds() {
+        let plain = row("t", 1);
+        assert_eq!(Held::Stored(Arc::clone(&plain)).weight(), plain.body.len());
+        let response: crate::message::NormalizedResponse =
+            serde_json::from_value(serde_json::json!({
+                "id": "r1", "in_reply_to": "m1", "thread_id": "t", "agent": "@echo@x", "parts": []
+            }))
+            .unwrap();
+        let mut written = (*plain).clone();
+        written.body = serde_json::to_string(&response).unwrap();
+        written.parsed = Some(Parsed::Response(Arc::new(response)));
+        let body = written.body.len();
+        // Held with the value it was written from: the body twice over, as the rows cache
+        // counts it.
+        assert_eq!(Held::Stored(Arc::new(written)).weight(), 2 * body);
     }
 
     fn held(threads: &ThreadSeqs, thread: &str, before: i64, head: usize, tail: usize) -> Window {
