@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
-use crate::config::{A2aAuthConfig, BackendConfig, Config};
+use crate::config::{A2aAuthConfig, Config};
 use crate::error::Result;
 use crate::net::check_url;
 use crate::site::Site;
@@ -57,12 +57,6 @@ impl AgentAddresses {
     }
 }
 
-/// The name of a backend's kind, as written in the configuration.
-#[must_use]
-pub fn backend_kind(backend: &BackendConfig) -> &'static str {
-    backend.kind()
-}
-
 /// Every configured agent's addresses of each of `kinds`, derived from the public URL and the
 /// mail domain.
 ///
@@ -81,7 +75,7 @@ pub fn agent_addresses(config: &Config, kinds: &[AddressKind]) -> Result<Vec<Age
                 .iter()
                 .map(|k| (*k, (k.of)(config, &site, &a.name)))
                 .collect(),
-            backend: backend_kind(&a.backend),
+            backend: a.backend.kind(),
         })
         .collect())
 }
@@ -261,7 +255,7 @@ fn outbound_urls(config: &Config) -> Vec<(String, String)> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::config::{AgentConfig, Secret};
+    use crate::config::{AgentConfig, BackendConfig, Secret};
 
     /// An agent `hook` with a webhook backend at `url`.
     pub(crate) fn webhook(url: &str) -> AgentConfig {

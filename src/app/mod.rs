@@ -277,14 +277,9 @@ impl Application {
         let metrics_server = server::private(metrics_listener, private_routes, &pipeline)?;
         let (server_handle, metrics_handle) = (server.handle(), metrics_server.handle());
         let server_tasks = vec![tokio::spawn(server), tokio::spawn(metrics_server)];
-        let smtp = listeners
-            .iter()
-            .find(|(n, _)| *n == "smtp")
-            .map(|(_, a)| *a);
         let (domain, max_connections) = (parts.site.domain(), admitted.max_connections);
         tracing::info!(%http_addr, %metrics_addr, %domain, backend = ?parts.db.backend(), max_connections, open_file_limit = ?admitted.open_files, "switchboard is up");
-        crate::ops::log_startup(&config, &parts.addresses, smtp);
-        Ok(Self {
+        let app = Self {
             http_addr,
             metrics_addr,
             listeners,
@@ -296,7 +291,9 @@ impl Application {
             queue,
             pipeline,
             config,
-        })
+        };
+        crate::ops::log_startup(&app.config, &parts.addresses, app.smtp_addr());
+        Ok(app)
     }
 
     /// The bound public HTTP address.

@@ -27,7 +27,7 @@ use tracing::Instrument as _;
 use self::apply::{after_commit, apply};
 use self::plan::{Dispatched, JobResult, plan};
 use super::{Core, DispatchJob, runs};
-use crate::error::{Error, OutboundError, Result};
+use crate::error::{OutboundError, Result};
 use crate::message::{NormalizedMessage, NormalizedResponse};
 use crate::queue::JobHandler;
 use crate::store::jobs::JobRow;
@@ -36,12 +36,6 @@ use crate::store::messages::{self, StoredMessage};
 fn payload<T: serde::de::DeserializeOwned>(job: &JobRow) -> std::result::Result<T, OutboundError> {
     serde_json::from_str(&job.payload)
         .map_err(|e| OutboundError::permanent(format!("job payload is malformed: {e}")))
-}
-
-/// Database trouble while preparing a job is temporary; a corrupt row is permanent, and says
-/// which row and what is wrong with it ([`OutboundError`]'s one classification).
-fn internal(e: Error) -> OutboundError {
-    OutboundError::from(e)
 }
 
 /// The stored rows a batch refers to, keyed by id.
@@ -56,7 +50,7 @@ pub(super) async fn load_many(
 ) -> std::result::Result<Rows, OutboundError> {
     messages::get_many_cached(&core.db, &core.caches.recent, ids)
         .await
-        .map_err(internal)
+        .map_err(OutboundError::from)
 }
 
 /// The payloads of a batch's jobs, and the stored rows they name (`of` each payload) loaded at
@@ -91,14 +85,14 @@ pub(super) fn lookup<'a>(
 pub(super) fn message(
     row: &StoredMessage,
 ) -> std::result::Result<NormalizedMessage, OutboundError> {
-    row.message().map_err(internal)
+    row.message().map_err(OutboundError::from)
 }
 
 /// The stored response of `row`, like [`message`].
 pub(super) fn response(
     row: &StoredMessage,
 ) -> std::result::Result<NormalizedResponse, OutboundError> {
-    row.response().map_err(internal)
+    row.response().map_err(OutboundError::from)
 }
 
 /// A dispatch job's result, and the lease a job kept to wait for its thread is renewed to.
@@ -169,7 +163,7 @@ impl JobHandler for DispatchHandler {
             .collect();
         let windows = super::history::windows(core, &running)
             .await
-            .map_err(internal);
+            .map_err(OutboundError::from);
         let windows = &windows;
         let kept_until = self.defer_until();
         let loaded = &rows;

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use super::plan::{Answer, Dispatched};
-use super::{CALL_SLOT_WAIT, DispatchHandler, MAX_ABSORBED, internal, message};
+use super::{CALL_SLOT_WAIT, DispatchHandler, MAX_ABSORBED, message};
 use crate::error::OutboundError;
 use crate::message::{NormalizedMessage, ResponseEvent, Timestamp};
 use crate::pipeline::DispatchJob;
@@ -26,10 +26,7 @@ impl DispatchHandler {
         if core.authorize(agent, transport, origin).is_err() {
             return Ok(Some(crate::pipeline::Hold::Refused));
         }
-        let over = core
-            .over_rate(agent, transport, origin)
-            .await
-            .map_err(internal)?;
+        let over = core.over_rate(agent, transport, origin).await?;
         Ok(over.map(|_| crate::pipeline::Hold::RateLimited))
     }
 
@@ -51,20 +48,13 @@ impl DispatchHandler {
             return Ok(Ok(Vec::new()));
         }
         let db = &self.0.db;
-        if messages::outcome_of(db, &row.id)
-            .await
-            .map_err(internal)?
-            .as_deref()
-            == Some(MERGED)
-        {
+        if messages::outcome_of(db, &row.id).await?.as_deref() == Some(MERGED) {
             return Ok(Err(Dispatched::Taken));
         }
         let debounced = conv.debounce_ms > 0 && debounces(msg);
         let collapses = conv.queue != crate::config::QueueMode::Followup;
         if debounced || collapses {
-            let later = messages::unanswered_after(db, &row.thread_id, &row.agent, row.seq)
-                .await
-                .map_err(internal)?;
+            let later = messages::unanswered_after(db, &row.thread_id, &row.agent, row.seq).await?;
             if (collapses && !later.is_empty())
                 || (debounced && any_from(&later, &msg.sender.address))
             {
@@ -75,9 +65,8 @@ impl DispatchHandler {
         if new_thread {
             return Ok(Ok(Vec::new()));
         }
-        let before = messages::since_last_response(db, &row.thread_id, row.seq, MAX_ABSORBED)
-            .await
-            .map_err(internal)?;
+        let before =
+            messages::since_last_response(db, &row.thread_id, row.seq, MAX_ABSORBED).await?;
         Ok(Ok(absorbed(&before, &row.agent, &msg.sender.address)))
     }
 
@@ -135,8 +124,7 @@ impl DispatchHandler {
                 relayed,
                 &absorbed,
             )
-            .await
-            .map_err(internal)?
+            .await?
         };
         let mut trimmed = self.0.history.apply(turns);
         // Stored references keep the digest only: mint URLs valid from now.
