@@ -33,14 +33,18 @@ enum Command {
     },
     /// List the configured agents: fediverse handle, email address, A2A card URL, backend.
     Agents,
-    /// Ask the server on this host whether it is up: exits 0 when its health route answers
-    /// 200, 1 otherwise (a container's HEALTHCHECK).
+    /// Ask the server on this host whether it is up: exits 0 when its health route on the
+    /// private listener answers 200, 1 otherwise (a container's HEALTHCHECK, a Kubernetes probe).
     Healthcheck {
         /// Probe readiness (`/readyz`: the database answers, migrations applied) instead of
         /// liveness (`/healthz`).
         #[arg(long)]
         ready: bool,
-        /// The address to probe instead of `server.bind` (loopback when it binds every
+        /// Probe the public listener (`server.bind`) instead of the private one
+        /// (`server.metrics_bind`).
+        #[arg(long)]
+        public: bool,
+        /// The address to probe instead of the listener's (loopback when it binds every
         /// interface).
         #[arg(long)]
         addr: Option<SocketAddr>,
@@ -207,21 +211,26 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Healthcheck {
             ready,
+            public,
             addr,
             timeout,
         } => {
-            // Behind a load balancer speaking the PROXY protocol, the listener expects its
-            // header first: the probe sends a LOCAL one (naming no client).
-            let (addr, proxy_protocol) = match addr {
-                Some(a) => {
-                    let config = Config::from_env(cli.config.as_deref()).ok();
-                    (a, config.is_some_and(|c| c.server.proxy_protocol))
-                }
-                None => {
-                    let config = Config::from_env(cli.config.as_deref())?;
-                    let addr = switchboard::net::probe::local_addr(config.server.bind);
-                    (addr, config.server.proxy_protocol)
-                }
+            // The private listener speaks plain HTTP; a public one behind a load balancer
+            // speaking the PROXY protocol expects its header first: the probe then sends a LOCAL
+            // one (naming no client).
+            let config = match addr {
+                Some(_) => Config::from_env(cli.config.as_deref()).ok(),
+                None => Some(Config::from_env(cli.config.as_deref())?),
+            };
+            let proxy_protocol = public && config.as_ref().is_some_and(|c| c.server.proxy_protocol);
+            let addr = match (addr, config) {
+                (Some(a), _) => a,
+                (None, Some(c)) => switchboard::net::probe::local_addr(if public {
+                    c.server.bind
+                } else {
+                    c.server.metrics_bind
+                }),
+                (None, None) => anyhow::bail!("no address to probe"),
             };
             let path = if ready { "/readyz" } else { "/healthz" };
             let timeout = Duration::from_secs(timeout);

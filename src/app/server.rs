@@ -134,8 +134,13 @@ pub(super) fn public(
     Ok((server, admitted))
 }
 
+/// The most connections the private listener holds at once: scrapers, probes and operators,
+/// admitted apart from the public listener's clients.
+const PRIVATE_MAX_CONNECTIONS: usize = 64;
+
 /// The private server on the metrics listener: metrics, health and readiness, and the
-/// transports' private `routes`.
+/// transports' private `routes`. It has its own worker and connection cap, so a flood of the
+/// public listener never fails a probe.
 ///
 /// # Errors
 /// [`Error::Startup`] when the server cannot start.
@@ -157,6 +162,8 @@ pub(super) fn private(
         })
     })
     .workers(1)
+    .max_connections(PRIVATE_MAX_CONNECTIONS)
+    .client_request_timeout(Duration::from_secs(5))
     .disable_signals()
     .shutdown_timeout(1)
     .listen(listener)

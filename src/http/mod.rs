@@ -190,10 +190,14 @@ pub async fn track(
     res
 }
 
-/// The metrics app: `GET /metrics`, queue depth refreshed at scrape time.
+/// The private app's own routes: `GET /metrics` (queue depth refreshed at scrape time), and
+/// `/healthz` and `/readyz` as on the public listener, for probes that a flood of the public one
+/// cannot starve.
 pub fn configure_metrics(cfg: &mut web::ServiceConfig, state: AppState) {
     cfg.app_data(web::Data::new(state))
-        .route("/metrics", web::get().to(metrics));
+        .route("/metrics", web::get().to(metrics))
+        .route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz));
 }
 
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {

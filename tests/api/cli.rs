@@ -350,27 +350,38 @@ backend = {{ kind = "webhook", url = "{hook}", secret = "s" }}
 async fn healthcheck_answers_for_the_server_on_this_host() {
     let mut t = spawn_app(Engine::Sqlite, |_, _| {}).await;
     let bind = t.app().http_addr().to_string();
+    let private = t.app().metrics_addr().to_string();
     let check = |extra: &[&str]| {
         run(switchboard()
             .arg("healthcheck")
             .args(extra)
-            .env("SWITCHBOARD__SERVER__BIND", &bind))
+            .env("SWITCHBOARD__SERVER__BIND", &bind)
+            .env("SWITCHBOARD__SERVER__METRICS_BIND", &private))
     };
+    // The private listener answers by default; the public one when asked.
     let (ok, out, err) = check(&[]);
     assert!(ok, "{err}");
-    assert!(out.contains("/healthz"), "{out}");
+    assert!(out.contains(&format!("{private}/healthz")), "{out}");
     let (ok, out, err) = check(&["--ready"]);
-    assert!(ok && out.contains("/readyz"), "{err}");
+    assert!(ok && out.contains(&format!("{private}/readyz")), "{err}");
+    let (ok, out, err) = check(&["--public", "--ready"]);
+    assert!(ok && out.contains(&format!("{bind}/readyz")), "{err}");
     // Bound to every interface, it is probed on loopback.
-    let port = t.app().http_addr().port();
+    let port = t.app().metrics_addr().port();
     let (ok, _, err) = run(switchboard()
         .arg("healthcheck")
-        .env("SWITCHBOARD__SERVER__BIND", format!("0.0.0.0:{port}")));
+        .env(
+            "SWITCHBOARD__SERVER__METRICS_BIND",
+            format!("0.0.0.0:{port}"),
+        )
+        .env("SWITCHBOARD__CONSOLE__ENABLED", "false"));
     assert!(ok, "{err}");
     t.stop().await;
     let (ok, _, err) = check(&[]);
     assert!(!ok, "the server is down");
-    assert!(err.contains("unhealthy") && err.contains(&bind), "{err}");
+    assert!(err.contains("unhealthy") && err.contains(&private), "{err}");
+    let (ok, _, err) = check(&["--public"]);
+    assert!(!ok && err.contains(&bind), "{err}");
 }
 
 /// The configuration of a real server on port 0 with email (and STARTTLS) on.

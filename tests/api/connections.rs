@@ -1,6 +1,7 @@
 //! Connection exhaustion and shutdown, against the real binary: a flood of stalled uploads under
 //! a service's usual open-file limit (1024) leaves health answering and is cut within the body
-//! timeout; SIGTERM stops every listener and worker at once and exits within one grace period,
+//! timeout (the private listener's health answering throughout, even while the public one is
+//! full); SIGTERM stops every listener and worker at once and exits within one grace period,
 //! losing nothing.
 
 use std::net::{IpAddr, SocketAddr};
@@ -193,8 +194,12 @@ token = "{TOKEN}"
     // 256 descriptors) refuses the rest, so the process never runs out of descriptors; health
     // is refused at once while the listener is full (never left hanging) and answers again
     // once the stalled bodies are cut.
+    // The private listener's probe, which a Kubernetes kubelet or `switchboard healthcheck`
+    // asks, answers 200 throughout: it has its own admission.
+    let private: SocketAddr = metrics_addr(&server).parse().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let probes = keep_probing(ip("127.0.0.2"), to, stop_rx);
+    let probes = keep_probing(ip("127.0.0.2"), to, stop_rx.clone());
+    let private_probes = keep_probing(ip("127.0.0.2"), private, stop_rx);
     let flood: Vec<_> = (0..FLOOD)
         .map(|i| tokio::spawn(stall(ip(&format!("127.0.0.{}", 10 + i % 11)), to)))
         .collect();
@@ -226,6 +231,11 @@ token = "{TOKEN}"
         "health answered, if only to refuse: {answers:?}"
     );
     assert_eq!(after, "HTTP/1.1 200 OK");
+    let private_answers = private_probes.await.unwrap();
+    assert!(
+        private_answers.len() >= 10 && private_answers.iter().all(|a| a == "HTTP/1.1 200 OK"),
+        "the private listener's health answered 200 throughout: {private_answers:?}"
+    );
 
     assert!(
         server.logged("Too many open files").is_empty(),
