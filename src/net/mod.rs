@@ -12,6 +12,7 @@
 mod cache;
 pub mod client_addr;
 pub mod date;
+pub mod gates;
 mod guard;
 mod hmac;
 pub mod probe;

@@ -104,6 +104,8 @@ struct Inner {
     /// Remote servers' software (NodeInfo) by host, `None` when unknown, with when it was
     /// looked up.
     software: Mutex<HashMap<String, (Option<String>, i64)>>,
+    /// One NodeInfo lookup per host at a time.
+    software_lookups: crate::net::gates::Gates,
     /// When activity ids seen long ago were last forgotten (unix ms).
     seen_cleanup: std::sync::atomic::AtomicI64,
 }
@@ -135,6 +137,7 @@ impl ActivityPub {
                 actors: Mutex::new(HashMap::new()),
                 hosts: Mutex::new(HashMap::new()),
                 software: Mutex::new(HashMap::new()),
+                software_lookups: crate::net::gates::Gates::default(),
             }),
         }
     }

@@ -1,7 +1,7 @@
 //! What software a remote server runs, from its NodeInfo (`/.well-known/nodeinfo`, then the
 //! 2.x document it links, `software.name`), fetched through the SSRF-guarded client and cached
 //! per host: an answer for as long as actors are, a failure briefly (the software is then
-//! unknown). From it follows how long one reply note to that server may be
+//! unknown). Concurrent first lookups for one host fetch once. From it follows how long one reply note to that server may be
 //! (`activitypub.max_reply_chars`).
 
 use reqwest::header::{ACCEPT, HeaderMap, HeaderValue};
@@ -29,9 +29,18 @@ impl Inner {
                 FAILURE_TTL_MS
             }
         };
-        if let Some((name, at)) = self.lock_software().get(&host).cloned()
-            && now - at < ttl(name.is_some())
-        {
+        let cached = |now: i64| {
+            self.lock_software()
+                .get(&host)
+                .filter(|(name, at)| now - at < ttl(name.is_some()))
+                .map(|(name, _)| name.clone())
+        };
+        if let Some(name) = cached(now) {
+            return name;
+        }
+        // Lookups for one host at once are one: the others wait for its answer.
+        let _passage = self.software_lookups.enter(&host).await;
+        if let Some(name) = cached(self.clock.now_ms()) {
             return name;
         }
         let limit = std::time::Duration::from_millis(LOOKUP_TIMEOUT_MS);

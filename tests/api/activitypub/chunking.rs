@@ -1,7 +1,7 @@
 //! Long replies as threads of notes: a server whose NodeInfo says Mastodon gets a 1,300-character
 //! reply as three notes, each answering the one before, with the code block whole and every
 //! note fetchable; a server that does not say what it runs gets one note; a retried delivery
-//! sends nothing twice.
+//! sends nothing twice; first contacts from one server at once ask its NodeInfo once.
 
 use serde_json::{Value, json};
 use switchboard::transports::activitypub::mapping;
@@ -237,4 +237,62 @@ async fn long_replies_are_threads_of_notes_within_the_server_limit(engine: Engin
     assert_eq!(other.gets_of("/.well-known/nodeinfo"), 1);
     let seen = s.echo.seen.lock().unwrap().clone();
     assert_eq!(seen[1].recipient_capabilities.max_text_chars, None);
+}
+
+on_both_engines!(first_contacts_from_one_server_at_once_ask_its_nodeinfo_once);
+
+async fn first_contacts_from_one_server_at_once_ask_its_nodeinfo_once(engine: Engine) {
+    let s = setup(engine, |_| {}).await;
+    let (t, remote) = (&s.t, &s.remote);
+    serve_nodeinfo(remote, "Mastodon");
+    // Slow enough that every inbox request asks before the first answer is back.
+    remote.delays.lock().unwrap().insert(
+        "/.well-known/nodeinfo".into(),
+        std::time::Duration::from_millis(400),
+    );
+    let echo = format!("{}/agents/echo", t.base);
+    let d = t.domain();
+    let posts = (0..8).map(|i| {
+        let name = format!("user{i}");
+        remote.add_actor(&name);
+        let create = note_create(
+            remote,
+            &name,
+            &format!("first{i}"),
+            vec![mapping::PUBLIC.into()],
+            vec![echo.clone()],
+            &[(&echo, &format!("@echo@{d}"))],
+            "<p>hello</p>",
+        );
+        let (http, inbox, key) = (
+            t.http.clone(),
+            format!("{echo}/inbox"),
+            remote.key_id(&name),
+        );
+        async move {
+            post_signed(
+                &http,
+                &inbox,
+                &serde_json::to_vec(&create).unwrap(),
+                &key,
+                0,
+            )
+            .await
+            .status()
+        }
+    });
+    let statuses = futures_util::future::join_all(posts).await;
+    assert!(statuses.iter().all(|s| *s == 202), "{statuses:?}");
+    wait_for(20, "eight turns", || async {
+        (s.echo.seen.lock().unwrap().len() == 8).then_some(())
+    })
+    .await;
+    assert_eq!(remote.gets_of("/.well-known/nodeinfo"), 1);
+    assert_eq!(remote.gets_of("/nodeinfo/2.1"), 1);
+    let seen = s.echo.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter()
+            .all(|m| m.recipient_capabilities.max_text_chars == Some(500)),
+        "every turn knows the server's limit"
+    );
 }

@@ -50,6 +50,8 @@ pub(crate) struct Remote {
     /// Statuses the next POSTs answer with (202 once empty).
     pub(crate) post_statuses: Arc<Mutex<Vec<u16>>>,
     gets: Arc<Mutex<Vec<String>>>,
+    /// Paths answered only after a while.
+    pub(crate) delays: Arc<Mutex<HashMap<String, Duration>>>,
     pub(crate) base: String,
 }
 
@@ -58,6 +60,10 @@ async fn remote_get(r: web::Data<Remote>, req: HttpRequest) -> HttpResponse {
     r.gets.lock().unwrap().push(path.clone());
     if path.starts_with("/slow") {
         tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let delay = r.delays.lock().unwrap().get(&path).copied();
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
     }
     if let Some((ct, bytes)) = r.media.lock().unwrap().get(&path) {
         return HttpResponse::Ok()
