@@ -272,6 +272,21 @@ pub async fn finish(
     Ok(n > 0)
 }
 
+/// Replaces the payload of job `id` while it waits to run again (`ready`): a job that did part
+/// of its work keeps only the rest, in the transaction that puts it back.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_payload(tx: &mut Tx, id: &str, payload: &str) -> Result<bool> {
+    let n = tx
+        .execute(
+            "UPDATE jobs SET payload = $2 WHERE id = $1 AND state = 'ready'",
+            &[Arg::Text(id), Arg::Text(payload)],
+        )
+        .await?;
+    Ok(n > 0)
+}
+
 /// Returns jobs of `kind` whose lease expired (their worker died) to the queue; the attempt they used
 /// still counts. Returns how many.
 ///

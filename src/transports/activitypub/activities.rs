@@ -471,7 +471,8 @@ pub(super) async fn on_follow(
         "object": follow,
     });
     let mut tx = inner.db.begin().await?;
-    let enqueued = super::outbound::enqueue(inner, &mut tx, &agent.name, &[inbox], &accept).await?;
+    let enqueued =
+        super::outbound::enqueue(inner, &mut tx, &agent.name, &[inbox], &[accept]).await?;
     tx.commit().await?;
     inner.queue.hand_over(enqueued);
     Ok(())

@@ -1,8 +1,8 @@
 //! Outbound: a NormalizedResponse becomes a `Create(Note)` from the agent's actor (a thread of
 //! them, each answering the one before, when the text is longer than the addressed servers
 //! take), stored (so each is served at its id and in the outbox) together with one durable
-//! `ap_deliver` job per note and inbox (shared inboxes preferred) in one transaction. The job handler signs and POSTs with a per-host
-//! concurrency limit, Mastodon's retry classes (5xx/408/429 retried with `Retry-After`, other
+//! `ap_deliver` job per inbox (shared inboxes preferred) in one transaction, which POSTs the notes
+//! in thread order. The job handler signs and POSTs with a per-host concurrency limit, Mastodon's retry classes (5xx/408/429 retried with `Retry-After`, other
 //! 4xx final) and a circuit breaker for hosts failing for days.
 
 use std::collections::BTreeSet;
@@ -33,21 +33,25 @@ struct DeliverJob {
     agent: String,
     /// Target inbox.
     inbox: String,
-    /// The activity JSON.
-    body: String,
+    /// The activities' JSON, POSTed in order, each once the one before it was accepted (the
+    /// notes of a long reply answer one another). A job of one activity may hold it alone.
+    body: wire::OneOrMany<String>,
 }
 
-/// Enqueues one delivery job per inbox for `activity`, signed as `agent`; hand the jobs over
-/// once `tx` has committed.
+/// Enqueues one delivery job per inbox for `activities` (in the order they must arrive),
+/// signed as `agent`; hand the jobs over once `tx` has committed.
 pub(super) async fn enqueue(
     inner: &Inner,
     tx: &mut Tx,
     agent: &str,
     inboxes: &[String],
-    activity: &Value,
+    activities: &[Value],
 ) -> Result<Enqueued> {
-    let id = str_of(activity, "id").unwrap_or_default();
-    let body = activity.to_string();
+    let Some(first) = activities.first() else {
+        return inner.queue.enqueue(tx, JOB_KIND, &[], 0).await;
+    };
+    let id = str_of(first, "id").unwrap_or_default();
+    let bodies: Vec<String> = activities.iter().map(Value::to_string).collect();
     let now = inner.clock.now_ms();
     let rows: Vec<(String, String)> = inboxes
         .iter()
@@ -55,7 +59,7 @@ pub(super) async fn enqueue(
             let payload = serde_json::to_string(&DeliverJob {
                 agent: agent.to_owned(),
                 inbox: inbox.clone(),
-                body: body.clone(),
+                body: wire::OneOrMany::Many(bodies.clone()),
             })
             .map_err(Error::corrupt)?;
             Ok((format!("ap:{id}|{inbox}"), payload))
@@ -415,11 +419,34 @@ impl Inner {
         }))
     }
 
-    /// One signed POST.
-    async fn post(&self, job: &DeliverJob) -> std::result::Result<(), OutboundError> {
-        let url =
-            url::Url::parse(&job.inbox).map_err(|e| OutboundError::permanent(e.to_string()))?;
-        let host = mapping::host_of(&job.inbox).unwrap_or_default();
+    /// The POSTs of `job`, in order, stopping at the first that fails: how many were accepted,
+    /// and how the job ends.
+    async fn post_in_order(&self, job: &DeliverJob) -> Posted {
+        let mut accepted = 0;
+        for body in job.body.iter() {
+            if let Err(e) = self.post(&job.agent, &job.inbox, body).await {
+                return Posted {
+                    accepted,
+                    result: Err(e),
+                };
+            }
+            accepted += 1;
+        }
+        Posted {
+            accepted,
+            result: Ok(()),
+        }
+    }
+
+    /// One signed POST of `body` to `inbox`, as `agent`.
+    async fn post(
+        &self,
+        agent: &str,
+        inbox: &str,
+        body: &str,
+    ) -> std::result::Result<(), OutboundError> {
+        let url = url::Url::parse(inbox).map_err(|e| OutboundError::permanent(e.to_string()))?;
+        let host = mapping::host_of(inbox).unwrap_or_default();
         let health = store::host(&self.db, &host).await?;
         let now = self.clock.now_ms();
         if self.circuit(health.failing_since, now) == crate::hosts::Circuit::Open {
@@ -429,15 +456,9 @@ impl Inner {
             )));
         }
         let _permit = self.host_limit(&host).acquire_owned().await.map_err(temp)?;
-        let body = Bytes::from(job.body.clone());
+        let body = Bytes::from(body.to_owned());
         let mut headers = self
-            .sign_headers(
-                Some(&job.agent),
-                "POST",
-                &url,
-                Some(&body),
-                health.rfc9421 > 0,
-            )
+            .sign_headers(Some(agent), "POST", &url, Some(&body), health.rfc9421 > 0)
             .await?;
         headers.insert(
             reqwest::header::CONTENT_TYPE,
@@ -564,22 +585,36 @@ impl Inner {
             // The first note decides: stored before, the reply was sent before (a retry).
             fresh.get_or_insert(stored);
         }
-        let mut enqueued = Vec::new();
-        if fresh == Some(true) {
-            for create in &creates {
-                enqueued.push(enqueue(inner, &mut tx, &agent, &inboxes, create).await?);
-            }
-        }
+        // One job per inbox takes the notes in thread order: a note never arrives before the
+        // one it answers.
+        let enqueued = if fresh == Some(true) {
+            Some(enqueue(inner, &mut tx, &agent, &inboxes, &creates).await?)
+        } else {
+            None
+        };
         tx.commit().await?;
-        for e in enqueued {
+        if let Some(e) = enqueued {
             inner.queue.hand_over(e);
         }
         Ok(())
     }
 }
 
-/// Handles `ap_deliver` jobs: one signed POST each, outcomes committed together, each POST
-/// counted as a delivery attempt of this transport.
+/// How a delivery job's POSTs went: how many were accepted before the one that failed, if any.
+struct Posted {
+    accepted: usize,
+    result: std::result::Result<(), OutboundError>,
+}
+
+impl crate::queue::Attempted for Posted {
+    fn error(&self) -> Option<&OutboundError> {
+        self.result.as_ref().err()
+    }
+}
+
+/// Handles `ap_deliver` jobs: each job's POSTs in order, outcomes committed together, each job
+/// counted as a delivery attempt of this transport. A job retried after some of its activities
+/// were accepted keeps only the rest, in the transaction that puts it back: none is sent twice.
 #[derive(Debug)]
 pub struct DeliverHandler(pub(super) ActivityPub);
 
@@ -587,10 +622,21 @@ pub struct DeliverHandler(pub(super) ActivityPub);
 impl JobHandler for DeliverHandler {
     async fn handle(&self, owner: &str, batch: &[JobRow]) -> Result<()> {
         let inner = &self.0.inner;
-        let results = join_all(batch.iter().map(|job| async move {
-            let payload: DeliverJob = serde_json::from_str(&job.payload)
-                .map_err(|e| OutboundError::permanent(format!("malformed job: {e}")))?;
-            inner.post(&payload).await
+        let jobs: Vec<std::result::Result<DeliverJob, OutboundError>> = batch
+            .iter()
+            .map(|job| {
+                serde_json::from_str(&job.payload)
+                    .map_err(|e| OutboundError::permanent(format!("malformed job: {e}")))
+            })
+            .collect();
+        let results = join_all(jobs.iter().map(|job| async move {
+            match job {
+                Ok(job) => inner.post_in_order(job).await,
+                Err(e) => Posted {
+                    accepted: 0,
+                    result: Err(e.clone()),
+                },
+            }
         }))
         .await;
         let now = inner.clock.now_ms();
@@ -599,9 +645,24 @@ impl JobHandler for DeliverHandler {
             .queue
             .finish(&mut tx, owner, batch, &results, now)
             .await?;
-        // Each job is one POST: one delivery attempt of this transport.
-        for i in 0..batch.len() {
+        for (i, (job, posted)) in jobs.iter().zip(&results).enumerate() {
+            // Each job is one delivery attempt of this transport.
             finished.count_delivery(i, NAME);
+            let retried = matches!(
+                finished.end(i),
+                Some(crate::store::jobs::Finish::Retry { .. })
+            );
+            if let (Ok(job), true, true) = (job, retried, posted.accepted > 0) {
+                let rest = DeliverJob {
+                    agent: job.agent.clone(),
+                    inbox: job.inbox.clone(),
+                    body: wire::OneOrMany::Many(
+                        job.body.iter().skip(posted.accepted).cloned().collect(),
+                    ),
+                };
+                let payload = serde_json::to_string(&rest).map_err(Error::corrupt)?;
+                crate::store::jobs::set_payload(&mut tx, &batch[i].id, &payload).await?;
+            }
         }
         inner.queue.commit(tx, finished).await
     }

@@ -1,7 +1,8 @@
 //! Long replies as threads of notes: a server whose NodeInfo says Mastodon gets a 1,300-character
 //! reply as three notes, each answering the one before, with the code block whole and every
 //! note fetchable; a server that does not say what it runs gets one note; a retried delivery
-//! sends nothing twice; first contacts from one server at once ask its NodeInfo once.
+//! sends nothing twice; a note never reaches a server before the one it answers, retries
+//! included; first contacts from one server at once ask its NodeInfo once.
 
 use serde_json::{Value, json};
 use switchboard::transports::activitypub::mapping;
@@ -174,7 +175,11 @@ async fn long_replies_are_threads_of_notes_within_the_server_limit(engine: Engin
     // A retried delivery of the same response sends nothing again.
     let db = t.open_db().await;
     let jobs = "SELECT COUNT(*) AS n FROM jobs WHERE kind = 'ap_deliver'";
-    assert_eq!(count(&db, jobs, &[]).await, 3);
+    assert_eq!(
+        count(&db, jobs, &[]).await,
+        1,
+        "one job takes the three notes to the inbox, in order"
+    );
     let again = db
         .execute(
             "UPDATE jobs SET state = 'ready', run_at = 0, lease_owner = NULL, lease_until = NULL \
@@ -196,7 +201,7 @@ async fn long_replies_are_threads_of_notes_within_the_server_limit(engine: Engin
     })
     .await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    assert_eq!(count(&db, jobs, &[]).await, 3);
+    assert_eq!(count(&db, jobs, &[]).await, 1);
     assert_eq!(created_notes(remote).len(), 3);
 
     // A server that does not say what it runs gets the reply whole (`default` is 0).
@@ -295,4 +300,62 @@ async fn first_contacts_from_one_server_at_once_ask_its_nodeinfo_once(engine: En
             .all(|m| m.recipient_capabilities.max_text_chars == Some(500)),
         "every turn knows the server's limit"
     );
+}
+
+on_both_engines!(a_note_never_arrives_before_the_one_it_answers);
+
+async fn a_note_never_arrives_before_the_one_it_answers(engine: Engine) {
+    let s = setup(engine, |_| {}).await;
+    let (t, remote) = (&s.t, &s.remote);
+    serve_nodeinfo(remote, "Mastodon");
+    remote.add_actor("alice");
+    let echo = format!("{}/agents/echo", t.base);
+    let d = t.domain();
+    let (_, html) = long_text();
+    let create = note_create(
+        remote,
+        "alice",
+        "ordered",
+        vec![mapping::PUBLIC.into()],
+        vec![echo.clone()],
+        &[(&echo, &format!("@echo@{d}"))],
+        &html,
+    );
+    let original = create["object"]["id"].as_str().unwrap().to_owned();
+    // The second note's first POST fails for now (a 503): the third must wait for its retry.
+    remote.refuse_once.lock().unwrap().push("-2".into());
+    let r = post_signed(
+        &t.http,
+        &format!("{echo}/inbox"),
+        &serde_json::to_vec(&create).unwrap(),
+        &remote.key_id("alice"),
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    wait_for(20, "three notes accepted", || async {
+        (created_notes(remote).len() >= 4).then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // What the inbox received, in order: note 1, note 2 (refused), note 2 again, note 3.
+    let received: Vec<String> = created_notes(remote)
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(received.len(), 4, "{received:#?}");
+    let first = received[0].clone();
+    assert_eq!(
+        received,
+        vec![
+            first.clone(),
+            format!("{first}-2"),
+            format!("{first}-2"),
+            format!("{first}-3"),
+        ],
+        "each note after the one it answers; the accepted one not sent again"
+    );
+    let notes = created_notes(remote);
+    assert_eq!(notes[0]["inReplyTo"], original.as_str());
+    assert_eq!(notes[3]["inReplyTo"], format!("{first}-2"));
 }

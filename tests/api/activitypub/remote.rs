@@ -50,6 +50,9 @@ pub(crate) struct Remote {
     /// Statuses the next POSTs answer with (202 once empty).
     pub(crate) post_statuses: Arc<Mutex<Vec<u16>>>,
     gets: Arc<Mutex<Vec<String>>>,
+    /// Endings of object ids: the first POST of an activity whose object's id ends so is
+    /// answered 503 (each ending once).
+    pub(crate) refuse_once: Arc<Mutex<Vec<String>>>,
     /// Paths answered only after a while.
     pub(crate) delays: Arc<Mutex<HashMap<String, Duration>>>,
     pub(crate) base: String,
@@ -87,12 +90,20 @@ async fn remote_post(r: web::Data<Remote>, req: HttpRequest, body: web::Bytes) -
         .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
         .collect();
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let object_id = v["object"]["id"].as_str().unwrap_or_default().to_owned();
     r.raw.lock().unwrap().push(body.to_vec());
     r.posts
         .lock()
         .unwrap()
         .push((req.path().to_owned(), headers, v));
-    let next = {
+    let refused = {
+        let mut endings = r.refuse_once.lock().unwrap();
+        let hit = endings.iter().position(|e| object_id.ends_with(e.as_str()));
+        hit.map(|i| endings.remove(i)).is_some()
+    };
+    let next = if refused {
+        503
+    } else {
         let mut q = r.post_statuses.lock().unwrap();
         if q.is_empty() { 202 } else { q.remove(0) }
     };
