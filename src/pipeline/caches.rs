@@ -9,7 +9,6 @@
 //! | [`Caches::recent`] | stored messages and responses by id, as written | ingest and dispatch commits ([`Caches::hold`]) | stored rows change only when erased, and an erasure forgets them here, on every instance ([`Caches::forget`], `NOTIFY`) |
 //! | [`Caches::turns`] | history turns by `seq`, as written or parsed | commits ([`Caches::hold`]); history reads of turns not held | as `recent`; and a window leaves erased turns out, so a turn held after its erasure is never asked for |
 //! | [`Caches::threads`] | the `seq`s of each thread's turns (SQLite only) | commits ([`Caches::hold`]); a thread's `seq`s read once | on SQLite this instance is the only writer: every turn stored is noted as it is stored; a thread is used only once known whole |
-//! | [`Caches::thread_ids`] | switchboard's thread id of each wire thread | ingest commits | a thread's id never changes and threads are never deleted while messages refer to them |
 //!
 //! `tests/api/caches.rs` checks that a dispatch sees the same history with these on as with
 //! them off ([`Caches::off`]), on both engines, across a restart and with a second instance.
@@ -32,10 +31,6 @@ pub struct Caches {
     pub(super) turns: Turns,
     /// The `seq`s of each thread's turns, where this instance alone writes the database.
     pub(super) threads: ThreadSeqs,
-    /// Switchboard's thread id of each wire thread met lately, by transport and thread key:
-    /// a message of a thread met before has its body written before its batch takes the
-    /// database's writer. 65,536 threads; a thread forgotten is looked up again.
-    pub(super) thread_ids: Recent<String>,
 }
 
 impl Caches {
@@ -46,7 +41,6 @@ impl Caches {
             recent: Recent::new(4_096, 16 << 20, 256 << 10),
             turns: Recent::new(65_536, 64 << 20, 256 << 10),
             threads: ThreadSeqs::new(single_writer),
-            thread_ids: Recent::new(65_536, 16 << 20, 4 << 10),
         }
     }
 
@@ -58,7 +52,6 @@ impl Caches {
             recent: Recent::new(0, 0, 0),
             turns: Recent::new(0, 0, 0),
             threads: ThreadSeqs::new(false),
-            thread_ids: Recent::new(0, 0, 0),
         }
     }
 

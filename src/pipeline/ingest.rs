@@ -17,12 +17,6 @@ use crate::store::messages::{self, ExternalKey, NewMessage, Parsed};
 /// The most messages committed together.
 const MAX_BATCH: usize = 256;
 
-/// The key of a wire thread in [`super::Caches::thread_ids`]: the transport's name, its length first, then the
-/// thread key (no two pairs share one).
-fn thread_key(transport: &str, key: &str) -> String {
-    format!("{}:{transport}{key}", transport.len())
-}
-
 /// What ingest did with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IngestOutcome {
@@ -262,12 +256,8 @@ enum Fate {
 /// One message of a batch as its commit goes, in the batch's order.
 #[derive(Debug)]
 struct Row {
-    /// Switchboard's id of its thread, when the thread was met before.
-    known: Option<String>,
-    /// Its stored body, when written before the batch took the database's writer.
-    body: Option<String>,
     /// The id its thread gets, should the thread be new.
-    new_thread: Option<String>,
+    new_thread: String,
     /// What becomes of it.
     fate: Fate,
 }
@@ -318,23 +308,12 @@ fn plan(
                 declined: false,
             },
             Fate::Fresh => {
-                let body = match row.body.take() {
-                    Some(body) => body,
-                    None => {
-                        let thread_id = match &row.known {
-                            Some(id) => id,
-                            None => threads
-                                .get(&(p.transport.clone(), p.thread_key.clone()))
-                                .ok_or_else(|| {
-                                    Error::Invalid("thread could not be stored".into())
-                                })?,
-                        };
-                        stored_body(&mut p.msg, thread_id)?
-                    }
-                };
+                let thread_id = threads
+                    .get(&(p.transport.clone(), p.thread_key.clone()))
+                    .ok_or_else(|| Error::Invalid("thread could not be stored".into()))?;
+                let body = stored_body(&mut p.msg, thread_id)?;
                 let thread_id = &p.msg.thread_id;
-                let opens =
-                    row.new_thread.as_ref() == Some(thread_id) && created.insert(thread_id.clone());
+                let opens = row.new_thread == *thread_id && created.insert(thread_id.clone());
                 if opens {
                     plan.opened.push(thread_id.clone());
                 }
@@ -387,28 +366,13 @@ fn plan(
 }
 
 async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome>, Stored)> {
-    // The thread of a message met before is known, and its body written, before the writer is
-    // taken: the writer is held by one batch at a time. (A message presenting a policy state has
-    // it checked in the transaction, and its body written there.)
-    let mut rows = Vec::with_capacity(batch.len());
-    for p in batch.iter_mut() {
-        let known = core
-            .caches
-            .thread_ids
-            .get(&thread_key(&p.transport, &p.thread_key));
-        let body = match &known {
-            Some(thread_id) if p.msg.policy_resolution.is_none() => {
-                Some(stored_body(&mut p.msg, thread_id)?)
-            }
-            _ => None,
-        };
-        rows.push(Row {
-            new_thread: known.is_none().then(|| uuid::Uuid::now_v7().to_string()),
-            known,
-            body,
+    let mut rows: Vec<Row> = batch
+        .iter()
+        .map(|_| Row {
+            new_thread: uuid::Uuid::now_v7().to_string(),
             fate: Fate::Fresh,
-        });
-    }
+        })
+        .collect();
     let now = core.clock.now_ms();
     let mut tx = core.db.begin().await?;
 
@@ -485,17 +449,18 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
         }
     }
 
-    // 2. Threads: map each wire thread key not known yet to switchboard's thread id.
+    // 2. Threads: map each wire thread key to switchboard's thread id (a new one when the
+    // thread is new).
     let wanted: Vec<(&str, &str, &str)> = batch
         .iter()
         .zip(&rows)
         .filter(|(_, row)| row.fate == Fate::Fresh)
-        .filter_map(|(p, row)| {
-            Some((
+        .map(|(p, row)| {
+            (
                 p.transport.as_str(),
                 p.thread_key.as_str(),
-                row.new_thread.as_deref()?,
-            ))
+                row.new_thread.as_str(),
+            )
         })
         .collect();
     let threads = messages::upsert_threads(&mut tx, &wanted, now).await?;
@@ -543,11 +508,6 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
         });
     }
     tx.commit().await?;
-    for ((transport, key), id) in &threads {
-        core.caches
-            .thread_ids
-            .put(&thread_key(transport, key), id.clone());
-    }
     let stored = Stored {
         messages,
         opened: plan.opened,
