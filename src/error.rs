@@ -63,18 +63,19 @@ pub enum Error {
     /// The configuration is unusable; each line is one problem.
     #[error("configuration: {0}")]
     Config(String),
-    /// The database failed.
-    #[error("database unavailable")]
+    /// The database failed; the text gives the driver's cause (remote parties are told only
+    /// [`Error::public_text`]).
+    #[error("database unavailable (PostgreSQL): {0}")]
     Database(#[from] sqlx::Error),
-    /// The embedded SQLite database failed.
-    #[error("database unavailable")]
+    /// The embedded SQLite database failed, as [`Error::Database`].
+    #[error("database unavailable (SQLite): {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// The database could not be reached at start; the text names where and why (never the
     /// password).
     #[error("cannot connect to the database: {0}")]
     Connect(String),
     /// A migration failed.
-    #[error("database migration failed")]
+    #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// Stored data (a row, a JSON body) could not be decoded into its type; the text says
     /// what, for the logs.
@@ -92,6 +93,19 @@ impl Error {
     /// Stored data that could not be decoded ([`Error::Corrupt`]).
     pub fn corrupt(e: impl std::fmt::Display) -> Self {
         Self::Corrupt(e.to_string())
+    }
+
+    /// What a remote party is told of this error: its text, except that a failure of this
+    /// server's database or data names no internal detail (the logs have it).
+    #[must_use]
+    pub fn public_text(&self) -> String {
+        match self {
+            Self::Database(_) | Self::Sqlite(_) | Self::Migrate(_) | Self::Connect(_) => {
+                "database unavailable".into()
+            }
+            Self::Corrupt(_) => "stored data is corrupt".into(),
+            _ => self.to_string(),
+        }
     }
 
     /// The class of this error.

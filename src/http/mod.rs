@@ -39,6 +39,10 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
     }
 }
 
+/// The `Retry-After` (seconds) of a `503` for a temporary failure (the database does not
+/// answer, the server is shutting down).
+const TEMPORARY_RETRY_AFTER_S: u64 = 5;
+
 /// A core error as an HTTP response: the class's status, a JSON body with the error's
 /// displayable text; internal detail stays in the logs.
 impl ResponseError for Error {
@@ -55,10 +59,17 @@ impl ResponseError for Error {
         if status == StatusCode::UNAUTHORIZED {
             resp.insert_header(("WWW-Authenticate", "Bearer"));
         }
-        if let Self::RateLimited { retry_after_s } = self {
-            resp.insert_header(("Retry-After", retry_after_s.to_string()));
+        match self {
+            Self::RateLimited { retry_after_s } => {
+                resp.insert_header(("Retry-After", retry_after_s.to_string()));
+            }
+            // A database that does not answer, a server shutting down: worth trying again soon.
+            _ if self.kind() == crate::error::ErrorKind::Temporary => {
+                resp.insert_header(("Retry-After", TEMPORARY_RETRY_AFTER_S.to_string()));
+            }
+            _ => {}
         }
-        resp.json(json!({ "error": self.to_string() }))
+        resp.json(json!({ "error": self.public_text() }))
     }
 }
 
@@ -107,7 +118,19 @@ async fn seen_host(req: actix_web::HttpRequest) -> HttpResponse {
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    readiness(&state, false).await
+}
+
+/// Readiness on the private listener: a failure names the database and its cause.
+async fn readyz_private(state: web::Data<AppState>) -> HttpResponse {
+    readiness(&state, true).await
+}
+
+/// Whether the database answers and every migration is applied; `detail` adds, to a failure,
+/// the engine, where it is and the cause (the public listener says only what failed).
+async fn readiness(state: &AppState, detail: bool) -> HttpResponse {
     let db = state.pipeline.db().clone();
+    let target = db.target().to_owned();
     match state
         .pipeline
         .on_main(async move { db.ready().await })
@@ -116,12 +139,19 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
         Ok(true) => HttpResponse::Ok().content_type("text/plain").body("ready"),
         Ok(false) => HttpResponse::ServiceUnavailable()
             .content_type("text/plain")
+            .insert_header(("Retry-After", TEMPORARY_RETRY_AFTER_S.to_string()))
             .body("migrations pending"),
         Err(e) => {
-            tracing::warn!(error = %e, "readiness check failed");
+            tracing::warn!(database = %target, error = %e, "readiness check failed");
+            let body = if detail {
+                format!("database unavailable: {target}: {e}")
+            } else {
+                "database unavailable".to_owned()
+            };
             HttpResponse::ServiceUnavailable()
                 .content_type("text/plain")
-                .body("database unavailable")
+                .insert_header(("Retry-After", TEMPORARY_RETRY_AFTER_S.to_string()))
+                .body(body)
         }
     }
 }
@@ -197,7 +227,7 @@ pub fn configure_metrics(cfg: &mut web::ServiceConfig, state: AppState) {
     cfg.app_data(web::Data::new(state))
         .route("/metrics", web::get().to(metrics))
         .route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz));
+        .route("/readyz", web::get().to(readyz_private));
 }
 
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {

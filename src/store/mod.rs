@@ -58,6 +58,9 @@ enum Pools {
 pub struct Db {
     pools: Pools,
     durability: Durability,
+    /// The engine and where it is (`PostgreSQL at host:port`, `SQLite at path`), for errors
+    /// and readiness; never a password.
+    target: Arc<str>,
 }
 
 /// A bound query argument (the portable subset's value types).
@@ -402,9 +405,14 @@ impl Db {
                 Duration::from_millis(cfg.busy_timeout_ms),
                 durability,
             )?;
+            let target = match sqlite::file_of(url) {
+                Some(file) => format!("SQLite at {}", file.display()),
+                None => "SQLite in memory".to_owned(),
+            };
             Ok(Self {
                 pools: Pools::Sqlite(Arc::new(db)),
                 durability,
+                target: target.into(),
             })
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             // Set on every connection, whatever the server's default: the mode is a promise.
@@ -446,6 +454,7 @@ impl Db {
             Ok(Self {
                 pools: Pools::Postgres(pool),
                 durability,
+                target: format!("PostgreSQL at {target}").into(),
             })
         } else {
             Err(Error::Config(
@@ -496,6 +505,13 @@ impl Db {
             Pools::Postgres(pool) => POSTGRES_MIGRATOR.run(pool).await?,
         }
         Ok(())
+    }
+
+    /// The engine and where it is: `PostgreSQL at host:port` (or its socket), `SQLite at
+    /// path`, `SQLite in memory`.
+    #[must_use]
+    pub fn target(&self) -> &str {
+        &self.target
     }
 
     /// The engine.

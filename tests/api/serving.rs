@@ -108,3 +108,75 @@ async fn shutdown_leaves_no_job_leased(engine: Engine) {
     again.stop().await;
 }
 on_both_engines!(shutdown_leaves_no_job_leased);
+
+/// A database gone from under a running instance (PostgreSQL: its database dropped): inbound is
+/// refused with `503` and `Retry-After` and a body that names no internal detail; readiness is
+/// false on both listeners, and on the private one it names the engine, where it is and the
+/// cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_gone_after_start_is_named_in_readiness_and_refused_retryably() {
+    let Some(admin_url) = crate::helpers::postgres_url() else {
+        eprintln!("SWITCHBOARD_TEST_POSTGRES_URL is not set: skipped");
+        return;
+    };
+    let mut t = spawn_app(Engine::Postgres, |_, _| {}).await;
+    let name = url::Url::parse(&t.db.url)
+        .unwrap()
+        .path()
+        .trim_start_matches('/')
+        .to_owned();
+    let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
+    sqlx::query(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+        .execute(&admin)
+        .await
+        .unwrap();
+
+    let to = t.agent("echo");
+    let r = t
+        .http
+        .post(format!("{}/api/v1/messages", t.base))
+        .bearer_auth("test-token")
+        .json(&serde_json::json!({
+            "external_id": "gone-1",
+            "message": {
+                "sender": {"address": "ops@example.com", "auth_method": "none", "verified": false},
+                "recipient": to,
+                "parts": [{"kind": "text", "mime": "text/plain", "content": "hello"}]
+            }
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key("retry-after"), "{:?}", r.headers());
+    let body = r.text().await.unwrap();
+    assert!(
+        !body.contains(&name) && !body.contains("PostgreSQL"),
+        "no internal detail outside: {body}"
+    );
+
+    let public = t
+        .http
+        .get(format!("{}/readyz", t.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(public.status(), 503);
+    assert_eq!(public.text().await.unwrap(), "database unavailable");
+    let private = t
+        .http
+        .get(format!("http://{}/readyz", t.app().metrics_addr()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(private.status(), 503);
+    assert!(private.headers().contains_key("retry-after"));
+    let text = private.text().await.unwrap();
+    assert!(
+        text.starts_with("database unavailable: PostgreSQL at ") && text.contains(&name),
+        "the engine, where it is and the cause: {text}"
+    );
+    // Shutting down cannot hand leases back to a database that is gone: it says so.
+    let app = t.app.take().unwrap();
+    assert!(app.shutdown().await.is_err());
+}
