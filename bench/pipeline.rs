@@ -8,14 +8,16 @@
 //! shape only; `BENCH_CACHES=off` runs the pipeline without its in-memory caches (every read
 //! from the database), to weigh what they save.
 
+#[path = "common/messages.rs"]
+mod messages;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use switchboard::app::Options;
-use switchboard::config::{Durability, Secret};
+use switchboard::config::Durability;
 use switchboard::message::NormalizedMessage;
-use switchboard::transports::memory::MemoryTransport;
-use switchboard::{Application, Config};
+
+use messages::{Threads, app, drive, message, postgres_cpu_micros};
 
 /// Process CPU time (user + system) from /proc, in microseconds.
 fn cpu_micros() -> u64 {
@@ -29,56 +31,6 @@ fn cpu_micros() -> u64 {
     ticks * 10_000 // USER_HZ = 100
 }
 
-/// CPU time of every PostgreSQL server process on this machine, in microseconds.
-fn postgres_cpu_micros() -> u64 {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .filter(|stat| stat.contains("(postgres)"))
-        .map(|stat| {
-            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r).to_owned();
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-            (field(11) + field(12)) * 10_000
-        })
-        .sum()
-}
-
-/// How messages spread over threads.
-#[derive(Clone, Copy)]
-enum Threads {
-    /// Every message opens a thread (no history to load).
-    New,
-    /// 500 threads: each message continues one, so history is loaded and trimmed.
-    Shared,
-}
-
-fn message(recipient: &str, i: usize, threads: Threads) -> NormalizedMessage {
-    let thread = match threads {
-        Threads::New => i,
-        Threads::Shared => i % 500,
-    };
-    serde_json::from_value(serde_json::json!({
-        "id": uuid::Uuid::now_v7().to_string(),
-        "thread_id": format!("bench-thread-{thread}"),
-        "sender": {"address": "@alice@remote.example", "auth_method": "ap-http-signature", "verified": true,
-                   "identities": [{"subject": "https://remote.example/users/alice", "issuer": "https://bench.example",
-                     "method": "ap-http-signature", "assurance": "domain", "audience": "https://bench.example",
-                     "issued_at": "2026-01-01T00:00:00.000Z",
-                     "proof": {"type": "transport", "verified_by": "https://bench.example"}}]},
-        "recipient": recipient,
-        "parts": [{"kind": "text", "mime": "text/plain", "content": format!("benchmark message number {i}, about a tweet long, to make the payload realistic.")}],
-        "recipient_capabilities": {"mention_relay": {"kind": "addressing", "envelope_fields": ["to", "cc"], "also_inline": true},
-                                   "formats": ["text/html", "text/plain"], "attachments": true, "streaming": false},
-        "received_via": "activitypub",
-        "received_at": "2026-01-01T00:00:00.000Z",
-        "raw": {"type": "Create", "id": format!("https://remote.example/activities/{i}")}
-    }))
-    .unwrap_or_else(|e| panic!("bench message: {e}"))
-}
-
 /// Runs one shape on one database; returns (messages/s end to end, switchboard CPU µs per
 /// message).
 async fn run(
@@ -88,55 +40,13 @@ async fn run(
     threads: Threads,
     durability: Durability,
 ) -> (f64, f64) {
-    let sink = Arc::new(MemoryTransport::counting("bench"));
-    // SWITCHBOARD__… variables tune the run (queue workers, batch sizes, history).
-    let mut config = Config::from_env(None).unwrap_or_else(|e| panic!("configuration: {e}"));
-    config.server.bind = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
-    config.server.metrics_bind = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
-    config.email.enabled = false;
-    config.database.url = Secret::new(url);
-    config.database.durability = Some(durability);
-    config.queue.poll_interval_ms = 100;
-    let opts = Options {
-        transports: vec![sink.clone()],
-        caches: std::env::var("BENCH_CACHES").as_deref() != Ok("off"),
-        ..Options::default()
-    };
-    let app = Application::build_with(config, opts)
-        .await
-        .unwrap_or_else(|e| panic!("{label}: {e}"));
-    let to = format!("@echo@{}", app.config().domain().unwrap_or_default());
+    let caches = std::env::var("BENCH_CACHES").as_deref() != Ok("off");
+    let (app, sink, to) = app(url, durability, caches).await;
     let pipeline = app.pipeline().clone();
 
     // Messages are built before the clock starts: the load generator's work is not the server's.
     let prebuilt: Arc<Vec<NormalizedMessage>> =
         Arc::new((0..n + n / 10).map(|i| message(&to, i, threads)).collect());
-    let drive = |from: usize, count: usize| {
-        let pipeline = pipeline.clone();
-        let prebuilt = prebuilt.clone();
-        async move {
-            let concurrency = std::env::var("BENCH_CONCURRENCY")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(64);
-            let mut tasks = Vec::new();
-            for w in 0..concurrency {
-                let (p, msgs) = (pipeline.clone(), prebuilt.clone());
-                tasks.push(tokio::spawn(async move {
-                    let mut i = from + w;
-                    while i < from + count {
-                        p.ingest("bench", &format!("ext-{i}"), msgs[i].clone())
-                            .await
-                            .unwrap_or_else(|e| panic!("ingest: {e}"));
-                        i += concurrency;
-                    }
-                }));
-            }
-            for t in tasks {
-                let _ = t.await;
-            }
-        }
-    };
     let wait_delivered = |target: u64| {
         let sink = sink.clone();
         async move {
@@ -147,13 +57,13 @@ async fn run(
     };
 
     let warm = n / 10;
-    drive(0, warm).await;
+    drive(&pipeline, &prebuilt, "ext", 0, warm).await;
     wait_delivered(warm as u64).await;
 
     let (cpu0, pg0) = (cpu_micros(), postgres_cpu_micros());
     let syncs0 = pipeline.db().wal_syncs();
     let t0 = Instant::now();
-    drive(warm, n).await;
+    drive(&pipeline, &prebuilt, "ext", warm, n).await;
     let ingested = t0.elapsed();
     wait_delivered((warm + n) as u64).await;
     let total = t0.elapsed();

@@ -9,7 +9,7 @@ use switchboard::transports::activitypub::mapping;
 
 use super::remote::{Remote, note_create, post_signed};
 use super::{count, setup};
-use crate::helpers::{Engine, on_both_engines, wait_for};
+use crate::helpers::{Engine, TestApp, on_both_engines, wait_for};
 
 /// Three paragraphs, the middle one a fenced code block, about 1,300 characters as text, and
 /// the same as note HTML.
@@ -63,6 +63,31 @@ fn created_notes(remote: &Remote) -> Vec<Value> {
         .collect()
 }
 
+/// `actor` of `remote` mentions the echo agent in a public note `note` of `html` (the actor
+/// published first), delivered signed to the agent's inbox; the note's id.
+async fn mention_echo(t: &TestApp, remote: &Remote, actor: &str, note: &str, html: &str) -> String {
+    let echo = format!("{}/agents/echo", t.base);
+    let create = note_create(
+        remote,
+        actor,
+        note,
+        vec![mapping::PUBLIC.into()],
+        vec![echo.clone()],
+        &[(&echo, &format!("@echo@{}", t.domain()))],
+        html,
+    );
+    let r = post_signed(
+        &t.http,
+        &format!("{echo}/inbox"),
+        &serde_json::to_vec(&create).unwrap(),
+        &remote.key_id(actor),
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    create["object"]["id"].as_str().unwrap().to_owned()
+}
+
 on_both_engines!(long_replies_are_threads_of_notes_within_the_server_limit);
 
 async fn long_replies_are_threads_of_notes_within_the_server_limit(engine: Engine) {
@@ -70,30 +95,10 @@ async fn long_replies_are_threads_of_notes_within_the_server_limit(engine: Engin
     let (t, remote) = (&s.t, &s.remote);
     serve_nodeinfo(remote, "Mastodon");
     remote.add_actor("alice");
-    let echo = format!("{}/agents/echo", t.base);
-    let d = t.domain();
     let (text, html) = long_text();
     let chars = text.chars().count();
     assert!((1250..=1400).contains(&chars), "{chars}");
-    let create = note_create(
-        remote,
-        "alice",
-        "long1",
-        vec![mapping::PUBLIC.into()],
-        vec![echo.clone()],
-        &[(&echo, &format!("@echo@{d}"))],
-        &html,
-    );
-    let original = create["object"]["id"].as_str().unwrap().to_owned();
-    let r = post_signed(
-        &t.http,
-        &format!("{echo}/inbox"),
-        &serde_json::to_vec(&create).unwrap(),
-        &remote.key_id("alice"),
-        0,
-    )
-    .await;
-    assert_eq!(r.status(), 202);
+    let original = mention_echo(t, remote, "alice", "long1", &html).await;
     let notes = wait_for(20, "three notes", || async {
         let n = created_notes(remote);
         (n.len() >= 3).then_some(n)
@@ -207,24 +212,7 @@ async fn long_replies_are_threads_of_notes_within_the_server_limit(engine: Engin
     // A server that does not say what it runs gets the reply whole (`default` is 0).
     let other = Remote::start().await;
     other.add_actor("bob");
-    let create = note_create(
-        &other,
-        "bob",
-        "long2",
-        vec![mapping::PUBLIC.into()],
-        vec![echo.clone()],
-        &[(&echo, &format!("@echo@{d}"))],
-        &html,
-    );
-    let r = post_signed(
-        &t.http,
-        &format!("{echo}/inbox"),
-        &serde_json::to_vec(&create).unwrap(),
-        &other.key_id("bob"),
-        0,
-    )
-    .await;
-    assert_eq!(r.status(), 202);
+    mention_echo(t, &other, "bob", "long2", &html).await;
     let notes = wait_for(20, "one note", || async {
         let n = created_notes(&other);
         (!n.is_empty()).then_some(n)
@@ -309,30 +297,10 @@ async fn a_note_never_arrives_before_the_one_it_answers(engine: Engine) {
     let (t, remote) = (&s.t, &s.remote);
     serve_nodeinfo(remote, "Mastodon");
     remote.add_actor("alice");
-    let echo = format!("{}/agents/echo", t.base);
-    let d = t.domain();
     let (_, html) = long_text();
-    let create = note_create(
-        remote,
-        "alice",
-        "ordered",
-        vec![mapping::PUBLIC.into()],
-        vec![echo.clone()],
-        &[(&echo, &format!("@echo@{d}"))],
-        &html,
-    );
-    let original = create["object"]["id"].as_str().unwrap().to_owned();
     // The second note's first POST fails for now (a 503): the third must wait for its retry.
     remote.refuse_once.lock().unwrap().push("-2".into());
-    let r = post_signed(
-        &t.http,
-        &format!("{echo}/inbox"),
-        &serde_json::to_vec(&create).unwrap(),
-        &remote.key_id("alice"),
-        0,
-    )
-    .await;
-    assert_eq!(r.status(), 202);
+    let original = mention_echo(t, remote, "alice", "ordered", &html).await;
     wait_for(20, "three notes accepted", || async {
         (created_notes(remote).len() >= 4).then_some(())
     })
