@@ -8,13 +8,14 @@
 //! |---|---|---|---|
 //! | [`Caches::recent`] | stored messages and responses by id, as written | ingest and dispatch commits ([`Caches::hold`]) | stored rows change only when erased, and an erasure forgets them here, on every instance ([`Caches::forget`], `NOTIFY`) |
 //! | [`Caches::turns`] | history turns by `seq`, as written or parsed | commits ([`Caches::hold`]); history reads of turns not held | as `recent`; and a window leaves erased turns out, so a turn held after its erasure is never asked for |
-//! | [`Caches::threads`] | the `seq`s of each thread's turns (SQLite only) | commits ([`Caches::hold`]); a thread's `seq`s read once | on SQLite this instance is the only writer: every turn stored is noted as it is stored; a thread is used only once known whole |
+//! | [`Caches::threads`] | the `seq`s of each thread's turns (SQLite only) | commits ([`Caches::hold`]); a thread's `seq`s read once | on SQLite this instance is the only writer: every turn stored is noted as it is stored, and from just before its commit until it is noted its thread is read from the database ([`Caches::writing`]); a thread is used only once known whole |
 //!
 //! `tests/api/caches.rs` checks that a dispatch sees the same history with these on as with
 //! them off ([`Caches::off`]), on both engines, across a restart and with a second instance.
 
 use std::sync::Arc;
 
+pub(super) use super::history::Writing;
 use super::history::{Held, ThreadSeqs, Turns};
 use crate::store::erasure::ErasedRow;
 use crate::store::messages::{Recent as RecentRows, StoredMessage};
@@ -67,6 +68,14 @@ impl Caches {
             self.turns.put(&row.seq, Held::Stored(Arc::clone(row)));
         }
         self.threads.note(&rows, opened);
+    }
+
+    /// Marks `threads` as being written by a transaction about to commit, until the returned
+    /// guard is dropped, which is done once the rows are held ([`Caches::hold`]): meanwhile a
+    /// dispatch reads their windows from the database, never missing a turn committed but not
+    /// yet held.
+    pub(super) fn writing<'a>(&self, threads: impl IntoIterator<Item = &'a str>) -> Writing {
+        self.threads.writing(threads)
     }
 
     /// Forgets what is held of the erased `rows`: the rows, their turns and their place in

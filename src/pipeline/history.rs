@@ -73,12 +73,15 @@ pub type Turns = crate::store::recent::Recent<Held, i64>;
 /// too, it holds nothing and the database is always asked.
 #[derive(Debug)]
 pub struct ThreadSeqs {
-    inner: Option<std::sync::Mutex<ThreadsInner>>,
+    inner: Option<Arc<std::sync::Mutex<ThreadsInner>>>,
 }
 
 #[derive(Debug, Default)]
 struct ThreadsInner {
     by_thread: std::collections::HashMap<String, ThreadEntry, foldhash::fast::RandomState>,
+    /// Threads a transaction is writing turns to, and how many such transactions: until their
+    /// rows are noted, their windows are read from the database ([`ThreadSeqs::writing`]).
+    writing: std::collections::HashMap<String, usize, foldhash::fast::RandomState>,
     held: usize,
     /// How many times it started over: a read begun before then may lack turns noted since
     /// and forgotten.
@@ -158,20 +161,72 @@ impl ThreadEntry {
     }
 }
 
+fn lock_threads(m: &std::sync::Mutex<ThreadsInner>) -> std::sync::MutexGuard<'_, ThreadsInner> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Threads a transaction is writing ([`ThreadSeqs::writing`]); dropped once its rows are noted
+/// (or the transaction failed).
+#[derive(Debug)]
+#[must_use = "drop it once the rows it covers are noted"]
+pub(super) struct Writing {
+    inner: Option<Arc<std::sync::Mutex<ThreadsInner>>>,
+    threads: Vec<String>,
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        let Some(inner) = &self.inner else {
+            return;
+        };
+        let mut held = lock_threads(inner);
+        for t in &self.threads {
+            if let Some(n) = held.writing.get_mut(t) {
+                *n -= 1;
+                if *n == 0 {
+                    held.writing.remove(t);
+                }
+            }
+        }
+    }
+}
+
 impl ThreadSeqs {
     /// Holding `seq`s when `single_writer` (this instance alone writes the database); holding
     /// nothing otherwise.
     #[must_use]
     pub fn new(single_writer: bool) -> Self {
         Self {
-            inner: single_writer.then(|| std::sync::Mutex::new(ThreadsInner::default())),
+            inner: single_writer.then(|| Arc::new(std::sync::Mutex::new(ThreadsInner::default()))),
         }
     }
 
     fn lock(&self) -> Option<std::sync::MutexGuard<'_, ThreadsInner>> {
-        self.inner
-            .as_ref()
-            .map(|m| m.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+        self.inner.as_deref().map(lock_threads)
+    }
+
+    /// Marks `threads` as being written by a transaction about to commit: until the returned
+    /// [`Writing`] is dropped (after its rows are noted), their windows are read from the
+    /// database, so a turn committed but not yet noted is never missed by a dispatch running
+    /// meanwhile.
+    pub(super) fn writing<'a>(&self, threads: impl IntoIterator<Item = &'a str>) -> Writing {
+        let Some(inner) = &self.inner else {
+            return Writing {
+                inner: None,
+                threads: Vec::new(),
+            };
+        };
+        let mut threads: Vec<String> = threads.into_iter().map(str::to_owned).collect();
+        threads.sort_unstable();
+        threads.dedup();
+        let mut held = lock_threads(inner);
+        for t in &threads {
+            *held.writing.entry(t.clone()).or_default() += 1;
+        }
+        Writing {
+            inner: Some(Arc::clone(inner)),
+            threads,
+        }
     }
 
     /// Notes stored `rows`; the threads `opened` had none before.
@@ -212,6 +267,9 @@ impl ThreadSeqs {
         let Some(inner) = self.lock() else {
             return Lookup::Asked;
         };
+        if inner.writing.contains_key(thread_id) {
+            return Lookup::Asked;
+        }
         match inner.by_thread.get(thread_id) {
             Some(e) if e.long => Lookup::Asked,
             Some(e) if e.whole => Lookup::Held(e.window(before, head, tail)),
@@ -570,6 +628,35 @@ mod tests {
             Lookup::Unknown => panic!("{thread} unknown"),
             Lookup::Asked => panic!("{thread} asked"),
         }
+    }
+
+    #[test]
+    fn a_thread_being_written_is_read_from_the_database_until_its_rows_are_noted() {
+        let threads = ThreadSeqs::new(true);
+        threads.note(&[row("t", 1)], &["t"]);
+        threads.note(&[row("u", 2)], &["u"]);
+        // A transaction writes turn 3 of `t`, commits, and has not noted it yet: a dispatch
+        // running meanwhile must not take `t`'s window from memory, which lacks turn 3.
+        let first = threads.writing(["t", "t"]);
+        let second = threads.writing(["t"]);
+        assert!(matches!(threads.window("t", 4, 1, 20), Lookup::Asked));
+        assert_eq!(
+            held(&threads, "u", 5, 1, 20).seqs,
+            vec![2],
+            "other threads are held"
+        );
+        threads.note(&[row("t", 3)], &[]);
+        drop(first);
+        assert!(
+            matches!(threads.window("t", 4, 1, 20), Lookup::Asked),
+            "a second transaction still writes it"
+        );
+        drop(second);
+        assert_eq!(held(&threads, "t", 4, 1, 20).seqs, vec![1, 3]);
+        // Where nothing is held, marking costs nothing and changes nothing.
+        let none = ThreadSeqs::new(false);
+        drop(none.writing(["t"]));
+        assert!(matches!(none.window("t", 4, 1, 20), Lookup::Asked));
     }
 
     #[test]

@@ -150,6 +150,8 @@ pub(super) struct Stored {
     opened: Vec<String>,
     /// Dispatch jobs to start now, and those a debounce holds back.
     dispatch: Vec<Enqueued>,
+    /// The threads written, read from the database until their rows are held.
+    writing: super::caches::Writing,
 }
 
 #[async_trait::async_trait]
@@ -186,6 +188,7 @@ impl crate::store::GroupCommit for Ingest {
         }
         let opened: Vec<&str> = then.opened.iter().map(String::as_str).collect();
         core.caches.hold(then.messages, &opened);
+        drop(then.writing);
         for enqueued in then.dispatch {
             core.queue.hand_over(enqueued);
         }
@@ -507,11 +510,16 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
                 .await?
         });
     }
+    // Until they are held, the threads' windows come from the database.
+    let writing = core
+        .caches
+        .writing(messages.iter().map(|m| m.thread_id.as_str()));
     tx.commit().await?;
     let stored = Stored {
         messages,
         opened: plan.opened,
         dispatch,
+        writing,
     };
     Ok((plan.outcomes, stored))
 }

@@ -253,6 +253,7 @@ pub(super) async fn after_commit(
     batch: &[JobRow],
     taken: Vec<Option<Run>>,
     now: i64,
+    writing: crate::pipeline::caches::Writing,
 ) {
     // What was stored is held and noted in its thread before the runs end: the next turn of a
     // thread, which waits for this run, sees it without asking the database. Each is held with
@@ -280,6 +281,7 @@ pub(super) async fn after_commit(
         })
         .collect();
     core.caches.hold(stored, &[]);
+    drop(writing);
     for outcome in &fx.counted {
         core.metrics.turn(outcome.as_str());
     }

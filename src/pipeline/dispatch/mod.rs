@@ -215,8 +215,13 @@ impl JobHandler for DispatchHandler {
                 .collect(),
         );
         let applied = apply(core, &mut tx, &fx, &mut finished, now).await?;
+        // Until they are held, the threads written read their windows from the database.
+        let writing = core.caches.writing(fx.answers.iter().flat_map(|a| {
+            std::iter::once(a.response.thread_id.as_str())
+                .chain(a.siblings.iter().map(|s| s.msg.thread_id.as_str()))
+        }));
         core.queue.commit(tx, finished).await?;
-        after_commit(core, fx, applied, batch, taken, now).await;
+        after_commit(core, fx, applied, batch, taken, now, writing).await;
         Ok(())
     }
 }
