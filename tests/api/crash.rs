@@ -1,5 +1,6 @@
-//! Kill -9 the real binary while dispatch and delivery are in flight, restart it, and prove that
-//! every message got exactly one response, delivered.
+//! Kill -9 the real binary while dispatch and delivery are in flight, restart it (or, of two
+//! instances on PostgreSQL, let the other carry on), and prove that every message got exactly
+//! one response, delivered.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -69,13 +70,10 @@ async fn post_all(http: &reqwest::Client, base: &str, ids: &[usize]) -> Vec<(usi
         .await
 }
 
-async fn sigkill_mid_flight_loses_and_duplicates_nothing(engine: Engine) {
-    let db: TestDb = fresh_db(engine).await;
-    let sink = Arc::new(Sink::default());
-    let cb = serve_route!(sink.clone(), post, "/cb", receive);
-
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("switchboard.toml");
+/// The configuration of a crash test's server on `db_url`: short leases and backoff, the API
+/// on, responses posted to `cb`.
+fn crash_config(dir: &std::path::Path, db_url: &str, cb: &str) -> std::path::PathBuf {
+    let config = dir.join("switchboard.toml");
     std::fs::write(
         &config,
         format!(
@@ -86,7 +84,7 @@ metrics_bind = "127.0.0.1:0"
 public_url = "http://crash.test"
 shutdown_grace_seconds = 10
 [database]
-url = "{}"
+url = "{db_url}"
 [log]
 format = "json"
 filter = "info"
@@ -102,11 +100,52 @@ bind = "127.0.0.1:0"
 [api]
 token = "crash-token"
 callback_url = "{cb}"
-"#,
-            db.url
+"#
         ),
     )
     .unwrap();
+    config
+}
+
+/// Every one of the `n` messages has exactly one response, stored once and delivered (perhaps
+/// more than once, with its one id), and every job is done.
+async fn exactly_once(sink: &Sink, store: &switchboard::store::Db, n: usize) {
+    let by_message = sink.by_message.lock().unwrap().clone();
+    assert_eq!(by_message.len(), n, "a response for every message");
+    let multi: Vec<_> = by_message.iter().filter(|(_, r)| r.len() != 1).collect();
+    assert!(
+        multi.is_empty(),
+        "messages with more than one distinct response: {multi:?}"
+    );
+    let total = *sink.total.lock().unwrap();
+    eprintln!(
+        "{total} callbacks for {n} responses ({} redelivered with the same id after the crash)",
+        total - n
+    );
+    let counts: HashMap<String, i64> = messages::counts(store)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.direction, c.n))
+        .collect();
+    assert_eq!(counts.get("in"), Some(&(n as i64)));
+    assert_eq!(counts.get("out"), Some(&(n as i64)));
+    let states = job_states(store).await;
+    assert_eq!(states.get("done"), Some(&(2 * n as i64)), "{states:?}");
+    assert_eq!(
+        states.len(),
+        1,
+        "nothing ready, running or dead: {states:?}"
+    );
+}
+
+async fn sigkill_mid_flight_loses_and_duplicates_nothing(engine: Engine) {
+    let db: TestDb = fresh_db(engine).await;
+    let sink = Arc::new(Sink::default());
+    let cb = serve_route!(sink.clone(), post, "/cb", receive);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = crash_config(dir.path(), &db.url, &cb);
 
     let http = reqwest::Client::new();
     let mut server = Binary::start(&config, None);
@@ -178,32 +217,105 @@ callback_url = "{cb}"
         "graceful shutdown exits cleanly: {status}"
     );
 
-    let by_message = sink.by_message.lock().unwrap().clone();
-    let multi: Vec<_> = by_message.iter().filter(|(_, r)| r.len() != 1).collect();
-    assert!(
-        multi.is_empty(),
-        "messages with more than one distinct response: {multi:?}"
-    );
-    let total = *sink.total.lock().unwrap();
-    eprintln!(
-        "{total} callbacks for {N} responses ({} redelivered with the same id after the crash)",
-        total - N
-    );
-
-    let counts: HashMap<String, i64> = messages::counts(&store)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.direction, c.n))
-        .collect();
-    assert_eq!(counts.get("in"), Some(&(N as i64)));
-    assert_eq!(counts.get("out"), Some(&(N as i64)));
-    let states = job_states(&store).await;
-    assert_eq!(states.get("done"), Some(&(2 * N as i64)), "{states:?}");
-    assert_eq!(
-        states.len(),
-        1,
-        "nothing ready, running or dead: {states:?}"
-    );
+    exactly_once(&sink, &store, N).await;
 }
 on_both_engines!(sigkill_mid_flight_loses_and_duplicates_nothing);
+
+/// Two instances on one PostgreSQL database share the load; one is SIGKILLed mid-flight and
+/// never comes back. The other finishes its work: the jobs the dead one held are taken once
+/// their leases expire, the client's retries of what the dead one had not acknowledged are
+/// accepted (or recognised), and every message gets exactly one response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_two_instances_killed_the_other_finishes_its_work() {
+    if crate::helpers::postgres_url().is_none() {
+        eprintln!("SWITCHBOARD_TEST_POSTGRES_URL is not set: skipped");
+        return;
+    }
+    let db: TestDb = fresh_db(Engine::Postgres).await;
+    let sink = Arc::new(Sink::default());
+    let cb = serve_route!(sink.clone(), post, "/cb", receive);
+    let dir = tempfile::tempdir().unwrap();
+    let config = crash_config(dir.path(), &db.url, &cb);
+    let http = reqwest::Client::new();
+    let mut doomed = Binary::start(&config, None);
+    let mut survivor = Binary::start(&config, None);
+    let (first_half, second_half): (Vec<usize>, Vec<usize>) = (0..N).partition(|i| i % 2 == 0);
+    let to_doomed = {
+        let (http, base, ids) = (
+            http.clone(),
+            format!("http://{}", doomed.http),
+            first_half.clone(),
+        );
+        tokio::spawn(async move { post_all(&http, &base, &ids).await })
+    };
+    let to_survivor = {
+        let (http, base, ids) = (
+            http.clone(),
+            format!("http://{}", survivor.http),
+            second_half,
+        );
+        tokio::spawn(async move { post_all(&http, &base, &ids).await })
+    };
+    wait_for(60, "deliveries under way", || async {
+        (*sink.total.lock().unwrap() >= 150).then_some(())
+    })
+    .await;
+    doomed.child.kill().unwrap(); // SIGKILL
+    doomed.child.wait().unwrap();
+    let answered_at_kill = sink.by_message.lock().unwrap().len();
+    assert!(
+        answered_at_kill < N,
+        "the kill must land while work is in flight"
+    );
+    let acked: HashSet<usize> = to_doomed
+        .await
+        .unwrap()
+        .iter()
+        .filter(|(_, d)| d.is_some())
+        .map(|(i, _)| *i)
+        .collect();
+    let survived = to_survivor.await.unwrap();
+    assert!(
+        survived.iter().all(|(_, d)| *d == Some(false)),
+        "the survivor took its half"
+    );
+    eprintln!(
+        "killed one of two with {answered_at_kill} of {N} answered, {} of its {} acknowledged",
+        acked.len(),
+        first_half.len()
+    );
+    // The client retries the dead instance's half on the survivor, as a load balancer would.
+    let retried = post_all(&http, &format!("http://{}", survivor.http), &first_half).await;
+    for (i, dup) in &retried {
+        assert!(dup.is_some(), "message {i}: the retry is accepted");
+        if acked.contains(i) {
+            assert_eq!(
+                *dup,
+                Some(true),
+                "message {i} was acknowledged before the kill"
+            );
+        }
+    }
+    wait_for(120, "a response for every message", || async {
+        (sink.by_message.lock().unwrap().len() == N).then_some(())
+    })
+    .await;
+    let store = switchboard::store::Db::connect(&switchboard::config::DatabaseConfig {
+        url: switchboard::config::Secret::new(&db.url),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    wait_for(
+        60,
+        "the queue to drain, the dead instance's leases taken over",
+        || async {
+            let states = job_states(&store).await;
+            (states.keys().all(|s| s == "done")).then_some(())
+        },
+    )
+    .await;
+    survivor.terminate();
+    assert!(survivor.child.wait().unwrap().success());
+    exactly_once(&sink, &store, N).await;
+}
