@@ -319,3 +319,157 @@ async fn one_of_two_instances_killed_the_other_finishes_its_work() {
     assert!(survivor.child.wait().unwrap().success());
     exactly_once(&sink, &store, N).await;
 }
+
+/// Fills the file system `dir` is on, to the last byte it takes; returns the filler's path.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write as _;
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0u8; 64 << 10];
+    let mut size = chunk.len();
+    while size > 0 {
+        if f.write_all(&chunk[..size]).is_err() || f.flush().is_err() {
+            size /= 2;
+        }
+    }
+    let _ = f.sync_all();
+    path
+}
+
+/// A small file system of its own for SQLite: a tmpfs mounted on `dir` (root only); `None`
+/// where mounting is not allowed.
+fn small_disk(dir: &std::path::Path, size: &str) -> Option<()> {
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then_some(())
+}
+
+/// SQLite on a full disk: inbound is refused retryably (`503` with `Retry-After`, never lost
+/// once acknowledged), the process stays up, and once space returns it accepts again and
+/// answers everything it acknowledged exactly once; the database is intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_on_a_full_disk_refuses_inbound_and_resumes_when_space_returns() {
+    let disk = tempfile::tempdir().unwrap();
+    if small_disk(disk.path(), "24m").is_none() {
+        eprintln!("cannot mount a small file system here (needs root): full-disk test skipped");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(disk.path().to_owned());
+    let db_url = format!("sqlite://{}", disk.path().join("switchboard.db").display());
+    let sink = Arc::new(Sink::default());
+    let cb = serve_route!(sink.clone(), post, "/cb", receive);
+    let dir = tempfile::tempdir().unwrap();
+    let config = crash_config(dir.path(), &db_url, &cb);
+    let server = Binary::start(&config, None);
+    let base = format!("http://{}", server.http);
+    let http = reqwest::Client::new();
+    // About 4 KB a message, so the database grows fast.
+    let post = |i: usize| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            let body = json!({
+                "external_id": format!("disk-{i}"),
+                "message": {
+                    "thread_id": format!("disk-thread-{i}"),
+                    "sender": {"address": "load@example.com", "auth_method": "none", "verified": false},
+                    "recipient": "@echo@crash.test",
+                    "parts": [{"kind": "text", "mime": "text/plain", "content": format!("message {i} {}", "x".repeat(4000))}]
+                }
+            });
+            let r = http
+                .post(format!("{base}/api/v1/messages"))
+                .bearer_auth("crash-token")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.headers().contains_key("retry-after"))
+        }
+    };
+    for i in 0..20 {
+        assert_eq!(post(i).await.0, 202);
+    }
+    wait_for(30, "the first answers", || async {
+        (sink.by_message.lock().unwrap().len() == 20).then_some(())
+    })
+    .await;
+
+    let filler = fill(disk.path());
+    let mut accepted: Vec<usize> = (0..20).collect();
+    let mut refused = 0;
+    for i in 20..400 {
+        match post(i).await {
+            (202, _) => accepted.push(i),
+            (503, true) => {
+                refused += 1;
+                if refused >= 5 {
+                    break;
+                }
+            }
+            other => panic!("message {i}: {other:?}, not 202 or a retryable 503"),
+        }
+    }
+    eprintln!(
+        "disk full: {} accepted, then {refused} refused",
+        accepted.len()
+    );
+    assert!(
+        refused >= 5,
+        "a full disk refuses inbound: {refused} refused"
+    );
+    let health = http.get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200, "the process stays up");
+
+    std::fs::remove_file(&filler).unwrap();
+    let mut resumed = false;
+    for attempt in 0..50 {
+        let i = 1_000 + attempt;
+        if post(i).await.0 == 202 {
+            accepted.push(i);
+            resumed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(resumed, "inbound is accepted again once space returns");
+    for i in 2_000..2_020 {
+        assert_eq!(post(i).await.0, 202);
+        accepted.push(i);
+    }
+    wait_for(60, "an answer for every message acknowledged", || async {
+        let by = sink.by_message.lock().unwrap();
+        (by.len() >= accepted.len()).then_some(())
+    })
+    .await;
+    let by_message = sink.by_message.lock().unwrap().clone();
+    assert_eq!(
+        by_message.len(),
+        accepted.len(),
+        "nothing refused was answered, nothing accepted lost"
+    );
+    assert!(
+        by_message.values().all(|r| r.len() == 1),
+        "one response each"
+    );
+    server.terminate();
+    let mut server = server;
+    assert!(server.child.wait().unwrap().success());
+
+    let check = rusqlite::Connection::open(disk.path().join("switchboard.db")).unwrap();
+    let verdict: String = check
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(verdict, "ok");
+}
