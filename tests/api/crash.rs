@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use switchboard::store::messages;
 
 use crate::helpers::{
-    Binary, Engine, TestDb, fresh_db, header, job_states, on_both_engines, serve_route, wait_for,
+    Binary, Engine, TestDb, fresh_db, header, job_states, on_both_engines, serve_route, smtp,
+    wait_for,
 };
 
 const N: usize = 1000;
@@ -472,4 +473,250 @@ async fn sqlite_on_a_full_disk_refuses_inbound_and_resumes_when_space_returns() 
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .unwrap();
     assert_eq!(verdict, "ok");
+}
+
+/// A PostgreSQL server of the test's own: a cluster made with `initdb` in a temporary directory
+/// and run as the `postgres` user on a port of its own, so the test can stop and start it
+/// without touching the server the other tests use.
+struct OwnPostgres {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    port: u16,
+}
+
+impl OwnPostgres {
+    /// `None` where there is no PostgreSQL to run (no binaries, no `postgres` user, not root).
+    fn start() -> Option<OwnPostgres> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("bin"))
+            .find(|b| b.join("initdb").exists())?;
+        let dir = tempfile::tempdir().ok()?;
+        let owned = std::process::Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let pg = OwnPostgres { dir, bin, port };
+        let made = owned
+            && pg.run(
+                "initdb",
+                &[
+                    "-D",
+                    &pg.data(),
+                    "-A",
+                    "trust",
+                    "-U",
+                    "postgres",
+                    "--no-sync",
+                ],
+            );
+        (made && pg.up()).then_some(pg)
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) -> bool {
+        std::process::Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join(tool))
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Starts the server and waits until it accepts connections.
+    fn up(&self) -> bool {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("log").display().to_string();
+        self.run(
+            "pg_ctl",
+            &["-D", &self.data(), "-l", &log, "-w", "-o", &opts, "start"],
+        )
+    }
+
+    /// Stops the server at once, as a crash or a lost network would.
+    fn down(&self) -> bool {
+        self.run(
+            "pg_ctl",
+            &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
+        )
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = self.down();
+    }
+}
+
+/// An SMTP delivery to `rcpt` at `addr`: the first reply that is not a success, or `250` for a
+/// message accepted.
+async fn mail_to(addr: std::net::SocketAddr, rcpt: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let greeting = smtp(&mut s, "").await;
+    if !greeting.starts_with("220") {
+        return greeting;
+    }
+    for line in [
+        "EHLO client.test".to_owned(),
+        "MAIL FROM:<alice@example.com>".to_owned(),
+        format!("RCPT TO:<{rcpt}>"),
+        "DATA".to_owned(),
+    ] {
+        let reply = smtp(&mut s, &line).await;
+        if !(reply.starts_with('2') || reply.starts_with("354")) {
+            return reply;
+        }
+    }
+    let reply = smtp(
+        &mut s,
+        "From: alice@example.com\r\nTo: echo@crash.test\r\nSubject: outage\r\nMessage-ID: <outage@example.com>\r\n\r\nhello\r\n.",
+    )
+    .await;
+    let _ = smtp(&mut s, "QUIT").await;
+    reply
+}
+
+/// PostgreSQL unreachable for a minute under a running instance: inbound is refused natively
+/// and retryably all along (HTTP `503` with `Retry-After`, SMTP `451 4.3.0`), readiness is
+/// false and says why, and within seconds of the database's return the instance is ready and
+/// accepts again, without a restart of its own; nothing acknowledged is lost or answered twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql_unreachable_for_a_minute_is_refused_retryably_and_recovered_from() {
+    let Some(pg) = OwnPostgres::start() else {
+        eprintln!(
+            "no PostgreSQL of its own can run here (needs root and PostgreSQL's binaries): skipped"
+        );
+        return;
+    };
+    let sink = Arc::new(Sink::default());
+    let cb = serve_route!(sink.clone(), post, "/cb", receive);
+    let dir = tempfile::tempdir().unwrap();
+    let config = crash_config(dir.path(), &pg.url(), &cb);
+    let server = Binary::start(&config, None);
+    let up = server.logged("switchboard is up").join("");
+    let up: Value = serde_json::from_str(&up).unwrap();
+    let private = up["metrics_addr"].as_str().unwrap().to_owned();
+    let smtp_addr = server.smtp.unwrap();
+    let base = format!("http://{}", server.http);
+    let http = reqwest::Client::new();
+    let ids: Vec<usize> = (0..10).collect();
+    assert!(
+        post_all(&http, &base, &ids)
+            .await
+            .iter()
+            .all(|(_, d)| *d == Some(false))
+    );
+    wait_for(30, "the first answers", || async {
+        (sink.by_message.lock().unwrap().len() == 10).then_some(())
+    })
+    .await;
+
+    assert!(pg.down());
+    let outage = std::time::Instant::now();
+    let refused_now = |i: usize| {
+        let (http, base, private) = (http.clone(), base.clone(), private.clone());
+        async move {
+            let r = http
+                .post(format!("{base}/api/v1/messages"))
+                .bearer_auth("crash-token")
+                .json(&json!({
+                    "external_id": format!("outage-{i}"),
+                    "message": {
+                        "sender": {"address": "load@example.com", "auth_method": "none", "verified": false},
+                        "recipient": "@echo@crash.test",
+                        "parts": [{"kind": "text", "mime": "text/plain", "content": "while it is down"}]
+                    }
+                }))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 503, "refused while the database is down");
+            assert!(r.headers().contains_key("retry-after"));
+            let ready = http
+                .get(format!("http://{private}/readyz"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(ready.status(), 503);
+            let why = ready.text().await.unwrap();
+            assert!(why.contains("PostgreSQL at 127.0.0.1"), "{why}");
+            let mail = mail_to(smtp_addr, "echo@crash.test").await;
+            assert!(
+                mail.starts_with("451 4.3.0"),
+                "mail refused for now: {mail}"
+            );
+        }
+    };
+    refused_now(1).await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    refused_now(2).await;
+    tokio::time::sleep(Duration::from_secs(60).saturating_sub(outage.elapsed())).await;
+    refused_now(3).await;
+    let health = http.get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200, "the process stays up");
+
+    assert!(pg.up());
+    let back = std::time::Instant::now();
+    wait_for(30, "ready again", || async {
+        let r = http
+            .get(format!("http://{private}/readyz"))
+            .send()
+            .await
+            .ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    let recovered = back.elapsed();
+    eprintln!("ready {recovered:?} after the database came back");
+    assert!(
+        recovered < Duration::from_secs(15),
+        "recovered within seconds: {recovered:?}"
+    );
+    let later: Vec<usize> = (100..110).collect();
+    assert!(
+        post_all(&http, &base, &later)
+            .await
+            .iter()
+            .all(|(_, d)| *d == Some(false))
+    );
+    wait_for(60, "every acknowledged message answered", || async {
+        (sink.by_message.lock().unwrap().len() == 20).then_some(())
+    })
+    .await;
+    let store = switchboard::store::Db::connect(&switchboard::config::DatabaseConfig {
+        url: switchboard::config::Secret::new(pg.url()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    wait_for(30, "the queue to drain", || async {
+        let states = job_states(&store).await;
+        (states.keys().all(|s| s == "done")).then_some(())
+    })
+    .await;
+    server.terminate();
+    let mut server = server;
+    assert!(server.child.wait().unwrap().success());
+    exactly_once(&sink, &store, 20).await;
+    store.close().await;
 }

@@ -637,3 +637,33 @@ pub async fn a2a_stream_artifacts(
         .collect();
     (body, updates)
 }
+
+/// A bare SMTP exchange: writes `line` and reads one reply (within 30 s: a server whose
+/// database does not answer takes its pool's acquire timeout to say so).
+pub async fn smtp(s: &mut tokio::net::TcpStream, line: &str) -> String {
+    if !line.is_empty() {
+        tokio::io::AsyncWriteExt::write_all(s, format!("{line}\r\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            tokio::io::AsyncReadExt::read(s, &mut buf),
+        )
+        .await
+        .expect("a reply within 30 s")
+        .unwrap_or(0);
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got);
+        let done = text
+            .lines()
+            .last()
+            .is_some_and(|l| l.len() >= 4 && l.as_bytes()[3] == b' ');
+        if n == 0 || (done && text.ends_with("\r\n")) {
+            return text.into_owned();
+        }
+    }
+}

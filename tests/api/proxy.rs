@@ -13,7 +13,7 @@ use switchboard::net::proxy_protocol::{v1_header, v2_header};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::helpers::{Engine, RecordingAgent, TestApp, on_both_engines, spawn_app, wait_for};
+use crate::helpers::{Engine, RecordingAgent, TestApp, on_both_engines, smtp, spawn_app, wait_for};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -255,30 +255,6 @@ async fn the_proxy_protocol_names_the_http_client() {
     );
     drop(held);
     app.stop().await;
-}
-
-/// A bare SMTP exchange: writes `line` and reads one reply.
-async fn smtp(s: &mut TcpStream, line: &str) -> String {
-    if !line.is_empty() {
-        s.write_all(format!("{line}\r\n").as_bytes()).await.unwrap();
-    }
-    let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    loop {
-        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
-            .await
-            .expect("a reply within 10 s")
-            .unwrap_or(0);
-        got.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&got);
-        let done = text
-            .lines()
-            .last()
-            .is_some_and(|l| l.len() >= 4 && l.as_bytes()[3] == b' ');
-        if n == 0 || (done && text.ends_with("\r\n")) {
-            return text.into_owned();
-        }
-    }
 }
 
 /// Sends one message from `alice@example.com` to `helper@agents.test` on `s`, after `header`.
