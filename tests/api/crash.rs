@@ -720,3 +720,107 @@ async fn postgresql_unreachable_for_a_minute_is_refused_retryably_and_recovered_
     exactly_once(&sink, &store, 20).await;
     store.close().await;
 }
+
+/// PostgreSQL restarted while 2,000 messages flow through two instances: the clients' requests
+/// refused during the restart are retried, both instances carry on without a restart of their
+/// own, and every message acknowledged is answered exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql_restarted_under_two_instances_loses_and_duplicates_nothing() {
+    const MANY: usize = 2_000;
+    let Some(pg) = OwnPostgres::start() else {
+        eprintln!(
+            "no PostgreSQL of its own can run here (needs root and PostgreSQL's binaries): skipped"
+        );
+        return;
+    };
+    let sink = Arc::new(Sink::default());
+    let cb = serve_route!(sink.clone(), post, "/cb", receive);
+    let dir = tempfile::tempdir().unwrap();
+    let config = crash_config(dir.path(), &pg.url(), &cb);
+    let first = Binary::start(&config, None);
+    let second = Binary::start(&config, None);
+    let bases = [
+        format!("http://{}", first.http),
+        format!("http://{}", second.http),
+    ];
+    let http = reqwest::Client::new();
+    // Each instance gets half; what is refused is retried, on the other instance, until every
+    // message is acknowledged.
+    let sending = {
+        let (http, bases) = (http.clone(), bases.clone());
+        tokio::spawn(async move {
+            let mut pending: Vec<usize> = (0..MANY).collect();
+            let mut round = 0;
+            while !pending.is_empty() && round < 60 {
+                let (a, b): (Vec<usize>, Vec<usize>) =
+                    pending.iter().partition(|i| (*i + round) % 2 == 0);
+                let (ra, rb) = tokio::join!(
+                    post_all(&http, &bases[0], &a),
+                    post_all(&http, &bases[1], &b)
+                );
+                pending = ra
+                    .into_iter()
+                    .chain(rb)
+                    .filter(|(_, d)| d.is_none())
+                    .map(|(i, _)| i)
+                    .collect();
+                round += 1;
+                if !pending.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            (pending, round)
+        })
+    };
+    wait_for(60, "deliveries under way", || async {
+        (*sink.total.lock().unwrap() >= 300).then_some(())
+    })
+    .await;
+    assert!(pg.down());
+    let answered_at_restart = sink.by_message.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(pg.up());
+    let (unsent, rounds) = sending.await.unwrap();
+    assert!(unsent.is_empty(), "{} never acknowledged", unsent.len());
+    eprintln!(
+        "restarted with {answered_at_restart} of {MANY} answered; every message acknowledged after {rounds} rounds"
+    );
+    assert!(
+        answered_at_restart < MANY,
+        "the restart must land while work is in flight"
+    );
+    wait_for(120, "a response for every message", || async {
+        (sink.by_message.lock().unwrap().len() == MANY).then_some(())
+    })
+    .await;
+    let store = switchboard::store::Db::connect(&switchboard::config::DatabaseConfig {
+        url: switchboard::config::Secret::new(pg.url()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    wait_for(60, "the queue to drain", || async {
+        let states = job_states(&store).await;
+        (states.keys().all(|s| s == "done")).then_some(())
+    })
+    .await;
+    for (server, base) in [(&first, &bases[0]), (&second, &bases[1])] {
+        let up = server.logged("switchboard is up").join("");
+        let up: Value = serde_json::from_str(&up).unwrap();
+        let ready = http
+            .get(format!(
+                "http://{}/readyz",
+                up["metrics_addr"].as_str().unwrap()
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ready.status(), 200, "{base} ready again on its own");
+    }
+    for mut server in [first, second] {
+        server.terminate();
+        assert!(server.child.wait().unwrap().success());
+    }
+    exactly_once(&sink, &store, MANY).await;
+    store.close().await;
+}
