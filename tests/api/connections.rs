@@ -196,7 +196,7 @@ token = "{TOKEN}"
     // once the stalled bodies are cut.
     // The private listener's probe, which a Kubernetes kubelet or `switchboard healthcheck`
     // asks, answers 200 throughout: it has its own admission.
-    let private: SocketAddr = metrics_addr(&server).parse().unwrap();
+    let private: SocketAddr = server.metrics_addr().parse().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let probes = keep_probing(ip("127.0.0.2"), to, stop_rx.clone());
     let private_probes = keep_probing(ip("127.0.0.2"), private, stop_rx);
@@ -241,7 +241,7 @@ token = "{TOKEN}"
         server.logged("Too many open files").is_empty(),
         "the process never ran out of descriptors"
     );
-    let metrics = reqwest::get(format!("http://{}/metrics", metrics_addr(&server)))
+    let metrics = reqwest::get(format!("http://{}/metrics", server.metrics_addr()))
         .await
         .unwrap()
         .text()
@@ -255,12 +255,6 @@ token = "{TOKEN}"
             "refusals are counted by reason: {metrics}"
         );
     }
-}
-
-fn metrics_addr(server: &Binary) -> String {
-    let up = server.logged("switchboard is up").join("");
-    let v: serde_json::Value = serde_json::from_str(&up).unwrap();
-    v["metrics_addr"].as_str().unwrap().to_owned()
 }
 
 /// The agent's webhook: the first call hangs (a long agent call in flight at shutdown), later

@@ -108,6 +108,28 @@ callback_url = "{cb}"
     config
 }
 
+/// Waits until each of the `n` messages has a response, then until the queue of the database at
+/// `db_url` holds only finished jobs (work cut off comes back once its leases expire); that
+/// database, for the checks that follow.
+async fn answered_and_drained(sink: &Sink, db_url: &str, n: usize) -> switchboard::store::Db {
+    wait_for(120, "a response for every message", || async {
+        (sink.by_message.lock().unwrap().len() == n).then_some(())
+    })
+    .await;
+    let store = switchboard::store::Db::connect(&switchboard::config::DatabaseConfig {
+        url: switchboard::config::Secret::new(db_url),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    wait_for(60, "the queue to drain", || async {
+        let states = job_states(&store).await;
+        (states.keys().all(|s| s == "done")).then_some(())
+    })
+    .await;
+    store
+}
+
 /// Every one of the `n` messages has exactly one response, stored once and delivered (perhaps
 /// more than once, with its one id), and every job is done.
 async fn exactly_once(sink: &Sink, store: &switchboard::store::Db, n: usize) {
@@ -194,23 +216,9 @@ async fn sigkill_mid_flight_loses_and_duplicates_nothing(engine: Engine) {
             );
         }
     }
-    wait_for(120, "a response for every message", || async {
-        (sink.by_message.lock().unwrap().len() == N).then_some(())
-    })
-    .await;
     // Deliveries interrupted by the kill come back when their leases expire and go out again
     // (with their ids): let them finish, then stop gracefully.
-    let store = switchboard::store::Db::connect(&switchboard::config::DatabaseConfig {
-        url: switchboard::config::Secret::new(&db.url),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    wait_for(60, "the queue to drain", || async {
-        let states = job_states(&store).await;
-        (states.keys().all(|s| s == "done")).then_some(())
-    })
-    .await;
+    let store = answered_and_drained(&sink, &db.url, N).await;
     server.terminate();
     let status = server.child.wait().unwrap();
     assert!(
@@ -297,25 +305,7 @@ async fn one_of_two_instances_killed_the_other_finishes_its_work() {
             );
         }
     }
-    wait_for(120, "a response for every message", || async {
-        (sink.by_message.lock().unwrap().len() == N).then_some(())
-    })
-    .await;
-    let store = switchboard::store::Db::connect(&switchboard::config::DatabaseConfig {
-        url: switchboard::config::Secret::new(&db.url),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    wait_for(
-        60,
-        "the queue to drain, the dead instance's leases taken over",
-        || async {
-            let states = job_states(&store).await;
-            (states.keys().all(|s| s == "done")).then_some(())
-        },
-    )
-    .await;
+    let store = answered_and_drained(&sink, &db.url, N).await;
     survivor.terminate();
     assert!(survivor.child.wait().unwrap().success());
     exactly_once(&sink, &store, N).await;
@@ -613,9 +603,7 @@ async fn postgresql_unreachable_for_a_minute_is_refused_retryably_and_recovered_
     let dir = tempfile::tempdir().unwrap();
     let config = crash_config(dir.path(), &pg.url(), &cb);
     let server = Binary::start(&config, None);
-    let up = server.logged("switchboard is up").join("");
-    let up: Value = serde_json::from_str(&up).unwrap();
-    let private = up["metrics_addr"].as_str().unwrap().to_owned();
+    let private = server.metrics_addr();
     let smtp_addr = server.smtp.unwrap();
     let base = format!("http://{}", server.http);
     let http = reqwest::Client::new();
@@ -699,21 +687,7 @@ async fn postgresql_unreachable_for_a_minute_is_refused_retryably_and_recovered_
             .iter()
             .all(|(_, d)| *d == Some(false))
     );
-    wait_for(60, "every acknowledged message answered", || async {
-        (sink.by_message.lock().unwrap().len() == 20).then_some(())
-    })
-    .await;
-    let store = switchboard::store::Db::connect(&switchboard::config::DatabaseConfig {
-        url: switchboard::config::Secret::new(pg.url()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    wait_for(30, "the queue to drain", || async {
-        let states = job_states(&store).await;
-        (states.keys().all(|s| s == "done")).then_some(())
-    })
-    .await;
+    let store = answered_and_drained(&sink, &pg.url(), 20).await;
     server.terminate();
     let mut server = server;
     assert!(server.child.wait().unwrap().success());
@@ -789,29 +763,10 @@ async fn postgresql_restarted_under_two_instances_loses_and_duplicates_nothing()
         answered_at_restart < MANY,
         "the restart must land while work is in flight"
     );
-    wait_for(120, "a response for every message", || async {
-        (sink.by_message.lock().unwrap().len() == MANY).then_some(())
-    })
-    .await;
-    let store = switchboard::store::Db::connect(&switchboard::config::DatabaseConfig {
-        url: switchboard::config::Secret::new(pg.url()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    wait_for(60, "the queue to drain", || async {
-        let states = job_states(&store).await;
-        (states.keys().all(|s| s == "done")).then_some(())
-    })
-    .await;
+    let store = answered_and_drained(&sink, &pg.url(), MANY).await;
     for (server, base) in [(&first, &bases[0]), (&second, &bases[1])] {
-        let up = server.logged("switchboard is up").join("");
-        let up: Value = serde_json::from_str(&up).unwrap();
         let ready = http
-            .get(format!(
-                "http://{}/readyz",
-                up["metrics_addr"].as_str().unwrap()
-            ))
+            .get(format!("http://{}/readyz", server.metrics_addr()))
             .send()
             .await
             .unwrap();

@@ -457,6 +457,13 @@ impl Binary {
     }
 
     /// Sends SIGTERM.
+    /// The private (metrics) listener's address, from the start-up line.
+    pub fn metrics_addr(&self) -> String {
+        let up = self.logged("switchboard is up").join("");
+        let v: serde_json::Value = serde_json::from_str(&up).unwrap();
+        v["metrics_addr"].as_str().unwrap().to_owned()
+    }
+
     pub fn terminate(&self) {
         let ok = std::process::Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
