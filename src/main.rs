@@ -218,20 +218,19 @@ async fn main() -> anyhow::Result<()> {
             // The private listener speaks plain HTTP; a public one behind a load balancer
             // speaking the PROXY protocol expects its header first: the probe then sends a LOCAL
             // one (naming no client).
-            let config = match addr {
-                Some(_) => Config::from_env(cli.config.as_deref()).ok(),
-                None => Some(Config::from_env(cli.config.as_deref())?),
+            let (addr, config) = match addr {
+                Some(a) => (a, Config::from_env(cli.config.as_deref()).ok()),
+                None => {
+                    let c = Config::from_env(cli.config.as_deref())?;
+                    let listener = if public {
+                        c.server.bind
+                    } else {
+                        c.server.metrics_bind
+                    };
+                    (switchboard::net::probe::local_addr(listener), Some(c))
+                }
             };
-            let proxy_protocol = public && config.as_ref().is_some_and(|c| c.server.proxy_protocol);
-            let addr = match (addr, config) {
-                (Some(a), _) => a,
-                (None, Some(c)) => switchboard::net::probe::local_addr(if public {
-                    c.server.bind
-                } else {
-                    c.server.metrics_bind
-                }),
-                (None, None) => anyhow::bail!("no address to probe"),
-            };
+            let proxy_protocol = public && config.is_some_and(|c| c.server.proxy_protocol);
             let path = if ready { "/readyz" } else { "/healthz" };
             let timeout = Duration::from_secs(timeout);
             switchboard::net::probe::probe(addr, path, timeout, proxy_protocol)

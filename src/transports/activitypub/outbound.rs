@@ -652,7 +652,10 @@ impl JobHandler for DeliverHandler {
                 finished.end(i),
                 Some(crate::store::jobs::Finish::Retry { .. })
             );
-            if let (Ok(job), true, true) = (job, retried, posted.accepted > 0) {
+            if let Ok(job) = job
+                && retried
+                && posted.accepted > 0
+            {
                 let rest = DeliverJob {
                     agent: job.agent.clone(),
                     inbox: job.inbox.clone(),
