@@ -2,8 +2,9 @@
 //! them, each answering the one before, when the text is longer than the addressed servers
 //! take), stored (so each is served at its id and in the outbox) together with one durable
 //! `ap_deliver` job per inbox (shared inboxes preferred) in one transaction, which POSTs the notes
-//! in thread order. The job handler signs and POSTs with a per-host concurrency limit, Mastodon's retry classes (5xx/408/429 retried with `Retry-After`, other
-//! 4xx final) and a circuit breaker for hosts failing for days.
+//! in thread order. The job handler signs and POSTs with a per-host concurrency limit,
+//! Mastodon's retry classes (5xx/408/429 retried with `Retry-After`, other 4xx final) and a
+//! circuit breaker for hosts failing for days.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
