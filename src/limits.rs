@@ -47,6 +47,9 @@ pub struct AgentLimits {
     automated_cooldown_ms: i64,
     /// Permits for backend calls.
     pub calls: Arc<Semaphore>,
+    /// How many: the agent's `max_concurrent_calls`, which on PostgreSQL also caps its runs in
+    /// flight on every instance together.
+    pub max_calls: usize,
     /// Agent turns a multi-agent chain started by this agent may take.
     pub max_hops: u32,
 }
@@ -61,6 +64,9 @@ impl AgentLimits {
     /// From the agent's resolved configuration.
     #[must_use]
     pub fn new(c: &LimitsConfig) -> Self {
+        let max_calls = c
+            .max_concurrent_calls
+            .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS);
         Self {
             per_sender: c.per_sender,
             per_agent: c.per_agent,
@@ -70,10 +76,8 @@ impl AgentLimits {
                 c.automated_cooldown_seconds
                     .unwrap_or(DEFAULT_AUTOMATED_COOLDOWN_SECONDS),
             ) * 1000,
-            calls: Arc::new(Semaphore::new(
-                c.max_concurrent_calls
-                    .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS),
-            )),
+            calls: Arc::new(Semaphore::new(max_calls)),
+            max_calls,
             max_hops: c.max_hops.unwrap_or(DEFAULT_MAX_HOPS),
         }
     }

@@ -181,7 +181,9 @@ impl crate::store::GroupCommit for Ingest {
         // A newer message interrupts the run in flight of its thread where the transport asks.
         for m in &then.messages {
             if core.conversation.of(&m.transport).queue == QueueMode::Interrupt
-                && core.runs.interrupt(&(m.thread_id.clone(), m.agent.clone()))
+                && core
+                    .runs
+                    .interrupt(&(m.thread_id.clone(), m.agent.clone()), m.seq)
             {
                 tracing::debug!(thread_id = %m.thread_id, agent = %m.agent, "run interrupted by a newer message");
             }
@@ -510,6 +512,14 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
                 .await?
         });
     }
+    // A newer message interrupts its thread's run wherever it is in flight: here once the
+    // batch is answered ([`Ingest::then`]), on the other instances by notification.
+    let interrupts: Vec<String> = messages
+        .iter()
+        .filter(|m| core.conversation.of(&m.transport).queue == QueueMode::Interrupt)
+        .map(|m| super::runs::notification(&(m.thread_id.clone(), m.agent.clone()), m.seq))
+        .collect();
+    crate::store::runs::notify_lines(&mut tx, super::runs::NOTIFY_CHANNEL, &interrupts).await?;
     // Until they are held, the threads' windows come from the database.
     let writing = core
         .caches

@@ -5,7 +5,8 @@
 //! care ([`Transport::ends_turns`]) by a `turn_end` job enqueued in the same
 //! transaction.
 //!
-//! One thread runs one turn of an agent at a time in a process ([`Runs`]); what a message
+//! One thread runs one turn of an agent at a time ([`Runs`]; across instances on PostgreSQL,
+//! through leases in the database); what a message
 //! does while its thread runs, and whether text waits for more from its sender, is the
 //! `[conversation]` configuration (merged messages end `merged`, cancelled runs
 //! `interrupted`).
@@ -364,6 +365,17 @@ impl Pipeline {
     pub fn new(core: Core) -> Self {
         let core = Arc::new(core);
         erase::listen(&core);
+        let c = Arc::clone(&core);
+        core.queue.on_notify(
+            runs::NOTIFY_CHANNEL,
+            Arc::new(move |payload: &str| {
+                for (key, newer) in runs::parse_notification(payload) {
+                    if c.runs.interrupt(&key, newer) {
+                        tracing::debug!(thread_id = %key.0, agent = %key.1, "run interrupted by a newer message stored elsewhere");
+                    }
+                }
+            }),
+        );
         let (ingest_tx, rx) = mpsc::channel(4096);
         tokio::spawn(ingest::writer(Arc::clone(&core), rx));
         Self {

@@ -6,8 +6,10 @@
 //! them. Nothing of this touches the database beyond renewing the kept job's lease. A run can be
 //! interrupted ([`Runs::interrupt`]) by a newer message of its thread.
 //!
-//! The registry is per process: on PostgreSQL with several instances, two of them may run one
-//! thread at once (each message is still answered once).
+//! The registry is per process. On PostgreSQL, which several instances may share, a run taken
+//! here is also leased in the database ([`crate::store::runs`]), and a message whose thread is
+//! taken, here or elsewhere, waits there instead of being parked here; interrupts reach every
+//! instance by `NOTIFY` ([`NOTIFY_CHANNEL`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -51,8 +53,30 @@ struct Waiter {
 
 #[derive(Debug)]
 struct Entry {
+    /// The run's message.
+    seq: i64,
     /// Turns `true` when the run is interrupted.
     cancel: watch::Sender<bool>,
+}
+
+/// The PostgreSQL channel on which an instance that stores a message tells every instance to
+/// interrupt the run of its thread in flight, if any: one line per message,
+/// `thread id`, `agent` and `seq` separated by tabs.
+pub(super) const NOTIFY_CHANNEL: &str = "switchboard_runs";
+
+/// The line of [`NOTIFY_CHANNEL`] for a message of `seq` in `key`.
+pub(super) fn notification(key: &Key, seq: i64) -> String {
+    format!("{}\t{}\t{seq}", key.0, key.1)
+}
+
+/// The runs to interrupt a notification names: key and the newer message's `seq` (malformed
+/// lines are skipped).
+pub(super) fn parse_notification(payload: &str) -> impl Iterator<Item = (Key, i64)> + '_ {
+    payload.lines().filter_map(|line| {
+        let mut f = line.split('\t');
+        let (t, a, seq) = (f.next()?, f.next()?, f.next()?.parse().ok()?);
+        Some(((t.to_owned(), a.to_owned()), seq))
+    })
 }
 
 /// A run taken by [`Runs::take`]; dropping it ends the run.
@@ -80,7 +104,7 @@ impl Runs {
         }
         slot.waiting.retain(|w| w.seq != seq);
         let (cancel, cancel_rx) = watch::channel(false);
-        slot.run = Some(Entry { cancel });
+        slot.run = Some(Entry { seq, cancel });
         Some(Run {
             key,
             cancel: cancel_rx,
@@ -138,11 +162,13 @@ impl Runs {
         Some(job)
     }
 
-    /// Interrupts the run of `key`, if one is in flight; whether there was one.
-    pub(super) fn interrupt(&self, key: &Key) -> bool {
+    /// Interrupts the run of `key` in flight, if there is one for a message older than
+    /// `newer` (the message that interrupts it); whether there was one.
+    pub(super) fn interrupt(&self, key: &Key, newer: i64) -> bool {
         lock(&self.inner)
             .get(key)
             .and_then(|s| s.run.as_ref())
+            .filter(|e| e.seq < newer)
             .is_some_and(|e| {
                 e.cancel.send_replace(true);
                 true
@@ -243,10 +269,19 @@ mod tests {
     async fn an_interrupt_reaches_the_run_even_before_it_waits() {
         let runs = Runs::default();
         let run = runs.take(key("t"), 1).unwrap();
-        assert!(!runs.interrupt(&key("u")));
-        assert!(runs.interrupt(&key("t")));
+        assert!(!runs.interrupt(&key("u"), 2));
+        assert!(!runs.interrupt(&key("t"), 1), "only an older message's run");
+        assert!(runs.interrupt(&key("t"), 2));
         tokio::time::timeout(std::time::Duration::from_secs(5), run.interrupted())
             .await
             .unwrap();
+    }
+
+    #[test]
+    fn notifications_name_the_thread_agent_and_newer_message() {
+        let line = notification(&key("t-1"), 42);
+        let both = format!("{line}\nbroken\n{}", notification(&key("u"), 7));
+        let parsed: Vec<(Key, i64)> = parse_notification(&both).collect();
+        assert_eq!(parsed, vec![(key("t-1"), 42), (key("u"), 7)]);
     }
 }

@@ -72,6 +72,12 @@ pub trait Attempted {
     fn deferred_until(&self) -> Option<i64> {
         None
     }
+
+    /// When the job was not run but put back in the table to wait, until then at the latest
+    /// ([`Finish::Waiting`]).
+    fn waiting_until(&self) -> Option<i64> {
+        None
+    }
 }
 
 impl<T> Attempted for std::result::Result<T, OutboundError> {
@@ -128,7 +134,7 @@ impl Finished {
 pub fn delivery_outcome(end: &Finish) -> &'static str {
     match end {
         Finish::Done => "delivered",
-        Finish::Retry { .. } | Finish::Deferred { .. } => "retry",
+        Finish::Retry { .. } | Finish::Deferred { .. } | Finish::Waiting { .. } => "retry",
         Finish::Dead { .. } => "failed",
     }
 }
@@ -460,22 +466,28 @@ impl Queue {
         let done: Vec<&str> = batch
             .iter()
             .zip(results)
-            .filter(|(_, r)| r.error().is_none() && r.deferred_until().is_none())
+            .filter(|(_, r)| {
+                r.error().is_none() && r.deferred_until().is_none() && r.waiting_until().is_none()
+            })
             .map(|(j, _)| j.id.as_str())
             .collect();
         let owned = jobs::finish_done_many(tx, &done, owner, now).await?;
         let mut ends = Vec::with_capacity(batch.len());
         for (job, result) in batch.iter().zip(results) {
             let end = match result.error() {
-                None => match result.deferred_until() {
-                    Some(lease_until) => {
-                        let finish = Finish::Deferred { lease_until };
-                        jobs::finish(tx, &job.id, owner, &finish, now)
+                None => {
+                    let kept = match (result.deferred_until(), result.waiting_until()) {
+                        (Some(lease_until), _) => Some(Finish::Deferred { lease_until }),
+                        (None, Some(run_at)) => Some(Finish::Waiting { run_at }),
+                        (None, None) => None,
+                    };
+                    match kept {
+                        Some(finish) => jobs::finish(tx, &job.id, owner, &finish, now)
                             .await?
-                            .then_some(finish)
+                            .then_some(finish),
+                        None => owned.contains(&job.id).then_some(Finish::Done),
                     }
-                    None => owned.contains(&job.id).then_some(Finish::Done),
-                },
+                }
                 Some(e) => {
                     tracing::warn!(job = %job.id, kind = %job.kind, attempt = job.attempts, error = %e, "job failed");
                     let finish = self.finish_for_error(job, e);
@@ -628,12 +640,15 @@ impl Queue {
     }
 
     /// Returns this instance's leased jobs to the queue (after a shutdown that did not finish
-    /// them).
+    /// them), and ends the runs it still holds ([`crate::store::runs`]) so that another
+    /// instance, or this one started again, can run their threads at once.
     ///
     /// # Errors
     /// Database errors.
     pub async fn release_owned(&self) -> Result<u64> {
-        jobs::release_owned(&self.db, &self.owner, self.clock.now_ms()).await
+        let n = jobs::release_owned(&self.db, &self.owner, self.clock.now_ms()).await?;
+        crate::store::runs::release_owned(&self.db, &self.owner).await?;
+        Ok(n)
     }
 
     /// Housekeeping: returns jobs with expired leases to the queue (every quarter lease, at

@@ -96,10 +96,18 @@ pub enum Finish {
         /// The renewed lease's end (unix ms).
         lease_until: i64,
     },
+    /// Not run yet: its message waits for its thread's run on another instance, or for a place
+    /// among its agent's calls ([`crate::store::runs`]). Back in the table, the attempt its
+    /// claim counted given back, due at `run_at` unless the end of the run it waits for makes
+    /// it due sooner.
+    Waiting {
+        /// When it is tried again at the latest (unix ms).
+        run_at: i64,
+    },
 }
 
 impl Finish {
-    /// The outcome's name in metrics: `done`, `retry` or `dead`.
+    /// The outcome's name in metrics: `done`, `retry`, `dead`, `deferred` or `waiting`.
     #[must_use]
     pub fn label(&self) -> &'static str {
         match self {
@@ -107,6 +115,7 @@ impl Finish {
             Self::Retry { .. } => "retry",
             Self::Dead { .. } => "dead",
             Self::Deferred { .. } => "deferred",
+            Self::Waiting { .. } => "waiting",
         }
     }
 }
@@ -265,6 +274,15 @@ pub async fn finish(
                 "UPDATE jobs SET lease_until = $4, updated_at = $3 \
                  WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
                 &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now), Arg::Int(*lease_until)],
+            )
+            .await?
+        }
+        Finish::Waiting { run_at } => {
+            tx.execute(
+                "UPDATE jobs SET state = 'ready', lease_owner = NULL, lease_until = NULL, \
+                 attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, run_at = $4, updated_at = $3 \
+                 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+                &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now), Arg::Int(*run_at)],
             )
             .await?
         }

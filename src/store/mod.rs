@@ -21,6 +21,7 @@ pub mod messages;
 pub mod policy;
 pub mod recent;
 pub mod reports;
+pub mod runs;
 mod sqlite;
 pub mod threads;
 

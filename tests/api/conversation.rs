@@ -1,7 +1,9 @@
 //! Conversation semantics end to end: the inbound debounce merges a sender's quick texts into
 //! one turn, and a thread runs one turn at a time — a message arriving meanwhile follows up,
-//! is collected with the others, or interrupts the call in flight.
+//! is collected with the others, or interrupts the call in flight. On PostgreSQL the same holds
+//! across two instances of one database, and so does an agent's `max_concurrent_calls`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,6 +27,26 @@ struct Call {
 #[derive(Debug, Default)]
 struct Paced {
     calls: Mutex<Vec<Call>>,
+    /// Calls in flight, and the most there ever were at once.
+    active: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+/// Counts a call in flight while it lives (a cancelled call too, until it is dropped).
+struct InFlight<'a>(&'a Paced);
+
+impl<'a> InFlight<'a> {
+    fn new(paced: &'a Paced) -> Self {
+        let now = paced.active.fetch_add(1, Ordering::SeqCst) + 1;
+        paced.peak.fetch_max(now, Ordering::SeqCst);
+        Self(paced)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 const SLOW: Duration = Duration::from_millis(1500);
@@ -50,6 +72,7 @@ impl switchboard::agents::AgentBackend for Paced {
         msg: &NormalizedMessage,
     ) -> Result<Option<switchboard::message::NormalizedResponse>, switchboard::error::OutboundError>
     {
+        let _in_flight = InFlight::new(self);
         let i = {
             let mut calls = self.calls.lock().unwrap();
             calls.push(Call {
@@ -418,3 +441,246 @@ async fn a2a_tasks_of_merged_and_interrupted_turns_still_end(engine: Engine) {
     t.stop().await;
 }
 on_both_engines!(a2a_tasks_of_merged_and_interrupted_turns_still_end);
+
+/// Two instances of one PostgreSQL database hosting the `paced` agent (one backend, whose calls
+/// are counted together), with the debounce, queue mode and `max_concurrent_calls` given; `None`
+/// without PostgreSQL.
+async fn two_instances(
+    debounce_ms: u64,
+    queue: QueueMode,
+    max_calls: usize,
+) -> Option<(TestApp, TestApp, Arc<Paced>)> {
+    if crate::helpers::postgres_url().is_none() {
+        eprintln!("SWITCHBOARD_TEST_POSTGRES_URL is not set: two-instance test skipped");
+        return None;
+    }
+    let db = crate::helpers::fresh_db(Engine::Postgres).await;
+    let url = db.url.clone();
+    let agent = Arc::new(Paced::default());
+    let spawn = |db: crate::helpers::TestDb| {
+        let agent = agent.clone();
+        crate::helpers::spawn_on(db, move |c, o| {
+            c.conversation.debounce_ms = debounce_ms;
+            c.conversation.queue = queue;
+            c.limits.max_concurrent_calls = Some(max_calls);
+            // One service: both instances answer for the same addresses.
+            c.server.public_url = Some("https://bridge.example".into());
+            o.agents.push(("paced".into(), agent));
+        })
+    };
+    let a = spawn(db).await;
+    let b = spawn(crate::helpers::TestDb::url_only(url)).await;
+    Some((a, b, agent))
+}
+
+/// Responses delivered by either instance.
+fn delivered(a: &TestApp, b: &TestApp) -> u64 {
+    a.transport.count() + b.transport.count()
+}
+
+async fn followups_across_two_instances_run_one_at_a_time_in_order() {
+    let Some((mut a, mut b, agent)) = two_instances(0, QueueMode::Followup, 16).await else {
+        return;
+    };
+    let to = a.agent("paced");
+    let first = from(ALICE, &to, "busy", "slow first");
+    let mut ids = vec![first.id.clone()];
+    a.ingest("f-0", first).await;
+    agent.wait_calls(1).await;
+    for i in 1..=4 {
+        let m = from(ALICE, &to, "busy", &format!("then {i}"));
+        ids.push(m.id.clone());
+        let on = if i % 2 == 1 { &b } else { &a };
+        on.ingest(&format!("f-{i}"), m).await;
+    }
+    let statuses = final_statuses(&a, &ids).await;
+    assert_eq!(statuses, ["delivered"; 5]);
+    let calls = agent.calls();
+    let texts: Vec<String> = calls.iter().map(|c| text_of(&c.msg.parts)).collect();
+    assert_eq!(
+        texts,
+        ["slow first", "then 1", "then 2", "then 3", "then 4"],
+        "one call per message, in the order they were stored"
+    );
+    assert_eq!(agent.peak.load(Ordering::SeqCst), 1, "never two at once");
+    for (i, call) in calls.iter().enumerate() {
+        let history = call.msg.history.as_deref().unwrap_or_default();
+        assert_eq!(
+            history.len(),
+            2 * i,
+            "turn {i} sees every earlier turn and its answer"
+        );
+    }
+    assert_eq!(delivered(&a, &b), 5, "each answered once");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followups_across_two_instances_run_one_at_a_time_in_order_postgres() {
+    followups_across_two_instances_run_one_at_a_time_in_order().await;
+}
+
+async fn collect_across_two_instances_runs_only_the_latest() {
+    let Some((mut a, mut b, agent)) = two_instances(0, QueueMode::Collect, 16).await else {
+        return;
+    };
+    let to = a.agent("paced");
+    let first = from(ALICE, &to, "busy", "slow first");
+    let mut ids = vec![first.id.clone()];
+    a.ingest("c-0", first).await;
+    agent.wait_calls(1).await;
+    for (i, text) in ["a", "b", "c"].iter().enumerate() {
+        let m = from(ALICE, &to, "busy", text);
+        ids.push(m.id.clone());
+        let on = if i % 2 == 0 { &b } else { &a };
+        on.ingest(&format!("c-{}", i + 1), m).await;
+    }
+    let statuses = final_statuses(&a, &ids).await;
+    assert_eq!(statuses, ["delivered", "merged", "merged", "delivered"]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let calls = agent.calls();
+    assert_eq!(calls.len(), 2, "exactly one more call: {calls:?}");
+    assert_eq!(text_of(&calls[1].msg.parts), "a|b|c");
+    assert!(calls[1].started >= calls[0].finished.unwrap());
+    assert_eq!(agent.peak.load(Ordering::SeqCst), 1);
+    assert_eq!(delivered(&a, &b), 2);
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collect_across_two_instances_runs_only_the_latest_postgres() {
+    collect_across_two_instances_runs_only_the_latest().await;
+}
+
+async fn a_message_stored_by_one_instance_interrupts_the_run_on_the_other() {
+    let Some((mut a, mut b, agent)) = two_instances(0, QueueMode::Interrupt, 16).await else {
+        return;
+    };
+    let to = a.agent("paced");
+    let first = from(ALICE, &to, "busy", "slow first");
+    let first_id = first.id.clone();
+    a.ingest("i-0", first).await;
+    agent.wait_calls(1).await;
+    let second = from(ALICE, &to, "busy", "never mind");
+    let second_id = second.id.clone();
+    b.ingest("i-1", second).await;
+    let statuses = final_statuses(&a, &[first_id, second_id]).await;
+    assert_eq!(statuses, ["interrupted", "delivered"]);
+    let calls = agent.calls();
+    assert_eq!(calls.len(), 2);
+    assert!(calls[0].finished.is_none(), "the first call was cancelled");
+    assert_eq!(agent.peak.load(Ordering::SeqCst), 1);
+    tokio::time::sleep(SLOW).await;
+    assert_eq!(delivered(&a, &b), 1, "exactly one response");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_stored_by_one_instance_interrupts_the_run_on_the_other_postgres() {
+    a_message_stored_by_one_instance_interrupts_the_run_on_the_other().await;
+}
+
+async fn debounce_across_two_instances_merges_a_senders_quick_texts() {
+    let Some((mut a, mut b, agent)) = two_instances(500, QueueMode::Followup, 16).await else {
+        return;
+    };
+    let to = a.agent("paced");
+    let mut ids = Vec::new();
+    for (i, text) in ["one", "two", "three"].iter().enumerate() {
+        let m = from(ALICE, &to, "quick", text);
+        ids.push(m.id.clone());
+        let on = if i % 2 == 0 { &a } else { &b };
+        on.ingest(&format!("q-{i}"), m).await;
+    }
+    let statuses = final_statuses(&a, &ids).await;
+    assert_eq!(statuses, ["merged", "merged", "delivered"]);
+    let calls = agent.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(text_of(&calls[0].msg.parts), "one|two|three");
+    assert_eq!(delivered(&a, &b), 1);
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debounce_across_two_instances_merges_a_senders_quick_texts_postgres() {
+    debounce_across_two_instances_merges_a_senders_quick_texts().await;
+}
+
+async fn max_concurrent_calls_holds_across_two_instances() {
+    let Some((mut a, mut b, agent)) = two_instances(0, QueueMode::Followup, 2).await else {
+        return;
+    };
+    let to = a.agent("paced");
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let m = from(ALICE, &to, &format!("thread-{i}"), "slow");
+        ids.push(m.id.clone());
+        let on = if i % 2 == 0 { &a } else { &b };
+        on.ingest(&format!("m-{i}"), m).await;
+    }
+    let statuses = final_statuses(&a, &ids).await;
+    assert_eq!(statuses, ["delivered"; 6]);
+    assert_eq!(agent.calls().len(), 6, "each message called once");
+    assert_eq!(
+        agent.peak.load(Ordering::SeqCst),
+        2,
+        "two calls at once across both instances, never more"
+    );
+    assert_eq!(delivered(&a, &b), 6);
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrent_calls_holds_across_two_instances_postgres() {
+    max_concurrent_calls_holds_across_two_instances().await;
+}
+
+async fn the_run_lease_of_a_dead_instance_expires() {
+    let Some((mut a, mut b, agent)) = two_instances(0, QueueMode::Followup, 16).await else {
+        return;
+    };
+    b.stop().await;
+    let to = a.agent("paced");
+    let first = from(ALICE, &to, "orphan", "hello");
+    let first_id = first.id.clone();
+    let thread = a.ingest("d-0", first).await.thread_id;
+    assert_eq!(final_statuses(&a, &[first_id]).await, ["delivered"]);
+    // An instance that died mid-run left its lease on the thread, for another 1.5 s.
+    let now_ms = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let lease_ends = Instant::now() + Duration::from_millis(1500);
+    let db = a.open_db().await;
+    use switchboard::store::Arg;
+    db.execute(
+        "INSERT INTO run_leases (thread_id, agent, owner, until_ms) VALUES ($1, 'paced', 'gone', $2)",
+        &[Arg::Text(&thread), Arg::Int(now_ms + 1500)],
+    )
+    .await
+    .unwrap();
+    let second = from(ALICE, &to, "orphan", "still there?");
+    let second_id = second.id.clone();
+    a.ingest("d-1", second).await;
+    assert_eq!(final_statuses(&a, &[second_id]).await, ["delivered"]);
+    let calls = agent.calls();
+    assert_eq!(calls.len(), 2);
+    assert!(
+        calls[1].started >= lease_ends,
+        "not run while the dead instance's lease was live"
+    );
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_lease_of_a_dead_instance_expires_postgres() {
+    the_run_lease_of_a_dead_instance_expires().await;
+}

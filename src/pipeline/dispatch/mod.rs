@@ -21,6 +21,14 @@ const CALL_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// The most earlier messages one turn takes in.
 const MAX_ABSORBED: usize = 256;
 
+/// On PostgreSQL, how long a message waiting for its thread's run stays in the table at the
+/// longest before it asks again (the run's end wakes it sooner; this covers a wake missed).
+const WAIT_AT_MOST_MS: u64 = 5_000;
+
+/// On PostgreSQL, when a message whose agent has `max_concurrent_calls` runs in flight asks
+/// again.
+const FULL_RETRY_MS: u64 = 250;
+
 use futures_util::future::join_all;
 use tracing::Instrument as _;
 
@@ -30,6 +38,7 @@ use super::{Core, DispatchJob, runs};
 use crate::error::{OutboundError, Result};
 use crate::message::{NormalizedMessage, NormalizedResponse};
 use crate::queue::JobHandler;
+use crate::store::Backend;
 use crate::store::jobs::JobRow;
 use crate::store::messages::{self, StoredMessage};
 
@@ -106,6 +115,13 @@ impl crate::queue::Attempted for Ran {
     fn deferred_until(&self) -> Option<i64> {
         matches!(self.0, Ok(Dispatched::Deferred)).then_some(self.1)
     }
+
+    fn waiting_until(&self) -> Option<i64> {
+        match self.0 {
+            Ok(Dispatched::Waiting(run_at)) => Some(run_at),
+            _ => None,
+        }
+    }
 }
 
 /// The outcome of a message erased before its turn came: its agent is never called with what
@@ -146,15 +162,24 @@ impl JobHandler for DispatchHandler {
         order.sort_by_key(|&i| row_of(i).map_or(i64::MAX, |r| r.seq));
         let mut taken: Vec<Option<runs::Run>> = batch.iter().map(|_| None).collect();
         let longest = self.defer_for();
+        let leased = core.db.backend() == Backend::Postgres;
         for i in order {
             if let Some(row) = row_of(i) {
                 let key = (row.thread_id.clone(), row.agent.clone());
                 taken[i] = core.runs.take(key.clone(), row.seq);
-                if taken[i].is_none() {
+                if taken[i].is_none() && !leased {
                     core.runs.wait(key, row.seq, longest);
                 }
             }
         }
+        // On PostgreSQL the runs taken here are leased across instances; the messages that get
+        // no run wait in the table.
+        let rows_of: Vec<Option<&StoredMessage>> = (0..batch.len()).map(row_of).collect();
+        let waiting = if leased {
+            self.lease(owner, batch, &rows_of, &mut taken).await
+        } else {
+            batch.iter().map(|_| None).collect()
+        };
         // The windows of the turns that run, looked up for the batch at once.
         let running: Vec<&StoredMessage> = (0..batch.len())
             .filter(|&i| taken[i].is_some())
@@ -167,13 +192,17 @@ impl JobHandler for DispatchHandler {
         let windows = &windows;
         let kept_until = self.defer_until();
         let loaded = &rows;
-        let results: Vec<Ran> = join_all(jobs.iter().zip(batch).zip(&taken).map(
-            |((job, job_row), run)| async move {
+        let results: Vec<Ran> = join_all(jobs.iter().zip(batch).zip(&taken).zip(&waiting).map(
+            |(((job, job_row), run), waits)| async move {
                 let result = async {
                     let job = job.as_ref().map_err(Clone::clone)?;
                     let rows = loaded.as_ref().map_err(Clone::clone)?;
                     let row = lookup(rows, &job.message_id)?;
                     let Some(run) = run else {
+                        if let Some(waits) = waits {
+                            tracing::debug!(message_id = %row.id, "its thread is running: waiting");
+                            return waits.clone().map(Dispatched::Waiting);
+                        }
                         tracing::debug!(message_id = %row.id, "its thread is running: deferred");
                         return Ok(Dispatched::Deferred);
                     };
@@ -194,34 +223,150 @@ impl JobHandler for DispatchHandler {
         .await;
 
         let now = core.clock.now_ms();
-        let mut tx = core.db.begin().await?;
-        let mut finished = core
-            .queue
-            .finish(&mut tx, owner, batch, &results, now)
-            .await?;
-        let fx = plan(
-            results
-                .into_iter()
-                .enumerate()
-                .map(|(i, Ran(ran, _))| JobResult {
-                    message_id: jobs[i].as_ref().ok().map(|j| j.message_id.clone()),
-                    run: row_of(i).map(|r| ((r.thread_id.clone(), r.agent.clone()), r.seq)),
-                    ends_turns: row_of(i)
-                        .and_then(|r| core.transports.get(&r.transport))
-                        .is_some_and(|t| t.ends_turns()),
-                    ran,
-                    end: finished.end(i).cloned(),
-                })
-                .collect(),
-        );
-        let applied = apply(core, &mut tx, &fx, &mut finished, now).await?;
-        // Until they are held, the threads written read their windows from the database.
-        let writing = core.caches.writing(fx.answers.iter().flat_map(|a| {
-            std::iter::once(a.response.thread_id.as_str())
-                .chain(a.siblings.iter().map(|s| s.msg.thread_id.as_str()))
-        }));
-        core.queue.commit(tx, finished).await?;
+        let leases: Vec<(&str, &str)> = taken
+            .iter()
+            .flatten()
+            .map(|run| (run.key().0.as_str(), run.key().1.as_str()))
+            .filter(|_| leased)
+            .collect();
+        let committed = async {
+            let mut tx = core.db.begin().await?;
+            let mut finished = core
+                .queue
+                .finish(&mut tx, owner, batch, &results, now)
+                .await?;
+            let fx = plan(
+                results
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, Ran(ran, _))| JobResult {
+                        message_id: jobs[i].as_ref().ok().map(|j| j.message_id.clone()),
+                        run: row_of(i).map(|r| ((r.thread_id.clone(), r.agent.clone()), r.seq)),
+                        ends_turns: row_of(i)
+                            .and_then(|r| core.transports.get(&r.transport))
+                            .is_some_and(|t| t.ends_turns()),
+                        ran,
+                        end: finished.end(i).cloned(),
+                    })
+                    .collect(),
+            );
+            let applied = apply(core, &mut tx, &fx, &mut finished, now).await?;
+            // The runs end with the transaction, and the messages that waited for them are woken.
+            let woken = if leased {
+                let waited: Vec<&str> = fx.waiting.iter().map(|&i| batch[i].id.as_str()).collect();
+                let ended = crate::store::runs::release(&mut tx, owner, &leases, now).await?;
+                let free = crate::store::runs::wake_free(&mut tx, &waited, now).await?;
+                if ended || !free.is_empty() {
+                    tx.notify(crate::queue::kinds::DISPATCH).await?;
+                }
+                ended || !free.is_empty()
+            } else {
+                false
+            };
+            // Until they are held, the threads written read their windows from the database.
+            let writing = core.caches.writing(fx.answers.iter().flat_map(|a| {
+                std::iter::once(a.response.thread_id.as_str())
+                    .chain(a.siblings.iter().map(|s| s.msg.thread_id.as_str()))
+            }));
+            core.queue.commit(tx, finished).await?;
+            Ok((fx, applied, writing, woken))
+        }
+        .await;
+        let (fx, applied, writing, woken) = match committed {
+            Ok(done) => done,
+            Err(e) => {
+                // The next attempt need not wait for the leases to expire.
+                if let Err(e) = crate::store::runs::drop_leases(&core.db, owner, &leases).await {
+                    tracing::warn!(error = %e, "run leases not ended; they expire");
+                }
+                return Err(e);
+            }
+        };
+        drop(leases);
+        if woken {
+            core.queue.wake(crate::queue::kinds::DISPATCH);
+        }
         after_commit(core, fx, applied, batch, taken, now, writing).await;
         Ok(())
+    }
+}
+
+impl DispatchHandler {
+    /// Leases the runs of a batch's threads taken here in the database, so that no other
+    /// instance runs them at once ([`crate::store::runs::take`]); a run another instance holds,
+    /// that an older message waits for, or that would take its agent past its
+    /// `max_concurrent_calls` is given up. Returns, per job, until when one that has no run
+    /// waits in the table (an error when the database could not be asked: every job is then
+    /// retried).
+    async fn lease(
+        &self,
+        owner: &str,
+        batch: &[JobRow],
+        rows: &[Option<&StoredMessage>],
+        taken: &mut [Option<runs::Run>],
+    ) -> Vec<Option<std::result::Result<i64, OutboundError>>> {
+        let core = &self.0;
+        let now = core.clock.now_ms();
+        let lease_ms = i64::try_from(self.defer_for().as_millis()).unwrap_or(i64::MAX);
+        let asks: Vec<crate::store::runs::Ask<'_>> = rows
+            .iter()
+            .zip(batch)
+            .zip(taken.iter())
+            .filter_map(|((row, job), run)| {
+                let row = (*row)?;
+                let cap = core
+                    .agents
+                    .get(&row.agent)
+                    .map_or(1, |a| a.limits.max_calls);
+                Some(crate::store::runs::Ask {
+                    thread_id: &row.thread_id,
+                    agent: &row.agent,
+                    seq: row.seq,
+                    job_id: &job.id,
+                    tries: run.is_some(),
+                    cap: i64::try_from(cap).unwrap_or(i64::MAX),
+                })
+            })
+            .collect();
+        let answers =
+            crate::store::runs::take(&core.db, owner, &asks, now, now.saturating_add(lease_ms))
+                .await;
+        let answers = match answers {
+            Ok(answers) => answers,
+            Err(e) => {
+                tracing::warn!(error = %e, "runs not leased: the batch is tried again");
+                let failed = OutboundError::from(e);
+                taken.iter_mut().for_each(|run| *run = None);
+                return batch.iter().map(|_| Some(Err(failed.clone()))).collect();
+            }
+        };
+        let answers: HashMap<(&str, &str), &crate::store::runs::Answer> = answers
+            .iter()
+            .map(|a| ((a.thread_id.as_str(), a.agent.as_str()), a))
+            .collect();
+        let wait_ms = |ms: u64| now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
+        rows.iter()
+            .zip(taken.iter_mut())
+            .map(|(row, run)| {
+                let row = (*row)?;
+                let answer = answers.get(&(row.thread_id.as_str(), row.agent.as_str()));
+                match answer {
+                    Some(a) if run.is_some() && a.taken => None,
+                    Some(a) if run.is_some() && a.full => {
+                        *run = None;
+                        Some(Ok(wait_ms(FULL_RETRY_MS)))
+                    }
+                    // Asked again when the run ends, at the latest when its lease does.
+                    _ => {
+                        *run = None;
+                        let at_most = wait_ms(WAIT_AT_MOST_MS);
+                        let lease_ends = answer
+                            .and_then(|a| a.held_until)
+                            .map_or(at_most, |u| u.saturating_add(1));
+                        Some(Ok(at_most.min(lease_ends)))
+                    }
+                }
+            })
+            .collect()
     }
 }

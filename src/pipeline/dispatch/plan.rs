@@ -51,6 +51,10 @@ pub(super) enum Dispatched {
     Taken,
     /// Its thread has a run in flight: the job is put back until that run ends.
     Deferred,
+    /// On PostgreSQL: its thread's run is taken (here or on another instance), an older message
+    /// waits for it, or its agent's runs are all in flight. The job goes back to the table until
+    /// the run it waits for ends, at the latest until then (unix ms).
+    Waiting(i64),
     /// A safety rule holds the message: the agent is not called ([`Hold`]).
     Held(Hold),
     /// The message was erased (its author deleted it) before its turn: the agent is not
@@ -190,6 +194,8 @@ pub(super) struct Effects {
     pub(super) parked: Vec<Parked>,
     /// Waiters whose job this batch lost (it went back to the table).
     pub(super) lost: Vec<(Key, i64)>,
+    /// Jobs put back in the table to wait for their thread (their index in the batch).
+    pub(super) waiting: Vec<usize>,
 }
 
 impl Effects {
@@ -259,6 +265,8 @@ pub(super) fn plan(jobs: Vec<JobResult>) -> Effects {
                 }
             }
             (Ok(Dispatched::Deferred), _) => fx.lost.extend(job.run),
+            (Ok(Dispatched::Waiting(_)), Finish::Waiting { .. }) => fx.waiting.push(i),
+            (Ok(Dispatched::Waiting(_)), _) => {}
             (Err(e), Finish::Dead { error }) => {
                 let outcome = Outcome::Failed(FailureClass::of(&e));
                 fx.end(id, outcome, ends, Some(&error));
@@ -459,6 +467,21 @@ mod tests {
         );
         assert_eq!(fx.lost, vec![(key("t2"), 7)]);
         assert!(fx.ended.is_empty() && fx.counted.is_empty());
+    }
+
+    #[test]
+    fn a_waiting_job_put_back_is_woken_if_its_run_is_over_and_ends_nothing() {
+        let back = job(
+            "m2",
+            Ok(Dispatched::Waiting(50)),
+            Finish::Waiting { run_at: 50 },
+        );
+        let mut lost = job("m3", Ok(Dispatched::Waiting(50)), Finish::Done);
+        lost.end = None;
+        let fx = plan(vec![back, lost]);
+        assert_eq!(fx.waiting, vec![0], "only the job put back is looked at");
+        assert!(fx.parked.is_empty() && fx.lost.is_empty());
+        assert!(fx.ended.is_empty() && fx.counted.is_empty() && fx.turn_ends.is_empty());
     }
 
     #[test]
