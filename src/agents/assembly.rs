@@ -49,7 +49,8 @@ pub struct ChatMessage {
 }
 
 /// The prompt for `msg`: `system_prompt` (when given and not blank), the history, the current
-/// turn's system blocks and the current turn, with roles alternating.
+/// turn's system blocks and the current turn (its content warning, if any, on a line before its
+/// text), with roles alternating.
 #[must_use]
 pub fn assemble(msg: &NormalizedMessage, system_prompt: Option<&str>) -> Vec<ChatMessage> {
     let relay = &msg.recipient_capabilities.mention_relay;
@@ -73,10 +74,19 @@ pub fn assemble(msg: &NormalizedMessage, system_prompt: Option<&str>) -> Vec<Cha
     if let Some(chain) = &msg.recipient_capabilities.agent_chain {
         push(&mut out, ChatRole::System, chain_cue(chain));
     }
+    let mut said = render_parts(&msg.parts);
+    if let Some(cw) = msg
+        .content_warning
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+    {
+        said = format!("(content warning: {cw})\n{said}");
+    }
     push(
         &mut out,
         ChatRole::User,
-        attribute(&msg.sender, relay, &render_parts(&msg.parts)),
+        attribute(&msg.sender, relay, &said),
     );
     out
 }
@@ -250,6 +260,18 @@ mod tests {
 
     fn addressing() -> serde_json::Value {
         json!({"kind": "addressing", "envelope_fields": ["to", "cc"], "also_inline": true})
+    }
+
+    #[test]
+    fn a_content_warning_is_read_before_the_text() {
+        let mut m = msg(addressing(), "It was the butler");
+        m.content_warning = Some("spoilers".into());
+        let out = assemble(&m, None);
+        assert_eq!(
+            out.last().unwrap().content,
+            "[Alice (@alice@mastodon.example)]: (content warning: spoilers)\nIt was the butler"
+        );
+        assert_eq!(m.parts.len(), 1, "the stored text stays as written");
     }
 
     #[test]

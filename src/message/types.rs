@@ -30,6 +30,13 @@ pub struct NormalizedMessage {
     pub recipient: String,
     /// The content; never empty.
     pub parts: Vec<Part>,
+    /// The sender's content warning, apart from the text: what the message is about, shown
+    /// before it (ActivityPub `summary`). A reply carries it on by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_warning: Option<String>,
+    /// The sender marked the message's media sensitive (ActivityPub `sensitive`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sensitive: bool,
     /// Earlier turns, oldest first, already trimmed by the history policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<Vec<HistoricalMessage>>,
@@ -819,6 +826,15 @@ pub struct NormalizedResponse {
     /// ActivityPub visibility; mirrors the inbound note when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub visibility: Option<Visibility>,
+    /// A content warning on the answer (ActivityPub `summary`; email puts it before the
+    /// subject). Absent, an ActivityPub reply carries the warning of the message it answers;
+    /// an empty string sets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_warning: Option<String>,
+    /// The answer's attachments are sensitive: hidden until the reader asks (ActivityPub
+    /// `sensitive`; a content warning makes a note sensitive too).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sensitive: bool,
     /// Free-form metadata.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Map<String, Value>>,
@@ -852,6 +868,8 @@ impl NormalizedResponse {
             state: None,
             mentions: None,
             visibility: None,
+            content_warning: None,
+            sensitive: false,
             metadata: None,
             extra: Extra::new(),
         }

@@ -124,6 +124,8 @@ impl Pipeline {
                 "[{} completed through its link]",
                 row.kind
             ))],
+            content_warning: None,
+            sensitive: false,
             history: None,
             history_cache_breakpoint_after: None,
             recipient_capabilities: original.recipient_capabilities,

@@ -651,13 +651,7 @@ async fn the_run_lease_of_a_dead_instance_expires() {
     let thread = a.ingest("d-0", first).await.thread_id;
     assert_eq!(final_statuses(&a, &[first_id]).await, ["delivered"]);
     // An instance that died mid-run left its lease on the thread, for another 1.5 s.
-    let now_ms = i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap();
+    let now_ms = a.app().pipeline().clock().now_ms();
     let lease_ends = Instant::now() + Duration::from_millis(1500);
     let db = a.open_db().await;
     use switchboard::store::Arg;

@@ -369,6 +369,11 @@ impl Inner {
                 recipients: &recipients,
                 parts,
                 published: &published,
+                content_warning: mapping::reply_warning(
+                    d.response.content_warning.as_deref(),
+                    d.original.content_warning.as_deref(),
+                ),
+                sensitive: d.response.sensitive,
             };
             // Attachments go with the first note, the one answering the original.
             let mut note = mapping::reply_note(&plan, attachments.take().unwrap_or_default());

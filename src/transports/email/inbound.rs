@@ -579,6 +579,8 @@ impl Inbound {
             sender,
             recipient: agent.address.clone(),
             parts,
+            content_warning: None,
+            sensitive: false,
             history: None,
             history_cache_breakpoint_after: None,
             recipient_capabilities: RecipientCapabilities {

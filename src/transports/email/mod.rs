@@ -605,6 +605,8 @@ impl Transport for EmailTransport {
             to: (&to.address, to.name.as_deref()),
             cc: &cc,
             subject: ctx.subject.as_deref(),
+            // Only the agent's own warning: mail has no warnings of its own to carry on.
+            content_warning: d.response.content_warning.as_deref(),
             message_id: &message_id,
             parent_id,
             parent_references: &refs,

@@ -71,6 +71,9 @@ pub struct ReplyInput<'a> {
     pub cc: &'a [String],
     /// The subject being answered.
     pub subject: Option<&'a str>,
+    /// A content warning the agent set on its answer: it opens the subject
+    /// ([`warned_subject`]).
+    pub content_warning: Option<&'a str>,
     /// Our Message-ID for the reply, without brackets.
     pub message_id: &'a str,
     /// The Message-ID answered.
@@ -98,6 +101,16 @@ pub fn reply_subject(subject: Option<&str>) -> String {
     }
     let is_re = s.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("re:"));
     if is_re { s } else { format!("Re: {s}") }
+}
+
+/// `subject` opened by the content warning `cw`, when there is one: `[CW: spoilers] Re: …`
+/// (reduced to one line, like every header value).
+#[must_use]
+pub fn warned_subject(cw: Option<&str>, subject: String) -> String {
+    match cw.map(sanitize_line).filter(|c| !c.is_empty()) {
+        Some(cw) => format!("[CW: {cw}] {subject}"),
+        None => subject,
+    }
 }
 
 /// The References of a reply: the parent's References (or its In-Reply-To), then the parent.
@@ -182,7 +195,7 @@ pub fn build_reply(r: &ReplyInput<'_>) -> Result<Vec<u8>, BuildError> {
     let mut b = Message::builder()
         .from(mailbox(r.from.0, r.from.1)?)
         .to(mailbox(r.to.0, r.to.1)?)
-        .subject(reply_subject(r.subject))
+        .subject(warned_subject(r.content_warning, reply_subject(r.subject)))
         .message_id(Some(format!("<{}>", r.message_id)))
         .date(r.date)
         .raw_header(HeaderValue::new(
@@ -324,6 +337,7 @@ mod tests {
             to: ("alice@example.com", to_name),
             cc: &[],
             subject,
+            content_warning: None,
             message_id: "r1@agents.test",
             parent_id: Some("m2@example.com"),
             parent_references: &[],
@@ -391,6 +405,17 @@ mod tests {
         assert_eq!(reply_subject(Some("re:x")), "re:x");
         assert_eq!(reply_subject(None), "Re: your message");
         assert_eq!(reply_subject(Some("Ü")), "Re: Ü");
+        assert_eq!(
+            warned_subject(Some("spoilers"), "Re: Hello".into()),
+            "[CW: spoilers] Re: Hello"
+        );
+        assert_eq!(
+            warned_subject(Some("a\r\nBcc: x@y"), "Re: Hello".into()),
+            "[CW: a  Bcc: x@y] Re: Hello",
+            "one line"
+        );
+        assert_eq!(warned_subject(Some(""), "Re: Hello".into()), "Re: Hello");
+        assert_eq!(warned_subject(None, "Re: Hello".into()), "Re: Hello");
     }
 
     #[test]

@@ -915,3 +915,56 @@ async fn a_host_over_its_rate_gets_429_with_retry_after(engine: Engine) {
     let secs: u64 = answers[1].1.as_deref().unwrap().parse().unwrap();
     assert!((1..=600).contains(&secs), "{secs}");
 }
+
+/// A note behind a content warning: the agent gets the warning apart from the text (and the
+/// text as written), and its reply carries the same warning, marked sensitive, as Mastodon's
+/// clients do.
+#[tokio::test]
+async fn a_content_warning_stays_apart_and_carries_into_the_reply() {
+    let mut s = setup(Engine::Sqlite, |_| {}).await;
+    let (t, remote) = (&s.t, &s.remote);
+    remote.add_actor("alice");
+    let echo = format!("{}/agents/echo", t.base);
+    let mut create = note_create(
+        remote,
+        "alice",
+        "cw1",
+        vec![mapping::PUBLIC.into()],
+        vec![echo.clone()],
+        &[(&echo, &format!("@echo@{}", t.domain()))],
+        "<p>@echo who did it?</p>",
+    );
+    create["object"]["summary"] = json!("spoilers: the finale");
+    create["object"]["sensitive"] = json!(true);
+    let body = serde_json::to_vec(&create).unwrap();
+    let r = post_signed(
+        &t.http,
+        &format!("{}/inbox", t.base),
+        &body,
+        &remote.key_id("alice"),
+        0,
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    let msg = wait_for(10, "the agent call", || async {
+        s.echo.seen.lock().unwrap().first().cloned()
+    })
+    .await;
+    assert_eq!(msg.content_warning.as_deref(), Some("spoilers: the finale"));
+    assert!(msg.sensitive);
+    let text = match &msg.parts[0] {
+        switchboard::message::Part::Text(t) => t.content.clone(),
+        p => panic!("{p:?}"),
+    };
+    assert_eq!(text, "@echo who did it?", "the warning is not in the text");
+    let (_, _, reply) = wait_for(15, "the reply delivery", || async {
+        remote
+            .posts()
+            .into_iter()
+            .find(|(_, _, b)| b["type"] == "Create")
+    })
+    .await;
+    assert_eq!(reply["object"]["summary"], "spoilers: the finale");
+    assert_eq!(reply["object"]["sensitive"], true);
+    s.t.stop().await;
+}

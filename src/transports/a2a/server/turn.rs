@@ -252,6 +252,8 @@ pub(super) fn turn_message(
         sender: call.caller.sender.clone(),
         recipient: agent.address.clone(),
         parts,
+        content_warning: None,
+        sensitive: false,
         history: None,
         history_cache_breakpoint_after: None,
         recipient_capabilities: RecipientCapabilities {

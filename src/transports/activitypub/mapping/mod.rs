@@ -16,7 +16,7 @@ mod reply;
 
 pub use reply::{
     Recipient, ReplyPlan, addressing, create_of, mention_prefix_chars, reply_html, reply_note,
-    reply_object,
+    reply_object, reply_warning,
 };
 
 use crate::message::{
@@ -297,15 +297,33 @@ pub fn address_of(actor: &impl AsWire<Actor>) -> Option<String> {
     Some(format!("@{user}@{host}"))
 }
 
-/// The plain text of a note given as JSON: `summary` (content warning) first, then the
-/// content ([`note_text_with`], its mentions named by their tags).
+/// The plain text of a note given as JSON ([`note_text_with`], its mentions named by their
+/// tags).
 #[must_use]
 pub fn note_text(note: &Value) -> String {
     let note = Object::from_json(note);
     note_text_with(&note, &mention_names(&note))
 }
 
-/// [`note_text`] with the mention links' addresses given (href → `@user@domain`).
+/// A note's content warning (its `summary`, as plain text), if it has one: what a `Note` is
+/// about, shown before its text. (An `Article`'s or `Page`'s summary is an abstract, not a
+/// warning.)
+#[must_use]
+pub fn content_warning(note: &impl AsWire<Object>) -> Option<String> {
+    let note = note.as_wire();
+    if note.kind().is_some_and(|k| k != "Note") {
+        return None;
+    }
+    note.summary
+        .as_str()
+        .map(|s| html::to_text(s, &HashMap::new()))
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+/// [`note_text`] with the mention links' addresses given (href → `@user@domain`): the content
+/// only, its content warning apart ([`content_warning`]) — unless the note says nothing else,
+/// when the warning is its text. A titled `Article` or `Page` opens with its title.
 #[must_use]
 pub fn note_text_with(note: &impl AsWire<Object>, mentions: &HashMap<String, String>) -> String {
     let note = note.as_wire();
@@ -319,16 +337,11 @@ pub fn note_text_with(note: &impl AsWire<Object>, mentions: &HashMap<String, Str
         })
         .unwrap_or_default();
     let body = html::to_text(content, mentions);
-    let cw = note
-        .summary
-        .as_str()
-        .map(|s| html::to_text(s, mentions))
-        .filter(|s| !s.is_empty());
     let name = note.name.as_str().filter(|s| !s.is_empty());
-    match (name, cw) {
-        (Some(n), _) if body.is_empty() => n.to_owned(),
-        (Some(n), _) if note.kind() != Some("Note") => format!("{n}\n\n{body}"),
-        (_, Some(cw)) => format!("CW: {cw}\n\n{body}"),
+    match name {
+        Some(n) if body.is_empty() => n.to_owned(),
+        Some(n) if note.kind() != Some("Note") => format!("{n}\n\n{body}"),
+        _ if body.is_empty() => content_warning(&*note).unwrap_or_default(),
         _ => body,
     }
 }
@@ -468,6 +481,7 @@ pub fn note_message(
     n: WokenNote<'_>,
 ) -> Result<NormalizedMessage, crate::message::ReplyContextError> {
     let activity = Activity::from_json(n.activity);
+    let note = activity.embedded();
     let actor = Actor::from_json(n.actor_doc);
     let profile = profile_of(&actor, n.actor_id);
     let evidence = IdentityEvidence {
@@ -510,6 +524,8 @@ pub fn note_message(
         },
         recipient: n.recipient.to_owned(),
         parts: n.parts,
+        content_warning: note.and_then(content_warning),
+        sensitive: note.is_some_and(|n| n.sensitive.get().copied().unwrap_or(false)),
         history: None,
         history_cache_breakpoint_after: None,
         recipient_capabilities: RecipientCapabilities {
@@ -686,6 +702,49 @@ mod tests {
     }
 
     #[test]
+    fn content_warnings_of_mastodon_and_misskey_notes_stay_apart_from_the_text() {
+        // Mastodon: `summary` is the spoiler text, `sensitive` true with it.
+        let mastodon = json!({
+            "id": "https://mastodon.example/users/alice/statuses/1",
+            "type": "Note",
+            "summary": "spoilers: the finale",
+            "content": "<p>It was the butler all along</p>",
+            "sensitive": true,
+            "attributedTo": "https://mastodon.example/users/alice",
+            "to": ["https://www.w3.org/ns/activitystreams#Public"]
+        });
+        let note = Object::from_json(&mastodon);
+        assert_eq!(note_text(&mastodon), "It was the butler all along");
+        assert_eq!(
+            content_warning(&note).as_deref(),
+            Some("spoilers: the finale")
+        );
+        // Misskey: the CW in `summary`, the source in `_misskey_content`.
+        let misskey = json!({
+            "id": "https://misskey.example/notes/9abc",
+            "type": "Note",
+            "summary": "food",
+            "content": "<p><span>ramen again</span></p>",
+            "_misskey_content": "ramen again",
+            "sensitive": false,
+            "attributedTo": "https://misskey.example/users/9xyz"
+        });
+        assert_eq!(note_text(&misskey), "ramen again");
+        assert_eq!(
+            content_warning(&Object::from_json(&misskey)).as_deref(),
+            Some("food")
+        );
+        // Nothing but a warning: the warning is the text. An article's summary is no warning.
+        let bare = json!({"type": "Note", "summary": "cw only", "content": ""});
+        assert_eq!(note_text(&bare), "cw only");
+        let article = json!({"type": "Article", "name": "Title", "summary": "An abstract", "content": "<p>Body</p>"});
+        assert_eq!(content_warning(&Object::from_json(&article)), None);
+        assert_eq!(note_text(&article), "Title\n\nBody");
+        let plain = json!({"type": "Note", "summary": "", "content": "<p>hi</p>"});
+        assert_eq!(content_warning(&Object::from_json(&plain)), None);
+    }
+
+    #[test]
     fn reply_mirrors_direct_and_mentions_sender() {
         let r = vec![Recipient {
             iri: "https://m.example/users/alice".into(),
@@ -706,8 +765,37 @@ mod tests {
             recipients: &r,
             parts: &parts,
             published: "2026-01-01T00:00:00Z",
+            content_warning: None,
+            sensitive: false,
         };
         let note = reply_note(&plan, vec![]);
+        assert_eq!(note["sensitive"], false);
+        assert!(note.get("summary").is_none(), "no warning, no summary");
+        let warned = reply_note(
+            &ReplyPlan {
+                content_warning: reply_warning(None, Some("spoilers: s2")),
+                ..plan.clone()
+            },
+            vec![],
+        );
+        assert_eq!(warned["summary"], "spoilers: s2", "the warning carries on");
+        assert_eq!(warned["sensitive"], true);
+        let own = reply_warning(Some("mild peril"), Some("spoilers: s2"));
+        assert_eq!(own, Some("mild peril"), "the agent's own warning wins");
+        assert_eq!(
+            reply_warning(Some(" "), Some("spoilers")),
+            None,
+            "empty: none"
+        );
+        let media = reply_note(
+            &ReplyPlan {
+                sensitive: true,
+                ..plan.clone()
+            },
+            vec![],
+        );
+        assert_eq!(media["sensitive"], true);
+        assert!(media.get("summary").is_none());
         // Each thread field is echoed as received, never one written over the other.
         assert_eq!(note["context"], "https://m.example/contexts/1");
         assert_eq!(

@@ -41,6 +41,17 @@ pub struct ReplyPlan<'a> {
     pub parts: &'a [Part],
     /// ISO 8601 publication time.
     pub published: &'a str,
+    /// The content warning (`summary`), if any: it makes the note sensitive too.
+    pub content_warning: Option<&'a str>,
+    /// The attachments are sensitive.
+    pub sensitive: bool,
+}
+
+/// The content warning of a reply: the one the response sets (an empty one: none), else that
+/// of the message it answers, as Mastodon's clients carry a warning on into replies.
+#[must_use]
+pub fn reply_warning<'a>(set: Option<&'a str>, answered: Option<&'a str>) -> Option<&'a str> {
+    set.or(answered).map(str::trim).filter(|cw| !cw.is_empty())
 }
 
 /// `(to, cc)` by visibility, as Mastodon emits them.
@@ -145,10 +156,10 @@ pub fn mention_prefix_chars(recipients: &[Recipient], parts: &[Part]) -> usize {
         .sum()
 }
 
-/// The reply note (without `@context`), as written: `id`, `type`, `attributedTo`, `content`,
-/// `published`, `to`, `cc` (arrays, empty ones too), `tag` (a `Mention` per recipient), `url`,
-/// `sensitive`, then `inReplyTo`, `context`, `conversation` and `attachment` when there are
-/// any.
+/// The reply note (without `@context`): `id`, `type`, `attributedTo`, `content`, `published`,
+/// `to`, `cc` (arrays, empty ones too), `tag` (a `Mention` per recipient), `url`, `sensitive`
+/// (true under a content warning or for sensitive attachments), then `summary` (the content
+/// warning), `inReplyTo`, `context`, `conversation` and `attachment` when there are any.
 #[must_use]
 pub fn reply_object(plan: &ReplyPlan<'_>, attachments: Vec<wire::Attachment>) -> Object {
     let mentioned: Vec<String> = plan.recipients.iter().map(|r| r.iri.clone()).collect();
@@ -176,7 +187,8 @@ pub fn reply_object(plan: &ReplyPlan<'_>, attachments: Vec<wire::Attachment>) ->
         },
         tag: OneOrMany::Many(tags).into(),
         url: OneOrMany::One(plan.note_id.into()).into(),
-        sensitive: false.into(),
+        sensitive: (plan.sensitive || plan.content_warning.is_some()).into(),
+        summary: plan.content_warning.map(str::to_owned).into(),
         in_reply_to: plan.in_reply_to.map(wire::Reference::from).into(),
         context: plan.thread.context.map(wire::Reference::from).into(),
         conversation: plan
