@@ -47,9 +47,10 @@ pub struct AgentLimits {
     automated_cooldown_ms: i64,
     /// Permits for backend calls.
     pub calls: Arc<Semaphore>,
-    /// How many: the agent's `max_concurrent_calls`, which on PostgreSQL also caps its runs in
-    /// flight on every instance together.
-    pub max_calls: usize,
+    /// The `max_concurrent_calls` the operator set (for the agent or in `[limits]`), if any: on
+    /// PostgreSQL it also caps the agent's runs in flight on every instance together. The
+    /// built-in default bounds each instance's calls only.
+    pub cluster_calls: Option<usize>,
     /// Agent turns a multi-agent chain started by this agent may take.
     pub max_hops: u32,
 }
@@ -67,6 +68,7 @@ impl AgentLimits {
         let max_calls = c
             .max_concurrent_calls
             .unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS);
+        let cluster_calls = c.max_concurrent_calls;
         Self {
             per_sender: c.per_sender,
             per_agent: c.per_agent,
@@ -77,7 +79,7 @@ impl AgentLimits {
                     .unwrap_or(DEFAULT_AUTOMATED_COOLDOWN_SECONDS),
             ) * 1000,
             calls: Arc::new(Semaphore::new(max_calls)),
-            max_calls,
+            cluster_calls,
             max_hops: c.max_hops.unwrap_or(DEFAULT_MAX_HOPS),
         }
     }

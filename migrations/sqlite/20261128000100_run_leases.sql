@@ -3,7 +3,7 @@
 -- While an agent's turn in a thread runs, the thread is leased to the instance running it, until
 -- `until_ms` (unix ms): taken when the dispatch starts, deleted in the transaction that commits
 -- its outcome, left to expire when the instance dies. An agent's live leases also count its runs
--- in flight on every instance, against its `max_concurrent_calls`.
+-- in flight on every instance, against the `max_concurrent_calls` its operator set.
 --
 -- SQLite serves one instance, whose runs are held in memory: these tables stay empty there.
 CREATE TABLE run_leases (
@@ -11,9 +11,8 @@ CREATE TABLE run_leases (
     agent      TEXT NOT NULL,
     owner      TEXT NOT NULL,
     until_ms   INTEGER NOT NULL,
-    PRIMARY KEY (thread_id, agent)
+    PRIMARY KEY (agent, thread_id)
 );
-CREATE INDEX run_leases_agent ON run_leases (agent, until_ms);
 
 -- The messages waiting for a thread's run, oldest (`seq`) first: a run goes to the oldest one
 -- whose wait is still live, and ending a run makes the oldest waiter's dispatch job due at once.

@@ -21,10 +21,10 @@ pub struct Ask<'a> {
     /// Its dispatch job, woken when its turn comes.
     pub job_id: &'a str,
     /// Whether it tries to take the run (`false`: this instance already runs the thread, the
-    /// message only waits).
+    /// message waits here, and is recorded so that no newer message elsewhere goes first).
     pub tries: bool,
-    /// The agent's `max_concurrent_calls`.
-    pub cap: i64,
+    /// The agent's runs in flight on every instance at most (`None`: no bound here).
+    pub cap: Option<i64>,
 }
 
 /// What became of an [`Ask`] that tried.
@@ -44,9 +44,10 @@ pub struct Answer {
 
 /// Takes, for `owner` until `until`, the runs the asks that try can have: a thread no other
 /// instance holds a live lease on, where no older message waits, while the agent has fewer live
-/// runs than its cap (the oldest asks first). Every ask that does not get its run is recorded as
-/// waiting, until `until`. One transaction, which holds each agent's advisory lock so that two
-/// instances never count the same free place.
+/// runs than its cap, if it has one (the oldest asks first). Every ask that does not get its run
+/// is recorded as waiting, until `until`. One statement; where an agent has a cap, in a
+/// transaction that first takes that agent's advisory lock, so that two instances never count
+/// the same free place.
 ///
 /// # Errors
 /// Database errors (nothing was taken).
@@ -60,16 +61,26 @@ pub async fn take(
     if asks.is_empty() {
         return Ok(Vec::new());
     }
-    let mut tx = db.begin().await?;
-    let mut agents: Vec<&str> = asks.iter().filter(|a| a.tries).map(|a| a.agent).collect();
-    agents.sort_unstable();
-    agents.dedup();
-    for agent in agents {
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtext('switchboard-runs'), hashtext($1))",
-            &[Arg::Text(agent)],
-        )
-        .await?;
+    let mut capped: Vec<&str> = asks
+        .iter()
+        .filter(|a| a.tries && a.cap.is_some())
+        .map(|a| a.agent)
+        .collect();
+    capped.sort_unstable();
+    capped.dedup();
+    let mut tx = if capped.is_empty() {
+        None
+    } else {
+        Some(db.begin().await?)
+    };
+    if let Some(tx) = tx.as_mut() {
+        for agent in capped {
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('switchboard-runs'), hashtext($1))",
+                &[Arg::Text(agent)],
+            )
+            .await?;
+        }
     }
     let (values, mut args) = rows(asks, |a| {
         [
@@ -78,7 +89,7 @@ pub async fn take(
             Arg::Int(a.seq),
             Arg::Text(a.job_id),
             Arg::Int(i64::from(a.tries)),
-            Arg::Int(a.cap),
+            Arg::OptInt(a.cap),
         ]
     });
     let n = args.len();
@@ -92,13 +103,14 @@ pub async fn take(
                            AND l.until_ms >= ${t} AND l.owner <> ${o}) \
                AND NOT EXISTS (SELECT 1 FROM run_waiters w WHERE w.thread_id = k.thread_id AND w.agent = k.agent \
                                AND w.seq < k.seq AND w.until_ms >= ${t}) AS open, \
-               (SELECT count(*) FROM run_leases l WHERE l.agent = k.agent AND l.until_ms >= ${t}) AS running, \
+               CASE WHEN k.cap IS NULL THEN 0 ELSE \
+               (SELECT count(*) FROM run_leases l WHERE l.agent = k.agent AND l.until_ms >= ${t}) END AS running, \
                (SELECT max(l.until_ms) FROM run_leases l WHERE l.thread_id = k.thread_id AND l.agent = k.agent \
                 AND l.until_ms >= ${t} AND l.owner <> ${o}) AS held_until \
                FROM k WHERE k.tries), \
          free AS (SELECT thread_id, agent, seq FROM \
                   (SELECT c.*, row_number() OVER (PARTITION BY agent ORDER BY seq) AS place FROM c WHERE open) r \
-                  WHERE running + place <= cap), \
+                  WHERE cap IS NULL OR running + place <= cap), \
          taken AS (INSERT INTO run_leases (thread_id, agent, owner, until_ms) \
                    SELECT thread_id, agent, ${o}, ${u} FROM free \
                    ON CONFLICT (thread_id, agent) DO UPDATE SET owner = EXCLUDED.owner, until_ms = EXCLUDED.until_ms \
@@ -118,8 +130,14 @@ pub async fn take(
                 c.held_until \
          FROM c"
     );
-    let answers: Vec<Answer> = tx.fetch_all(&sql, &args).await?;
-    tx.commit().await?;
+    let answers: Vec<Answer> = match tx {
+        Some(mut tx) => {
+            let answers = tx.fetch_all(&sql, &args).await?;
+            tx.commit().await?;
+            answers
+        }
+        None => db.write_fetch_all(&sql, &args).await?,
+    };
     Ok(answers)
 }
 
@@ -128,12 +146,20 @@ struct IdRow {
     id: String,
 }
 
+/// A job [`release`] made due, and its state (one still `running` is on its way back, or
+/// kept waiting by its instance).
+#[derive(sqlx::FromRow, serde::Deserialize)]
+struct Woken {
+    state: String,
+}
+
 /// Ends `owner`'s runs of `keys` (thread, agent) in `tx`, the transaction that commits their
 /// outcome, and makes the dispatch job of the oldest message waiting for each due now; returns
-/// whether any was (notify the workers). A job still running (on its way back to the table to
-/// wait) is changed too: should its instance put it back after this commits, it finds the run
-/// over and wakes it itself ([`wake_free`]); should it be putting it back now, this waits for
-/// that and wakes it.
+/// whether any was in the table (notify the workers). A job another instance still runs (on
+/// its way back to the table to wait) is changed too: should its instance put it back after
+/// this commits, it finds the run over and wakes it itself ([`wake_free`]); should it be putting
+/// it back now, this waits for that and wakes it. A job this instance keeps waiting in memory
+/// is left alone: it is handed back here once the run has ended.
 ///
 /// # Errors
 /// Database errors.
@@ -152,11 +178,12 @@ pub async fn release(tx: &mut Tx, owner: &str, keys: &[(&str, &str)], now: i64) 
          next AS (SELECT DISTINCT ON (w.thread_id, w.agent) w.job_id FROM run_waiters w \
                   JOIN gone g ON w.thread_id = g.thread_id AND w.agent = g.agent \
                   WHERE w.until_ms >= ${t} ORDER BY w.thread_id, w.agent, w.seq) \
-         UPDATE jobs SET run_at = ${t} WHERE id IN (SELECT job_id FROM next) AND state IN ('ready', 'running') \
-         RETURNING id"
+         UPDATE jobs SET run_at = ${t} WHERE id IN (SELECT job_id FROM next) \
+         AND (state = 'ready' OR (state = 'running' AND lease_owner <> ${o})) \
+         RETURNING id, state"
     );
-    let woken: Vec<IdRow> = tx.fetch_all(&sql, &args).await?;
-    Ok(!woken.is_empty())
+    let woken: Vec<Woken> = tx.fetch_all(&sql, &args).await?;
+    Ok(woken.iter().any(|w| w.state == "ready"))
 }
 
 /// Of the waiting dispatch jobs `ids`, put back in the table in `tx`, makes due now those whose

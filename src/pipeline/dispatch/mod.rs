@@ -167,13 +167,13 @@ impl JobHandler for DispatchHandler {
             if let Some(row) = row_of(i) {
                 let key = (row.thread_id.clone(), row.agent.clone());
                 taken[i] = core.runs.take(key.clone(), row.seq);
-                if taken[i].is_none() && !leased {
+                if taken[i].is_none() {
                     core.runs.wait(key, row.seq, longest);
                 }
             }
         }
-        // On PostgreSQL the runs taken here are leased across instances; the messages that get
-        // no run wait in the table.
+        // On PostgreSQL the runs taken here are leased across instances; a message whose run
+        // the database refuses waits in the table (one whose run is in flight here is kept here).
         let rows_of: Vec<Option<&StoredMessage>> = (0..batch.len()).map(row_of).collect();
         let waiting = if leased {
             self.lease(owner, batch, &rows_of, &mut taken).await
@@ -294,8 +294,8 @@ impl JobHandler for DispatchHandler {
 impl DispatchHandler {
     /// Leases the runs of a batch's threads taken here in the database, so that no other
     /// instance runs them at once ([`crate::store::runs::take`]); a run another instance holds,
-    /// that an older message waits for, or that would take its agent past its
-    /// `max_concurrent_calls` is given up. Returns, per job, until when one that has no run
+    /// that an older message waits for, or that would take its agent past the
+    /// `max_concurrent_calls` its operator set is given up. Returns, per job, until when one that has no run
     /// waits in the table (an error when the database could not be asked: every job is then
     /// retried).
     async fn lease(
@@ -317,14 +317,14 @@ impl DispatchHandler {
                 let cap = core
                     .agents
                     .get(&row.agent)
-                    .map_or(1, |a| a.limits.max_calls);
+                    .map_or(Some(1), |a| a.limits.cluster_calls);
                 Some(crate::store::runs::Ask {
                     thread_id: &row.thread_id,
                     agent: &row.agent,
                     seq: row.seq,
                     job_id: &job.id,
                     tries: run.is_some(),
-                    cap: i64::try_from(cap).unwrap_or(i64::MAX),
+                    cap: cap.and_then(|c| i64::try_from(c).ok()),
                 })
             })
             .collect();
@@ -336,8 +336,10 @@ impl DispatchHandler {
             Err(e) => {
                 tracing::warn!(error = %e, "runs not leased: the batch is tried again");
                 let failed = OutboundError::from(e);
-                taken.iter_mut().for_each(|run| *run = None);
-                return batch.iter().map(|_| Some(Err(failed.clone()))).collect();
+                return taken
+                    .iter_mut()
+                    .map(|run| run.take().map(|_| Err(failed.clone())))
+                    .collect();
             }
         };
         let answers: HashMap<(&str, &str), &crate::store::runs::Answer> = answers
@@ -349,10 +351,12 @@ impl DispatchHandler {
             .zip(taken.iter_mut())
             .map(|(row, run)| {
                 let row = (*row)?;
+                // Its thread runs here: it waits here, as on one instance.
+                run.as_ref()?;
                 let answer = answers.get(&(row.thread_id.as_str(), row.agent.as_str()));
                 match answer {
-                    Some(a) if run.is_some() && a.taken => None,
-                    Some(a) if run.is_some() && a.full => {
+                    Some(a) if a.taken => None,
+                    Some(a) if a.full => {
                         *run = None;
                         Some(Ok(wait_ms(FULL_RETRY_MS)))
                     }
