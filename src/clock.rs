@@ -59,3 +59,13 @@ impl Clock for ManualClock {
 
 /// The shared clock handle.
 pub type SharedClock = Arc<dyn Clock>;
+
+/// Nanoseconds since the Unix epoch on the system clock: the start of an exported trace span,
+/// which must be comparable with the spans of other processes (never a test's clock).
+#[must_use]
+#[allow(clippy::disallowed_methods)]
+pub fn system_unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}

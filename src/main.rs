@@ -165,9 +165,13 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Serve => {
             let config = Config::from_env(cli.config.as_deref())?;
-            telemetry::init(&config.log);
+            let traces = telemetry::init(&config.log, &config.telemetry)?;
             let app = Application::build(config).await?;
-            app.run_until_stopped().await?;
+            let stopped = app.run_until_stopped().await;
+            if let Some(traces) = traces {
+                traces.flush(std::time::Duration::from_secs(5)).await;
+            }
+            stopped?;
         }
         Command::Dkim => {
             let config = Config::from_env(cli.config.as_deref())?;

@@ -39,6 +39,10 @@ pub struct Metrics {
     policy_states: Family<Labels, Counter>,
     turns: Family<Labels, Counter>,
     moderation: Family<Labels, Counter>,
+    llm_tokens: Family<Labels, Counter>,
+    otlp_spans: Family<Labels, Counter>,
+    /// Held while the counts kept outside the registry are copied into it.
+    sampling: std::sync::Mutex<()>,
     hosts: crate::hosts::Hosts,
     open_fds: Gauge,
     max_fds: Gauge,
@@ -106,6 +110,18 @@ impl Metrics {
         let policy_states = Family::<Labels, Counter>::default();
         let turns = Family::<Labels, Counter>::default();
         let moderation = Family::<Labels, Counter>::default();
+        let llm_tokens = Family::<Labels, Counter>::default();
+        let otlp_spans = Family::<Labels, Counter>::default();
+        registry.register(
+            "llm_tokens",
+            "Tokens a chat model reported using, by agent, model and kind (prompt, completion)",
+            llm_tokens.clone(),
+        );
+        registry.register(
+            "otlp_spans",
+            "Trace spans by what became of them (exported; dropped: the export queue was full or the collector refused or was unreachable)",
+            otlp_spans.clone(),
+        );
         registry.register(
             "http_requests",
             "HTTP requests by method, route and status",
@@ -190,6 +206,9 @@ impl Metrics {
             registry: root,
             turns,
             moderation,
+            llm_tokens,
+            otlp_spans,
+            sampling: std::sync::Mutex::new(()),
             hosts: crate::hosts::Hosts::default(),
             http_requests,
             http_duration,
@@ -347,6 +366,19 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
+    /// Counts the tokens a chat model reported for one answer of `agent`'s.
+    pub fn llm_tokens(&self, agent: &str, model: &str, prompt: u64, completion: u64) {
+        for (kind, n) in [("prompt", prompt), ("completion", completion)] {
+            self.llm_tokens
+                .get_or_create(&vec![
+                    ("agent", agent.to_owned()),
+                    ("model", model.to_owned()),
+                    ("kind", kind.to_owned()),
+                ])
+                .inc_by(n);
+        }
+    }
+
     /// Records receipt-to-delivery latency.
     pub fn end_to_end(&self, millis: i64) {
         #[allow(clippy::cast_precision_loss)]
@@ -367,6 +399,7 @@ impl Metrics {
     #[must_use]
     pub fn render(&self) -> String {
         self.sample_process();
+        self.sample_spans();
         let mut out = String::new();
         if encode(&mut out, &self.registry).is_err() {
             out.clear();
@@ -376,6 +409,23 @@ impl Metrics {
 }
 
 impl Metrics {
+    /// Copies the trace exporter's counts (kept by the process-wide exporter) into the registry.
+    fn sample_spans(&self) {
+        let (exported, dropped) = crate::telemetry::span_counts();
+        let Ok(_held) = self.sampling.lock() else {
+            return;
+        };
+        for (outcome, total) in [("exported", exported), ("dropped", dropped)] {
+            let c = self
+                .otlp_spans
+                .get_or_create(&vec![("outcome", outcome.to_owned())]);
+            let seen = c.get();
+            if total > seen {
+                c.inc_by(total - seen);
+            }
+        }
+    }
+
     /// Reads the process metrics from `/proc/self` (Linux); a value that cannot be read keeps
     /// its last one.
     fn sample_process(&self) {

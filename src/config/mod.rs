@@ -26,6 +26,7 @@ mod policy;
 mod queue;
 mod secret;
 mod server;
+mod telemetry;
 #[cfg(test)]
 mod tests;
 mod trust;
@@ -62,6 +63,7 @@ pub use policy::PolicyConfig;
 pub use queue::{JobKindConfig, QueueConfig};
 pub use secret::Secret;
 pub use server::ServerConfig;
+pub use telemetry::TelemetryConfig;
 pub use trust::{TrustConfig, TrustedIssuerConfig};
 
 use crate::error::Error;
@@ -81,6 +83,8 @@ pub struct Config {
     pub database: DatabaseConfig,
     /// Logging.
     pub log: LogConfig,
+    /// Trace export (OpenTelemetry).
+    pub telemetry: TelemetryConfig,
     /// The durable queue.
     pub queue: QueueConfig,
     /// How much of a thread agents see.
@@ -119,6 +123,7 @@ impl Default for Config {
             server: ServerConfig::default(),
             database: DatabaseConfig::default(),
             log: LogConfig::default(),
+            telemetry: TelemetryConfig::default(),
             queue: QueueConfig::default(),
             history: HistoryPolicy::default(),
             net: NetConfig::default(),
@@ -214,6 +219,7 @@ impl Config {
         self.server
             .check(self.net.allow_private_addresses, &mut problems);
         self.database.check(&mut problems);
+        self.telemetry.check(&mut problems);
         agents::check(&self.agents, self.queue.lease_seconds, &mut problems);
         let names: Vec<&str> = self.agents.iter().map(|a| a.name.as_str()).collect();
         self.a2a.check(&names, &mut problems);
