@@ -106,6 +106,7 @@ impl A2aAgent {
                 .map_err(|_| OutboundError::permanent("the A2A token is not a header value"))?;
             h.insert(reqwest::header::AUTHORIZATION, v);
         }
+        crate::telemetry::inject(&mut h);
         Ok(h)
     }
 

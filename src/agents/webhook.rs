@@ -107,6 +107,7 @@ impl WebhookAgent {
         let key = HeaderValue::from_str(&idempotency_key(msg))
             .map_err(|_| OutboundError::permanent("message id is not a valid header value"))?;
         headers.insert(IDEMPOTENCY_KEY, key);
+        crate::telemetry::inject(&mut headers);
         // Events of a 200 event stream are reported as they arrive; malformed ones are skipped
         // here and refused when the whole stream is read below.
         let mut on_event = |event: &sse::SseEvent| {

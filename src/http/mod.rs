@@ -19,6 +19,7 @@ use actix_web::http::StatusCode;
 use actix_web::middleware::Next;
 use actix_web::{HttpResponse, ResponseError, web};
 use serde_json::json;
+use tracing::Instrument as _;
 
 use crate::error::{Error, ErrorKind};
 use crate::pipeline::Pipeline;
@@ -209,13 +210,32 @@ pub async fn track(
     let metrics = req
         .app_data::<web::Data<AppState>>()
         .map(|s| s.pipeline.metrics().clone());
-    let res = next.call(req).await;
+    // The request's span, a child of the caller's `traceparent` when it sent one (its fields
+    // are only evaluated when the span is on: when traces are exported, or logged at debug).
+    let span = tracing::debug_span!(
+        "request",
+        otel.kind = "server",
+        otel.name = %format_args!("{method} {route}"),
+        http.request.method = %method,
+        http.route = %route,
+        http.response.status_code = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        let caller = req
+            .headers()
+            .get(crate::telemetry::TRACEPARENT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        crate::telemetry::set_parent(&span, caller);
+    }
+    let res = next.call(req).instrument(span.clone()).await;
     if let Some(m) = metrics {
         let status = match &res {
             Ok(r) => r.status().as_u16(),
             Err(e) => e.as_response_error().status_code().as_u16(),
         };
         m.http(&method, &route, status, started.elapsed());
+        span.record("http.response.status_code", status);
     }
     res
 }

@@ -31,6 +31,7 @@ impl DeliverHandler {
         job: &JobRow,
         response: std::result::Result<(&StoredMessage, NormalizedResponse, bool), OutboundError>,
         originals: &std::result::Result<Rows, OutboundError>,
+        trace: Option<crate::telemetry::TraceParent>,
     ) -> Attempt {
         let mut attempt = Attempt {
             response_id: String::new(),
@@ -46,7 +47,9 @@ impl DeliverHandler {
             thread_id = tracing::field::Empty,
             transport = tracing::field::Empty,
             agent = tracing::field::Empty,
+            otel.kind = "consumer",
         );
+        crate::telemetry::set_parent(&span, trace);
         if let Ok((row, response, _)) = &response {
             span.record("response_id", row.id.as_str());
             span.record("message_id", response.in_reply_to.as_str());
@@ -117,12 +120,12 @@ impl JobHandler for DeliverHandler {
             .collect();
         let wanted: Vec<&str> = original_ids.iter().map(String::as_str).collect();
         let originals = load_many(core, &wanted).await;
-        let attempts = join_all(
-            batch
-                .iter()
-                .zip(responses)
-                .map(|(job, response)| self.run(job, response, &originals)),
-        )
+        let attempts = join_all(batch.iter().zip(responses).zip(&jobs).map(
+            |((job, response), payload)| {
+                let trace = payload.as_ref().ok().and_then(|p| p.trace);
+                self.run(job, response, &originals, trace)
+            },
+        ))
         .await;
 
         let now = core.clock.now_ms();

@@ -131,6 +131,9 @@ pub(super) struct Pending {
     pub(super) refused: Option<crate::policy::Refusal>,
     /// Why the agent is not to be called for it, when a safety rule said so.
     pub(super) held: Option<super::Hold>,
+    /// The `ingest` span's trace context, when traces are exported (its dispatch job carries
+    /// it).
+    pub(super) trace: Option<crate::telemetry::TraceParent>,
     /// Whom to answer, and the transport's write, if any.
     pub(super) reply: Reply,
 }
@@ -337,6 +340,7 @@ fn plan(
                     chain: Vec::new(),
                     held: p.held,
                     origin: None,
+                    trace: p.trace,
                 });
                 plan.inserts.push((i, body));
                 IngestOutcome {

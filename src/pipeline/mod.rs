@@ -49,6 +49,7 @@ use crate::metrics::Metrics;
 use crate::moderation::Who;
 use crate::queue::{JobHandler, Queue};
 use crate::store::Db;
+use crate::telemetry::TraceParent;
 
 /// Payload of a `dispatch` job.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -69,6 +70,10 @@ pub(crate) struct DispatchJob {
     /// woken agent's access rules and rate limits judge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) origin: Option<Box<Sender>>,
+    /// The span that enqueued it (`ingest`, or the dispatch that relayed the turn), when
+    /// traces are exported: the dispatch's span continues that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) trace: Option<TraceParent>,
 }
 
 /// Why a stored message's agent is not called: the message is kept (and shown in its thread,
@@ -131,6 +136,10 @@ pub(crate) struct DeliverJob {
     /// The response woke sibling agents whose answers follow ([`Delivery::continues`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) continues: bool,
+    /// The dispatch span that stored the response, when traces are exported: the delivery's
+    /// span continues that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) trace: Option<TraceParent>,
 }
 
 /// Payload of a `turn_end` job.
@@ -537,6 +546,7 @@ impl Pipeline {
             msg: Arc::new(msg),
             refused: None,
             held,
+            trace: crate::telemetry::context_of(&span),
             reply,
         };
         async {
@@ -570,7 +580,11 @@ impl Pipeline {
         &self,
         fut: impl std::future::Future<Output = Result<T>> + Send + 'static,
     ) -> Result<T> {
-        self.main.spawn(fut).await.map_err(|_| Error::Unavailable)?
+        // In the caller's span, so what it does is logged and traced as the caller's.
+        self.main
+            .spawn(fut.in_current_span())
+            .await
+            .map_err(|_| Error::Unavailable)?
     }
 
     /// The handler of `dispatch` jobs.

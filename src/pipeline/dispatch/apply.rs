@@ -104,6 +104,7 @@ pub(super) async fn apply(
         let payload = serde_json::to_string(&DeliverJob {
             response_id: a.response.id.clone(),
             continues: !a.siblings.is_empty(),
+            trace: a.trace,
         })
         .map_err(Error::corrupt)?;
         deliveries.push((job_id, payload));
@@ -192,12 +193,13 @@ async fn wake_siblings(
         })
         .collect();
     let relayed = messages::insert_many(tx, &rows, now).await?;
-    let jobs = DispatchJob::rows(siblings.iter().map(|(_, s)| DispatchJob {
+    let jobs = DispatchJob::rows(siblings.iter().map(|(a, s)| DispatchJob {
         message_id: s.msg.id.clone(),
         new_thread: false,
         chain: s.chain.clone(),
         held: None,
         origin: Some(Box::new(s.origin.clone())),
+        trace: a.trace,
     }))?;
     let woken = core.queue.enqueue(tx, kinds::DISPATCH, &jobs, now).await?;
     for (_, s) in &siblings {

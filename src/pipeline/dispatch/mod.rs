@@ -213,7 +213,9 @@ impl JobHandler for DispatchHandler {
                         thread_id = %row.thread_id,
                         transport = %row.transport,
                         agent = %row.agent,
+                        otel.kind = "consumer",
                     );
+                    crate::telemetry::set_parent(&span, job.trace);
                     self.run(row, job, run, windows).instrument(span).await
                 }
                 .await;

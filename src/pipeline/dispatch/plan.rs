@@ -22,6 +22,9 @@ pub(in crate::pipeline) struct Answer {
     pub(super) agent: String,
     /// The transport it goes out by.
     pub(super) transport: String,
+    /// The dispatch span's trace context, when traces are exported (the delivery job and the
+    /// relayed turns it enqueues carry it).
+    pub(super) trace: Option<crate::telemetry::TraceParent>,
     /// The message answered (without history), when the transport delivers in the
     /// transaction that stores the response ([`crate::pipeline::Transport::deliver_in`]).
     pub(super) original: Option<NormalizedMessage>,
@@ -311,6 +314,7 @@ mod tests {
             response,
             agent: "echo".into(),
             transport: "memory".into(),
+            trace: None,
             original: None,
             states: Vec::new(),
             siblings: Vec::new(),

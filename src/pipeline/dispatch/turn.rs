@@ -6,6 +6,8 @@
 
 use std::time::Instant;
 
+use tracing::Instrument as _;
+
 use super::plan::{Answer, Dispatched};
 use super::{CALL_SLOT_WAIT, DispatchHandler, MAX_ABSORBED, message};
 use crate::error::OutboundError;
@@ -197,6 +199,19 @@ impl DispatchHandler {
             };
             Ok((answer, started))
         };
+        // The backend's call: its outbound request carries this span's `traceparent`, and a
+        // chat model's backend records the tokens it used on it.
+        let call_span = tracing::debug_span!(
+            "agent_call",
+            otel.kind = "client",
+            agent = %agent.name,
+            otel.status_code = tracing::field::Empty,
+            otel.status_message = tracing::field::Empty,
+            gen_ai.request.model = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+        );
+        let call = call.instrument(call_span.clone());
         // A newer message of the thread may interrupt the call (queue mode `interrupt`).
         let (answer, started) = tokio::select! {
             biased;
@@ -209,6 +224,10 @@ impl DispatchHandler {
         self.0
             .metrics
             .agent_call(&agent.name, started.elapsed(), answer.is_ok());
+        if let Err(e) = &answer {
+            call_span.record("otel.status_code", "error");
+            call_span.record("otel.status_message", tracing::field::display(e));
+        }
         // NO_REPLY, a model's way of answering nothing, is no response: nothing goes out (an
         // A2A task still completes).
         let answer = answer.map(|a| a.filter(|r| !r.says_nothing()));
@@ -255,6 +274,7 @@ impl DispatchHandler {
             body,
             agent: agent.name.clone(),
             transport: row.transport.clone(),
+            trace: crate::telemetry::current(),
             original,
             states,
             siblings,

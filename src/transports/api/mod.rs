@@ -86,6 +86,7 @@ impl Transport for ApiTransport {
         if let Ok(v) = HeaderValue::from_str(&d.response.id) {
             headers.insert("idempotency-key", v);
         }
+        crate::telemetry::inject(&mut headers);
         let resp = self
             .http
             .send(OutRequest {
