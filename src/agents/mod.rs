@@ -93,7 +93,7 @@ pub struct AgentRegistry {
 
 impl AgentRegistry {
     /// Builds every configured agent (A2A client backends read their earlier responses from
-    /// `db`).
+    /// `db`; chat-model backends count their tokens in `metrics`).
     #[must_use]
     pub fn from_config(
         agents: &[AgentConfig],
@@ -102,6 +102,7 @@ impl AgentRegistry {
         clock: &SharedClock,
         db: &Db,
         defaults: &crate::config::LimitsConfig,
+        metrics: &Arc<crate::metrics::Metrics>,
     ) -> Self {
         let mut reg = Self {
             domain: domain.to_owned(),
@@ -151,20 +152,23 @@ impl AgentRegistry {
                     timeout_ms,
                     api_key,
                     api_key_env: _,
-                } => Arc::new(OpenAiAgent::new(
-                    OpenAiSettings {
-                        base_url: base_url.clone(),
-                        model: model.clone(),
-                        api_key: api_key.clone(),
-                        system_prompt: system_prompt.clone(),
-                        stream: *stream,
-                        max_tokens: *max_tokens,
-                        temperature: *temperature,
-                        timeout: std::time::Duration::from_millis(*timeout_ms),
-                    },
-                    http.clone(),
-                    clock.clone(),
-                )),
+                } => Arc::new(
+                    OpenAiAgent::new(
+                        OpenAiSettings {
+                            base_url: base_url.clone(),
+                            model: model.clone(),
+                            api_key: api_key.clone(),
+                            system_prompt: system_prompt.clone(),
+                            stream: *stream,
+                            max_tokens: *max_tokens,
+                            temperature: *temperature,
+                            timeout: std::time::Duration::from_millis(*timeout_ms),
+                        },
+                        http.clone(),
+                        clock.clone(),
+                    )
+                    .metered(&a.name, Arc::clone(metrics)),
+                ),
             };
             reg.insert(&a.name, a.display_name.clone(), a.summary.clone(), backend);
             if let Some(agent) = reg.by_name.get_mut(&a.name.to_lowercase())

@@ -131,6 +131,7 @@ async fn parts(config: &Config, opts: &Options, addresses: Vec<AddressKind>) -> 
     let db = Db::open(&config.database).await?;
     let http = HttpClient::new(config.net.clone(), clock.clone())
         .map_err(|e| Error::Startup(format!("HTTP client: {e}")))?;
+    let metrics = Arc::new(Metrics::new());
     let mut agents = AgentRegistry::from_config(
         &config.agents,
         site.handle_domain(),
@@ -138,11 +139,11 @@ async fn parts(config: &Config, opts: &Options, addresses: Vec<AddressKind>) -> 
         &clock,
         &db,
         &config.limits,
+        &metrics,
     );
     for (name, backend) in &opts.agents {
         agents.insert(name, None, None, Arc::clone(backend));
     }
-    let metrics = Arc::new(Metrics::new());
     let queue = Queue::new(
         db.clone(),
         clock.clone(),

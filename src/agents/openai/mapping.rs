@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::wire::{ChatChunk, ChatCompletion, ErrorBody, FunctionCall, ToolCall};
+use super::wire::{ChatChunk, ChatCompletion, ErrorBody, FunctionCall, ToolCall, Usage};
 use crate::error::OutboundError;
 use crate::message::{
     DeltaEvent, Extra, Part, PartEvent, ResponseEvent, TextMime, TextPart, ToolCallPart,
@@ -95,13 +95,15 @@ fn tool_call_part(index: usize, id: Option<String>, name: String, arguments: &st
     })
 }
 
-/// The parts of a whole answer: its text, then its tool calls.
+/// The parts of a whole answer (its text, then its tool calls) and the tokens it took, when
+/// the server says.
 ///
 /// # Errors
 /// A permanent failure when the body is not a chat completion.
-pub fn completion_parts(body: &[u8]) -> Result<Vec<Part>, OutboundError> {
+pub fn completion_parts(body: &[u8]) -> Result<(Vec<Part>, Option<Usage>), OutboundError> {
     let c: ChatCompletion = serde_json::from_slice(body)
         .map_err(|e| OutboundError::permanent(format!("answer is not a chat completion: {e}")))?;
+    let usage = c.usage;
     let Some(choice) = c.choices.into_iter().next() else {
         return Err(OutboundError::permanent("chat completion without choices"));
     };
@@ -115,7 +117,7 @@ pub fn completion_parts(body: &[u8]) -> Result<Vec<Part>, OutboundError> {
         let FunctionCall { name, arguments } = function;
         parts.push(tool_call_part(i, id, name, &arguments));
     }
-    Ok(parts)
+    Ok((parts, usage))
 }
 
 /// A tool call being streamed.
@@ -135,6 +137,7 @@ pub struct StreamFold {
     calls: BTreeMap<usize, CallSoFar>,
     done: bool,
     error: Option<OutboundError>,
+    usage: Option<Usage>,
 }
 
 impl StreamFold {
@@ -165,6 +168,9 @@ impl StreamFold {
                 class.as_deref(),
             ));
             return Vec::new();
+        }
+        if chunk.usage.is_some() {
+            self.usage = chunk.usage;
         }
         let mut out = Vec::new();
         let Some(choice) = chunk.choices.into_iter().next() else {
@@ -210,6 +216,12 @@ impl StreamFold {
     #[must_use]
     pub fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// The tokens the answer took, when the stream reported them.
+    #[must_use]
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
     }
 
     /// The answer's parts: its text, then its tool calls.
@@ -321,18 +333,35 @@ mod tests {
         assert!(matches!(e, OutboundError::Temporary { .. }));
         assert_eq!(e.reason(), "error in the answer stream server_error");
         let mut f = StreamFold::default();
+        f.event(r#"{"choices":[{"delta":{"content":"x"}}]}"#);
+        f.event(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#);
+        assert_eq!(
+            f.usage().map(|u| (u.prompt_tokens, u.completion_tokens)),
+            Some((5, 1)),
+            "a stream's last event may say what it took"
+        );
+        let mut f = StreamFold::default();
         f.event("{not json");
         assert!(matches!(f.finish(), Err(OutboundError::Permanent { .. })));
     }
 
     #[test]
     fn a_whole_answer_gives_text_and_tool_calls() {
-        let parts = completion_parts(
+        let (parts, usage) = completion_parts(
             br#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[
                 {"id":"c1","type":"function","function":{"name":"lookup","arguments":"{\"id\":7}"}},
-                {"type":"function","function":{"name":"raw","arguments":"not json"}}]}}]}"#,
+                {"type":"function","function":{"name":"raw","arguments":"not json"}}]}}],
+              "usage":{"prompt_tokens":31,"completion_tokens":9,"total_tokens":40}}"#,
         )
         .unwrap();
+        assert_eq!(
+            usage,
+            Some(Usage {
+                prompt_tokens: 31,
+                completion_tokens: 9
+            }),
+            "the usage is read"
+        );
         assert_eq!(
             serde_json::to_value(parts).unwrap(),
             serde_json::json!([

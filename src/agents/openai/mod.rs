@@ -11,17 +11,20 @@
 mod mapping;
 mod wire;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 
 use self::mapping::{StreamFold, completion_parts, failure};
+use self::wire::Usage;
 use super::assembly::assemble;
 use super::{AgentBackend, Progress};
 use crate::clock::SharedClock;
 use crate::config::Secret;
 use crate::error::OutboundError;
 use crate::message::{NormalizedMessage, NormalizedResponse};
+use crate::metrics::Metrics;
 use crate::net::HttpClient;
 use crate::net::sse::SseEvent;
 
@@ -53,6 +56,8 @@ pub struct OpenAiAgent {
     settings: OpenAiSettings,
     http: HttpClient,
     clock: SharedClock,
+    /// The agent's name and the metrics its tokens are counted in.
+    meter: Option<(String, Arc<Metrics>)>,
 }
 
 impl OpenAiAgent {
@@ -68,6 +73,32 @@ impl OpenAiAgent {
             settings,
             http,
             clock,
+            meter: None,
+        }
+    }
+
+    /// Counts the tokens of `agent`'s answers in `metrics`
+    /// (`switchboard_llm_tokens_total{agent,model,kind}`).
+    #[must_use]
+    pub fn metered(mut self, agent: &str, metrics: Arc<Metrics>) -> Self {
+        self.meter = Some((agent.to_owned(), metrics));
+        self
+    }
+
+    /// Records what an answer took: in the metrics and on the call's span.
+    fn used(&self, usage: Option<Usage>) {
+        let span = tracing::Span::current();
+        span.record("gen_ai.request.model", self.settings.model.as_str());
+        let Some(u) = usage else { return };
+        span.record("gen_ai.usage.input_tokens", u.prompt_tokens);
+        span.record("gen_ai.usage.output_tokens", u.completion_tokens);
+        if let Some((agent, metrics)) = &self.meter {
+            metrics.llm_tokens(
+                agent,
+                &self.settings.model,
+                u.prompt_tokens,
+                u.completion_tokens,
+            );
         }
     }
 
@@ -82,6 +113,7 @@ impl OpenAiAgent {
             v.set_sensitive(true);
             h.insert(AUTHORIZATION, v);
         }
+        crate::telemetry::inject(&mut h);
         Ok(h)
     }
 
@@ -119,6 +151,7 @@ impl OpenAiAgent {
         let parts = match resp.media_type().as_str() {
             "text/event-stream" => {
                 let ended = fold.is_done();
+                self.used(fold.usage());
                 let parts = fold.finish()?;
                 if !ended && parts.is_empty() {
                     return Err(OutboundError::temporary(
@@ -127,7 +160,11 @@ impl OpenAiAgent {
                 }
                 parts
             }
-            "application/json" => completion_parts(&resp.body)?,
+            "application/json" => {
+                let (parts, usage) = completion_parts(&resp.body)?;
+                self.used(usage);
+                parts
+            }
             other => {
                 return Err(OutboundError::permanent(format!(
                     "server answered with unsupported type {other:?}"

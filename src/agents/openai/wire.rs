@@ -30,6 +30,20 @@ pub struct ChatCompletion {
     /// The candidates; switchboard reads the first.
     #[serde(default)]
     pub choices: Vec<Choice>,
+    /// The tokens the answer took, when the server says.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+}
+
+/// The tokens one answer took (`usage`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct Usage {
+    /// Tokens of the prompt.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    /// Tokens of the answer.
+    #[serde(default)]
+    pub completion_tokens: u64,
 }
 
 /// One candidate of a whole answer.
@@ -76,6 +90,9 @@ pub struct ChatChunk {
     /// The candidates' deltas; switchboard reads the first.
     #[serde(default)]
     pub choices: Vec<ChunkChoice>,
+    /// The tokens the answer took, in a stream's last event when the server reports it.
+    #[serde(default)]
+    pub usage: Option<Usage>,
     /// An error reported in the stream, after it began.
     #[serde(default)]
     pub error: Option<ApiError>,
