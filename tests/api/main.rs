@@ -40,5 +40,6 @@ mod retention;
 mod safety;
 mod scale_out;
 mod serving;
+mod telemetry;
 mod trust;
 mod webhook;
