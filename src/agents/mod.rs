@@ -167,7 +167,7 @@ impl AgentRegistry {
                         http.clone(),
                         clock.clone(),
                     )
-                    .metered(&a.name, Arc::clone(metrics)),
+                    .metered(&a.name, Arc::clone(metrics), db.clone()),
                 ),
             };
             reg.insert(&a.name, a.display_name.clone(), a.summary.clone(), backend);

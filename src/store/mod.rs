@@ -24,6 +24,7 @@ pub mod reports;
 pub mod runs;
 mod sqlite;
 pub mod threads;
+pub mod usage;
 
 use std::str::FromStr;
 use std::sync::Arc;

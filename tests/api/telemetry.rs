@@ -336,6 +336,17 @@ async fn one_message_is_one_trace_from_the_caller_through_the_agent() {
     ] {
         assert!(metrics.contains(line), "{line} in the metrics:\n{metrics}");
     }
+    // The console's agents page shows them over 24 hours, from the database.
+    let page = reqwest::get(format!("http://{}/console", server.metrics_addr()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("Tokens (24 h)") && page.contains("21 (17 prompt, 4 completion)"),
+        "the agents page shows the tokens: {page}"
+    );
     let exported = metrics
         .lines()
         .find(|l| l.starts_with(r#"switchboard_otlp_spans_total{outcome="exported"}"#))

@@ -27,6 +27,7 @@ use crate::message::{NormalizedMessage, NormalizedResponse};
 use crate::metrics::Metrics;
 use crate::net::HttpClient;
 use crate::net::sse::SseEvent;
+use crate::store::Db;
 
 /// How an OpenAI-compatible agent is called (`[[agents]] backend = { kind = "openai", … }`).
 #[derive(Debug, Clone)]
@@ -56,8 +57,16 @@ pub struct OpenAiAgent {
     settings: OpenAiSettings,
     http: HttpClient,
     clock: SharedClock,
-    /// The agent's name and the metrics its tokens are counted in.
-    meter: Option<(String, Arc<Metrics>)>,
+    /// Where its tokens are counted.
+    meter: Option<Meter>,
+}
+
+/// Where an agent's tokens are counted: the metrics, and the database for the console.
+#[derive(Debug)]
+struct Meter {
+    agent: String,
+    metrics: Arc<Metrics>,
+    db: Db,
 }
 
 impl OpenAiAgent {
@@ -78,27 +87,38 @@ impl OpenAiAgent {
     }
 
     /// Counts the tokens of `agent`'s answers in `metrics`
-    /// (`switchboard_llm_tokens_total{agent,model,kind}`).
+    /// (`switchboard_llm_tokens_total{agent,model,kind}`) and in `db` (the console's totals).
     #[must_use]
-    pub fn metered(mut self, agent: &str, metrics: Arc<Metrics>) -> Self {
-        self.meter = Some((agent.to_owned(), metrics));
+    pub fn metered(mut self, agent: &str, metrics: Arc<Metrics>, db: Db) -> Self {
+        self.meter = Some(Meter {
+            agent: agent.to_owned(),
+            metrics,
+            db,
+        });
         self
     }
 
-    /// Records what an answer took: in the metrics and on the call's span.
-    fn used(&self, usage: Option<Usage>) {
+    /// Records what an answer took: on the call's span, in the metrics and in the database (a
+    /// failure to store it is logged; the answer stands).
+    async fn used(&self, usage: Option<Usage>) {
         let span = tracing::Span::current();
         span.record("gen_ai.request.model", self.settings.model.as_str());
         let Some(u) = usage else { return };
         span.record("gen_ai.usage.input_tokens", u.prompt_tokens);
         span.record("gen_ai.usage.output_tokens", u.completion_tokens);
-        if let Some((agent, metrics)) = &self.meter {
-            metrics.llm_tokens(
-                agent,
-                &self.settings.model,
-                u.prompt_tokens,
-                u.completion_tokens,
-            );
+        let Some(m) = &self.meter else { return };
+        let model = self.settings.model.as_str();
+        m.metrics
+            .llm_tokens(&m.agent, model, u.prompt_tokens, u.completion_tokens);
+        let row = crate::store::usage::Usage {
+            agent: &m.agent,
+            model,
+            at_ms: self.clock.now_ms(),
+            prompt_tokens: i64::try_from(u.prompt_tokens).unwrap_or(i64::MAX),
+            completion_tokens: i64::try_from(u.completion_tokens).unwrap_or(i64::MAX),
+        };
+        if let Err(e) = crate::store::usage::record(&m.db, &row).await {
+            tracing::warn!(agent = %m.agent, error = %e, "token usage not stored");
         }
     }
 
@@ -151,7 +171,7 @@ impl OpenAiAgent {
         let parts = match resp.media_type().as_str() {
             "text/event-stream" => {
                 let ended = fold.is_done();
-                self.used(fold.usage());
+                self.used(fold.usage()).await;
                 let parts = fold.finish()?;
                 if !ended && parts.is_empty() {
                     return Err(OutboundError::temporary(
@@ -162,7 +182,7 @@ impl OpenAiAgent {
             }
             "application/json" => {
                 let (parts, usage) = completion_parts(&resp.body)?;
-                self.used(usage);
+                self.used(usage).await;
                 parts
             }
             other => {

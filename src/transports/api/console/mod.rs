@@ -325,6 +325,11 @@ async fn agents_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
             .into_iter()
             .map(|a| (a.agent, a.latency_ms))
             .collect();
+        let tokens: HashMap<String, (i64, i64)> = crate::store::usage::per_agent(&db, since)
+            .await?
+            .into_iter()
+            .map(|t| (t.agent, (t.prompt_tokens, t.completion_tokens)))
+            .collect();
         let mut rows = String::new();
         for a in agents.iter() {
             let act = activity.get(&a.name);
@@ -341,7 +346,7 @@ async fn agents_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
             let _ = write!(
                 rows,
                 "<tr data-agent=\"{n}\"><td><a href=\"/console/threads?agent={n}\">{n}</a></td>{addresses}\
-                 <td><span class=\"badge\">{b}</span></td><td>{ok}</td><td>{ko}</td><td>{lat}</td></tr>",
+                 <td><span class=\"badge\">{b}</span></td><td>{ok}</td><td>{ko}</td><td>{lat}</td><td>{tok}</td></tr>",
                 n = esc(&a.name),
                 b = esc(a.backend),
                 ok = when(act.and_then(|a| a.last_success)),
@@ -349,6 +354,10 @@ async fn agents_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
                 lat = latency
                     .get(&a.name)
                     .map_or_else(|| "—".to_owned(), |ms| format!("{ms} ms")),
+                tok = tokens.get(&a.name).map_or_else(
+                    || "—".to_owned(),
+                    |(p, c)| format!("{} ({p} prompt, {c} completion)", p.saturating_add(*c))
+                ),
             );
         }
         let columns: String = agents
@@ -365,7 +374,8 @@ async fn agents_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
             "Agents",
             &format!(
                 "<table><tr><th>Name</th>{columns}<th>Backend</th>\
-                 <th>Last answer</th><th>Last failure</th><th>Latency (24 h)</th></tr>{rows}</table>"
+                 <th>Last answer</th><th>Last failure</th><th>Latency (24 h)</th>\
+                 <th>Tokens (24 h)</th></tr>{rows}</table>"
             ),
         ))
     })
