@@ -71,8 +71,13 @@ pub(crate) struct DispatchJob {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) origin: Option<Box<Sender>>,
     /// The span that enqueued it (`ingest`, or the dispatch that relayed the turn), when
-    /// traces are exported: the dispatch's span continues that trace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// traces are exported: the dispatch's span continues that trace (a malformed one is
+    /// ignored).
+    #[serde(
+        default,
+        deserialize_with = "crate::telemetry::lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub(crate) trace: Option<TraceParent>,
 }
 
@@ -137,8 +142,12 @@ pub(crate) struct DeliverJob {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) continues: bool,
     /// The dispatch span that stored the response, when traces are exported: the delivery's
-    /// span continues that trace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// span continues that trace (a malformed one is ignored).
+    #[serde(
+        default,
+        deserialize_with = "crate::telemetry::lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub(crate) trace: Option<TraceParent>,
 }
 
@@ -645,5 +654,36 @@ impl Pipeline {
     #[must_use]
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.core.metrics
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DeliverJob, DispatchJob};
+
+    #[test]
+    fn job_payloads_carry_a_trace_only_when_there_is_one() {
+        // A payload written before traces, or with export off, parses and writes no trace.
+        let old: DispatchJob = serde_json::from_str(r#"{"message_id":"m1"}"#).unwrap();
+        assert!(old.trace.is_none(), "an old payload has no trace");
+        let written = serde_json::to_string(&old).unwrap();
+        assert!(
+            !written.contains("trace"),
+            "nothing is written without one: {written}"
+        );
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let with: DeliverJob =
+            serde_json::from_str(&format!(r#"{{"response_id":"r1","trace":"{tp}"}}"#)).unwrap();
+        assert_eq!(
+            with.trace.map(|t| t.to_string()).as_deref(),
+            Some(tp),
+            "the trace is read back as written"
+        );
+        let bad: DeliverJob =
+            serde_json::from_str(r#"{"response_id":"r1","trace":"nope"}"#).unwrap();
+        assert!(
+            bad.trace.is_none(),
+            "a malformed trace is ignored, the job stands"
+        );
     }
 }

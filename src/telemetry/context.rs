@@ -103,6 +103,16 @@ impl<'de> serde::Deserialize<'de> for TraceParent {
     }
 }
 
+/// Reads an optional `traceparent` where a malformed one must not fail what carries it (a
+/// queued job): it is read as none.
+///
+/// # Errors
+/// Only when the value is not a string or null.
+pub fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<TraceParent>, D::Error> {
+    let s = <Option<std::borrow::Cow<'de, str>> as serde::Deserialize>::deserialize(d)?;
+    Ok(s.and_then(|s| s.parse().ok()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,7 +24,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::registry::{LookupSpan as _, Registry};
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-pub use context::{InvalidTraceParent, TraceParent};
+pub use context::{InvalidTraceParent, TraceParent, lenient};
 
 use crate::config::{LogConfig, LogFormat, TelemetryConfig};
 
