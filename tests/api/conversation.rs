@@ -478,7 +478,8 @@ fn delivered(a: &TestApp, b: &TestApp) -> u64 {
     a.transport.count() + b.transport.count()
 }
 
-async fn followups_across_two_instances_run_one_at_a_time_in_order() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followups_across_two_instances_run_one_at_a_time_in_order_postgres() {
     let Some((mut a, mut b, agent)) = two_instances(0, QueueMode::Followup, 16).await else {
         return;
     };
@@ -517,11 +518,7 @@ async fn followups_across_two_instances_run_one_at_a_time_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn followups_across_two_instances_run_one_at_a_time_in_order_postgres() {
-    followups_across_two_instances_run_one_at_a_time_in_order().await;
-}
-
-async fn collect_across_two_instances_runs_only_the_latest() {
+async fn collect_across_two_instances_runs_only_the_latest_postgres() {
     let Some((mut a, mut b, agent)) = two_instances(0, QueueMode::Collect, 16).await else {
         return;
     };
@@ -550,11 +547,7 @@ async fn collect_across_two_instances_runs_only_the_latest() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn collect_across_two_instances_runs_only_the_latest_postgres() {
-    collect_across_two_instances_runs_only_the_latest().await;
-}
-
-async fn a_message_stored_by_one_instance_interrupts_the_run_on_the_other() {
+async fn a_message_stored_by_one_instance_interrupts_the_run_on_the_other_postgres() {
     let Some((mut a, mut b, agent)) = two_instances(0, QueueMode::Interrupt, 16).await else {
         return;
     };
@@ -579,11 +572,7 @@ async fn a_message_stored_by_one_instance_interrupts_the_run_on_the_other() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_message_stored_by_one_instance_interrupts_the_run_on_the_other_postgres() {
-    a_message_stored_by_one_instance_interrupts_the_run_on_the_other().await;
-}
-
-async fn debounce_across_two_instances_merges_a_senders_quick_texts() {
+async fn debounce_across_two_instances_merges_a_senders_quick_texts_postgres() {
     let Some((mut a, mut b, agent)) = two_instances(500, QueueMode::Followup, 16).await else {
         return;
     };
@@ -606,11 +595,7 @@ async fn debounce_across_two_instances_merges_a_senders_quick_texts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn debounce_across_two_instances_merges_a_senders_quick_texts_postgres() {
-    debounce_across_two_instances_merges_a_senders_quick_texts().await;
-}
-
-async fn max_concurrent_calls_holds_across_two_instances() {
+async fn max_concurrent_calls_holds_across_two_instances_postgres() {
     let Some((mut a, mut b, agent)) = two_instances(0, QueueMode::Followup, 2).await else {
         return;
     };
@@ -636,11 +621,7 @@ async fn max_concurrent_calls_holds_across_two_instances() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_concurrent_calls_holds_across_two_instances_postgres() {
-    max_concurrent_calls_holds_across_two_instances().await;
-}
-
-async fn the_run_lease_of_a_dead_instance_expires() {
+async fn the_run_lease_of_a_dead_instance_expires_postgres() {
     let Some((mut a, mut b, agent)) = two_instances(0, QueueMode::Followup, 16).await else {
         return;
     };
@@ -672,9 +653,4 @@ async fn the_run_lease_of_a_dead_instance_expires() {
         "not run while the dead instance's lease was live"
     );
     a.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_run_lease_of_a_dead_instance_expires_postgres() {
-    the_run_lease_of_a_dead_instance_expires().await;
 }
