@@ -523,7 +523,8 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
         .filter(|m| core.conversation.of(&m.transport).queue == QueueMode::Interrupt)
         .map(|m| super::runs::notification(&(m.thread_id.clone(), m.agent.clone()), m.seq))
         .collect();
-    crate::store::runs::notify_lines(&mut tx, super::runs::NOTIFY_CHANNEL, &interrupts).await?;
+    tx.notify_lines(super::runs::NOTIFY_CHANNEL, &interrupts)
+        .await?;
     // Until they are held, the threads' windows come from the database.
     let writing = core
         .caches

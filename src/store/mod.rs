@@ -175,6 +175,44 @@ impl Tx {
         Ok(())
     }
 
+    /// Sends `lines` on the PostgreSQL channel `channel` once this transaction commits, in as few
+    /// notifications as fit under PostgreSQL's payload limit (nothing on SQLite, which has one
+    /// instance).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn notify_lines(&mut self, channel: &str, lines: &[String]) -> Result<()> {
+        /// Below PostgreSQL's 8000-byte limit on a payload.
+        const MAX_PAYLOAD: usize = 7000;
+        if !matches!(self, Self::Postgres(_)) {
+            return Ok(());
+        }
+        let mut payload = String::new();
+        for line in lines {
+            if !payload.is_empty() && payload.len() + line.len() + 1 > MAX_PAYLOAD {
+                self.pg_notify(channel, &payload).await?;
+                payload.clear();
+            }
+            if !payload.is_empty() {
+                payload.push('\n');
+            }
+            payload.push_str(line);
+        }
+        if !payload.is_empty() {
+            self.pg_notify(channel, &payload).await?;
+        }
+        Ok(())
+    }
+
+    async fn pg_notify(&mut self, channel: &str, payload: &str) -> Result<()> {
+        self.execute(
+            "SELECT pg_notify($1, $2)",
+            &[Arg::Text(channel), Arg::Text(payload)],
+        )
+        .await
+        .map(drop)
+    }
+
     /// Commits; returns once the commit is as durable as `database.durability` promises
     /// ([`Durability`]: on disk with `fsync`).
     ///
