@@ -1,8 +1,8 @@
 //! SQL of the runs leased across instances (PostgreSQL only; SQLite serves one instance, whose
 //! runs are held in memory): a thread's run taken for one agent by one instance at a time, in
 //! the order its messages were stored, with the agent's runs in flight on every instance counted
-//! against the `max_concurrent_calls` its operator set; the messages that wait recorded, and the oldest one woken
-//! when the run ends (`migrations/*/20261128000100_run_leases.sql`).
+//! against the `max_concurrent_calls` its operator set; the messages that wait recorded, and the
+//! oldest one woken when the run ends (`migrations/*/20261128000100_run_leases.sql`).
 
 use std::collections::HashSet;
 
