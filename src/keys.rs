@@ -91,6 +91,18 @@ impl Ed25519Key {
         Ok(Self { pair, pkcs8 })
     }
 
+    /// A new random key pair (not stored: [`Keys::ed25519`] keeps the server's keys).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if the system's random source fails.
+    pub fn generate() -> Result<Self> {
+        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new())
+            .map_err(|_| Error::Unavailable)?
+            .as_ref()
+            .to_vec();
+        Self::from_der(pkcs8)
+    }
+
     /// Signs `msg`; the signature is 64 bytes.
     #[must_use]
     pub fn sign(&self, msg: &[u8]) -> Vec<u8> {
@@ -186,16 +198,9 @@ impl Keys {
         let row = match store::keys::load(&self.db, name).await? {
             Some(row) => row,
             None => {
-                let pkcs8 = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new())
-                    .map_err(|_| Error::Unavailable)?
-                    .as_ref()
-                    .to_vec();
-                let public = Ed25519KeyPair::from_pkcs8(&pkcs8)
-                    .map_err(|_| Error::Unavailable)?
-                    .public_key()
-                    .as_ref()
-                    .to_vec();
-                self.store(name, ED25519, pkcs8, public).await?
+                let fresh = Ed25519Key::generate()?;
+                let public = fresh.public_key_raw().to_vec();
+                self.store(name, ED25519, fresh.pkcs8, public).await?
             }
         };
         if row.algorithm != ED25519 {

@@ -13,6 +13,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod hosts;
 pub mod http;
+pub mod jws;
 pub mod keys;
 pub mod limits;
 pub mod markdown;

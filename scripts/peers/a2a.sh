@@ -1,7 +1,8 @@
 # Installs the A2A interop peers into target/peers/a2a/ (idempotent) and exports where the
 # tests find them:
-#   SWITCHBOARD_A2A_PYTHON  python of a venv with a2a-sdk[http-server]==1.3.0, and uvicorn with
-#                           uvloop and httptools (its fast configuration, for the benchmark)
+#   SWITCHBOARD_A2A_PYTHON  python of a venv with a2a-sdk[http-server]==1.3.0, uvicorn with
+#                           uvloop and httptools (its fast configuration, for the benchmark),
+#                           and jwcrypto with rfc8785 (an independent check of signed cards)
 #   SWITCHBOARD_A2A_NODE_MODULES  node_modules holding @a2a-js/sdk@1.3.0 (and express for its server)
 # Sourced by scripts/test; fails loudly when an install fails.
 a2a_peer_install() {
@@ -10,12 +11,12 @@ a2a_peer_install() {
   dir="$root/target/peers/a2a"
   venv="$dir/venv"
   mkdir -p "$dir"
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import a2a, uvicorn, starlette, uvloop, httptools' 2>/dev/null; then
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import a2a, uvicorn, starlette, uvloop, httptools, jwcrypto, rfc8785' 2>/dev/null; then
     echo "installing a2a-sdk 1.3.0 into $venv"
     python3 -m venv "$venv" || return 1
     "$venv/bin/pip" install --quiet --disable-pip-version-check \
       'a2a-sdk[http-server]==1.3.0' 'uvicorn==0.54.0' 'httpx==0.28.1' \
-      'uvloop==0.23.0' 'httptools==0.9.0' || return 1
+      'uvloop==0.23.0' 'httptools==0.9.0' 'jwcrypto==1.5.6' 'rfc8785==0.1.4' || return 1
   fi
   nm="$dir/node/node_modules"
   if [ ! -d "$nm/@a2a-js/sdk" ] || [ ! -d "$nm/express" ]; then

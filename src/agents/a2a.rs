@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
+use jsonwebtoken::jwk::{Jwk, JwkSet};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
@@ -20,6 +21,7 @@ use tokio::sync::Mutex;
 use super::{AgentBackend, Progress};
 use crate::config::Secret;
 use crate::error::OutboundError;
+use crate::jws::JwsError;
 use crate::message::{
     ArtifactPart, BytesRef, DeltaEvent, Extra, FilePart, InlineBytes, LinkPart, NormalizedMessage,
     NormalizedResponse, Part, PartEvent, ResponseEvent, ResponseState, TextMime, TextPart,
@@ -37,6 +39,24 @@ struct RemoteCard {
     legacy: bool,
 }
 
+/// The remote agent and how it is called.
+#[derive(Debug, Clone)]
+pub struct A2aRemote {
+    /// URL of its agent card.
+    pub card_url: String,
+    /// Bearer token sent on every call.
+    pub token: Option<Secret>,
+    /// Per-call timeout.
+    pub timeout: Duration,
+    /// Stream when the card allows it.
+    pub streaming: bool,
+    /// Refuse an unsigned card.
+    pub require_signed_card: bool,
+    /// The keys the card must be signed with (none: the JWKS its signature names, on the
+    /// card's origin).
+    pub card_keys: Vec<Jwk>,
+}
+
 /// Calls a remote A2A agent.
 #[derive(Debug)]
 pub struct A2aAgent {
@@ -44,6 +64,8 @@ pub struct A2aAgent {
     token: Option<Secret>,
     timeout: Duration,
     streaming: bool,
+    require_signed_card: bool,
+    card_keys: Vec<Jwk>,
     http: HttpClient,
     card: Mutex<Option<RemoteCard>>,
     /// Where the agent's earlier responses are: the remote task a thread's last turn left
@@ -65,22 +87,16 @@ fn temporary(e: impl std::fmt::Display) -> OutboundError {
 }
 
 impl A2aAgent {
-    /// A client, for the agent named `agent`, of the remote agent whose card is at `card_url`.
+    /// A client, for the agent named `agent`, of `remote`.
     #[must_use]
-    pub fn new(
-        agent: String,
-        db: Db,
-        card_url: String,
-        token: Option<Secret>,
-        timeout: Duration,
-        streaming: bool,
-        http: HttpClient,
-    ) -> Self {
+    pub fn new(agent: String, db: Db, remote: A2aRemote, http: HttpClient) -> Self {
         Self {
-            card_url,
-            token,
-            timeout,
-            streaming,
+            card_url: remote.card_url,
+            token: remote.token,
+            timeout: remote.timeout,
+            streaming: remote.streaming,
+            require_signed_card: remote.require_signed_card,
+            card_keys: remote.card_keys,
             http,
             card: Mutex::new(None),
             db,
@@ -127,6 +143,7 @@ impl A2aAgent {
         self.http.classify_status(&resp)?;
         let card: Value = serde_json::from_slice(&resp.body)
             .map_err(|e| OutboundError::permanent(format!("agent card: {e}")))?;
+        self.check_signature(&card).await?;
         let iface = card["supportedInterfaces"]
             .as_array()
             .and_then(|ifs| {
@@ -158,6 +175,76 @@ impl A2aAgent {
         };
         *self.card.lock().await = Some(c.clone());
         Ok(c)
+    }
+
+    /// Holds the card to its signatures: one must verify when the card carries any (or when
+    /// `require_signed_card`), with a pinned key, else with the key set its `jku` names on
+    /// the card's own origin (`/.well-known/jwks.json` there when it names none): a key set
+    /// from anywhere else would let whoever rewrote the card sign it too.
+    async fn check_signature(&self, card: &Value) -> Result<(), OutboundError> {
+        let outcome = crate::jws::verify(card, |header| async move {
+            if !self.card_keys.is_empty() {
+                return Ok(self.card_keys.clone());
+            }
+            let jwks = self.jwks_url(header.jku.as_deref())?;
+            self.fetch_keys(&jwks).await
+        })
+        .await;
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(JwsError::Unsigned) if !self.require_signed_card => Ok(()),
+            Err(JwsError::Unsigned) => Err(OutboundError::permanent(
+                "the agent card is not signed, and require_signed_card is set",
+            )),
+            Err(e @ JwsError::KeysUnavailable(_)) => {
+                Err(OutboundError::temporary(format!("agent card: {e}")))
+            }
+            Err(e) => Err(OutboundError::permanent(format!("agent card: {e}"))),
+        }
+    }
+
+    /// The key set a card signature's `jku` names, held to the card's origin.
+    fn jwks_url(&self, jku: Option<&str>) -> Result<String, JwsError> {
+        let card = url::Url::parse(&self.card_url)
+            .map_err(|_| JwsError::Malformed("the card URL is not a URL".into()))?;
+        let Some(jku) = jku else {
+            return card
+                .join("/.well-known/jwks.json")
+                .map(String::from)
+                .map_err(|_| JwsError::Malformed("no key set URL".into()));
+        };
+        let url = card
+            .join(jku)
+            .map_err(|_| JwsError::Malformed(format!("jku {jku:?} is not a URL")))?;
+        if url.origin() != card.origin() {
+            return Err(JwsError::Malformed(format!(
+                "jku {jku:?} is not on the card's origin; pin its keys with card_keys"
+            )));
+        }
+        Ok(url.into())
+    }
+
+    async fn fetch_keys(&self, url: &str) -> Result<Vec<Jwk>, JwsError> {
+        let resp = self
+            .http
+            .send(HttpRequest {
+                method: reqwest::Method::GET,
+                url,
+                headers: HeaderMap::new(),
+                body: None,
+                timeout: None,
+            })
+            .await
+            .map_err(|e| JwsError::KeysUnavailable(format!("{url}: {e}")))?;
+        if !resp.status.is_success() {
+            return Err(JwsError::KeysUnavailable(format!(
+                "{url}: status {}",
+                resp.status
+            )));
+        }
+        serde_json::from_slice::<JwkSet>(&resp.body)
+            .map(|set| set.keys)
+            .map_err(|e| JwsError::Malformed(format!("key set {url}: {e}")))
     }
 
     async fn call(

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-pub use a2a::A2aAgent;
+pub use a2a::{A2aAgent, A2aRemote};
 pub use conformance::ConformanceAgent;
 pub use echo::EchoAgent;
 pub use openai::{OpenAiAgent, OpenAiSettings};
@@ -118,13 +118,19 @@ impl AgentRegistry {
                     token,
                     timeout_ms,
                     streaming,
+                    require_signed_card,
+                    card_keys,
                 } => Arc::new(A2aAgent::new(
                     a.name.clone(),
                     db.clone(),
-                    card.clone(),
-                    token.clone(),
-                    std::time::Duration::from_millis(*timeout_ms),
-                    *streaming,
+                    A2aRemote {
+                        card_url: card.clone(),
+                        token: token.clone(),
+                        timeout: std::time::Duration::from_millis(*timeout_ms),
+                        streaming: *streaming,
+                        require_signed_card: *require_signed_card,
+                        card_keys: card_keys.clone(),
+                    },
                     http.clone(),
                 )),
                 BackendConfig::Webhook {

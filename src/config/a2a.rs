@@ -65,8 +65,24 @@ impl A2aConfig {
 pub struct AgentA2aConfig {
     /// Skills listed on the agent's card; one generic skill when empty.
     pub skills: Vec<A2aSkillConfig>,
+    /// Skills listed only on the extended card, which callers get with a credential the agent
+    /// accepts (`GetExtendedAgentCard`); the public card then says `extendedAgentCard: true`.
+    pub extended_skills: Vec<A2aSkillConfig>,
     /// Who may call the agent over A2A.
     pub auth: A2aAuthConfig,
+}
+
+impl AgentA2aConfig {
+    /// The auth policy must be sound, and an extended card needs callers who authenticate.
+    pub(super) fn check(&self, at: &str, problems: &mut Vec<String>) {
+        self.auth.check(&format!("{at}.auth"), problems);
+        if !self.extended_skills.is_empty() && matches!(self.auth, A2aAuthConfig::Public) {
+            problems.push(format!(
+                "{at}.extended_skills: the extended card is for authenticated callers; \
+                 set {at}.auth to jwt or oauth"
+            ));
+        }
+    }
 }
 
 /// How A2A callers of an agent authenticate.

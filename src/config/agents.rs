@@ -56,7 +56,7 @@ pub(super) fn check(agents: &[AgentConfig], lease_seconds: u64, problems: &mut V
         }
         agent.backend.check(&at, lease_seconds, problems);
         if let Some(a2a) = &agent.a2a {
-            a2a.auth.check(&format!("{at}.a2a.auth"), problems);
+            a2a.check(&format!("{at}.a2a"), problems);
         }
         if let Some(access) = &agent.access {
             access.check(&at, problems);
@@ -85,6 +85,14 @@ pub enum BackendConfig {
         /// Stream when the card allows it.
         #[serde(default = "default_true")]
         streaming: bool,
+        /// Refuse the card unless one of its `signatures` verifies (a card that carries a bad
+        /// signature is refused either way).
+        #[serde(default)]
+        require_signed_card: bool,
+        /// The keys (JWKs) the card must be signed with; when empty, a signature is checked
+        /// against the key set its `jku` names on the card's own origin.
+        #[serde(default)]
+        card_keys: Vec<jsonwebtoken::jwk::Jwk>,
     },
     /// An HTTP endpoint speaking the webhook agent protocol (spec §9).
     Webhook {

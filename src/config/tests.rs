@@ -99,6 +99,7 @@ fn every_section_reports_its_problems_under_its_path() {
         email: None,
         a2a: auth.map(|auth| AgentA2aConfig {
             skills: vec![],
+            extended_skills: vec![],
             auth,
         }),
         access: None,
@@ -129,6 +130,8 @@ fn every_section_reports_its_problems_under_its_path() {
                 token: None,
                 timeout_ms: 10_000,
                 streaming: true,
+                require_signed_card: false,
+                card_keys: vec![],
             },
             Some(A2aAuthConfig::Jwt {
                 issuers: vec![],
@@ -552,4 +555,50 @@ fn max_reply_chars_overrides_the_built_in_table_and_is_checked() {
         "{problems}"
     );
     assert!(!problems.contains("fine"), "{problems}");
+}
+
+/// An extended card is for callers the agent authenticates: a public agent cannot have one;
+/// pinned card keys are JWKs, read as such.
+#[test]
+fn an_extended_card_needs_callers_who_authenticate_and_card_keys_are_jwks() {
+    let mut c: Config = toml::from_str(
+        r#"
+        [[agents]]
+        name = "open"
+        backend = { kind = "a2a", card = "https://r.example/card.json", require_signed_card = true, card_keys = [{ kty = "OKP", crv = "Ed25519", x = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo", kid = "r1" }] }
+        [agents.a2a]
+        extended_skills = [{ id = "x", name = "x", description = "x" }]
+        "#,
+    )
+    .unwrap();
+    c.server.public_url = Some("https://sb.example".into());
+    let problems = match c.check() {
+        Err(Error::Config(problems)) => problems,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        problems.lines().collect::<Vec<_>>(),
+        [
+            "agents[0].a2a.extended_skills: the extended card is for authenticated callers; set agents[0].a2a.auth to jwt or oauth"
+        ]
+    );
+    match &c.agents[0].backend {
+        BackendConfig::A2a {
+            require_signed_card,
+            card_keys,
+            ..
+        } => {
+            assert!(require_signed_card);
+            assert_eq!(card_keys[0].common.key_id.as_deref(), Some("r1"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let bad = toml::from_str::<Config>(
+        r#"
+        [[agents]]
+        name = "a"
+        backend = { kind = "a2a", card = "https://r.example/card.json", card_keys = [{ kty = "nope" }] }
+        "#,
+    );
+    assert!(bad.is_err());
 }

@@ -1067,6 +1067,7 @@ mod jwt {
                 email: None,
                 a2a: Some(AgentA2aConfig {
                     skills: vec![],
+                    extended_skills: vec![],
                     auth: A2aAuthConfig::Jwt {
                         issuers: vec![
                             JwtIssuerConfig {
@@ -1103,6 +1104,7 @@ mod jwt {
                 email: None,
                 a2a: Some(AgentA2aConfig {
                     skills: vec![],
+                    extended_skills: vec![],
                     auth: A2aAuthConfig::Jwt {
                         issuers: vec![JwtIssuerConfig {
                             issuer: ED_ISS.into(),
@@ -1786,6 +1788,8 @@ async fn client_backend_talks_to_a2a_sdk_server(engine: Engine) {
                         token: None,
                         timeout_ms: 5_000,
                         streaming,
+                        require_signed_card: false,
+                        card_keys: vec![],
                     },
                     email: None,
                     a2a: None,

@@ -82,6 +82,7 @@ async fn introspected_tokens_are_checked_and_cached(engine: Engine) {
             email: None,
             a2a: Some(AgentA2aConfig {
                 skills: vec![],
+                extended_skills: vec![],
                 auth: A2aAuthConfig::Oauth {
                     issuers: vec![],
                     introspection: Some(IntrospectionConfig {
@@ -176,6 +177,7 @@ async fn access_rules_refuse_a2a_callers_by_evidence(engine: Engine) {
     let oauth = move || {
         Some(AgentA2aConfig {
             skills: vec![],
+            extended_skills: vec![],
             auth: A2aAuthConfig::Oauth {
                 issuers: vec![],
                 introspection: Some(IntrospectionConfig {
@@ -294,6 +296,7 @@ async fn blocks_refuse_a2a_callers_by_subject_and_issuer(engine: Engine) {
                 email: None,
                 a2a: Some(AgentA2aConfig {
                     skills: vec![],
+                    extended_skills: vec![],
                     auth: A2aAuthConfig::Oauth {
                         issuers: vec![],
                         introspection: Some(IntrospectionConfig {

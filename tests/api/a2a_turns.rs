@@ -266,6 +266,8 @@ async fn remote_chunks_are_passed_on(engine: Engine) {
                 token: None,
                 timeout_ms: 5_000,
                 streaming: true,
+                require_signed_card: false,
+                card_keys: vec![],
             },
             a2a: None,
             email: None,

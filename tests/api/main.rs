@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod a2a;
+mod a2a_cards;
 mod a2a_oauth;
 mod a2a_turns;
 mod activitypub;

@@ -384,6 +384,8 @@ async fn an_outbound_a2a_call_carries_the_chain_and_whom_it_serves(engine: Engin
                 token: None,
                 timeout_ms: 5_000,
                 streaming: false,
+                require_signed_card: false,
+                card_keys: vec![],
             },
             a2a: None,
             email: None,

@@ -175,6 +175,8 @@ fn a2a_agent(name: &str, base: &str, remote: &str) -> AgentConfig {
             token: None,
             timeout_ms: 8_000,
             streaming: false,
+            require_signed_card: false,
+            card_keys: vec![],
         },
         a2a: None,
         email: None,

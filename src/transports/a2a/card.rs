@@ -1,12 +1,14 @@
-//! Agent cards: the hub card (`/.well-known/agent-card.json`) and one per agent, rendered once
-//! at start-up with their caching validators (`ETag`, `Last-Modified`).
+//! Agent cards: the hub card (`/.well-known/agent-card.json`) and one per agent (with its
+//! extended card for authenticated callers, when it has one), signed with the server's A2A key
+//! and rendered once at start-up with their caching validators (`ETag`, `Last-Modified`).
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::mapping::TOOL_EVENTS_EXTENSION;
 use crate::agents::Agent;
-use crate::config::{A2aAuthConfig, A2aConfig, AgentA2aConfig};
+use crate::config::{A2aAuthConfig, A2aConfig, A2aSkillConfig, AgentA2aConfig};
+use crate::keys::Ed25519Key;
 use crate::policy::POLICY_EXTENSION;
 use crate::trust::IDENTITY_EXTENSION;
 
@@ -72,11 +74,11 @@ pub struct CardContext<'a> {
     pub cfg: &'a A2aConfig,
 }
 
-fn capabilities() -> Value {
+fn capabilities(extended: bool) -> Value {
     json!({
         "streaming": true,
         "pushNotifications": true,
-        "extendedAgentCard": false,
+        "extendedAgentCard": extended,
         "extensions": [{
             "uri": TOOL_EVENTS_EXTENSION,
             "description": "Tool calls and results travel as DataParts {type: tool-call|tool-result|tool-error}.",
@@ -108,26 +110,27 @@ const INPUT_MODES: [&str; 4] = [
 ];
 const OUTPUT_MODES: [&str; 3] = ["text/plain", "text/markdown", "application/json"];
 
-fn skills(agent: &Agent, settings: Option<&AgentA2aConfig>) -> Vec<Value> {
-    let configured: Vec<Value> = settings
-        .map(|s| {
-            s.skills
-                .iter()
-                .map(|k| {
-                    let tags = if k.tags.is_empty() {
-                        vec![agent.name.clone()]
-                    } else {
-                        k.tags.clone()
-                    };
-                    let mut v = json!({"id": k.id, "name": k.name, "description": k.description, "tags": tags});
-                    if !k.examples.is_empty() {
-                        v["examples"] = json!(k.examples);
-                    }
-                    v
-                })
-                .collect()
+fn skill_list(agent: &Agent, skills: &[A2aSkillConfig]) -> Vec<Value> {
+    skills
+        .iter()
+        .map(|k| {
+            let tags = if k.tags.is_empty() {
+                vec![agent.name.clone()]
+            } else {
+                k.tags.clone()
+            };
+            let mut v =
+                json!({"id": k.id, "name": k.name, "description": k.description, "tags": tags});
+            if !k.examples.is_empty() {
+                v["examples"] = json!(k.examples);
+            }
+            v
         })
-        .unwrap_or_default();
+        .collect()
+}
+
+fn skills(agent: &Agent, settings: Option<&AgentA2aConfig>) -> Vec<Value> {
+    let configured = skill_list(agent, settings.map_or(&[], |s| &s.skills));
     if configured.is_empty() {
         vec![json!({
             "id": "chat",
@@ -192,13 +195,24 @@ fn add_security<'a>(
     }
 }
 
-/// The card of one agent.
+/// The card of one agent: the public one, or (`extended`) the one callers with a credential the
+/// agent accepts get, which also lists the agent's `extended_skills`. `None` when `extended`
+/// and the agent has no extended card.
 #[must_use]
 pub fn agent_card(
     ctx: &CardContext<'_>,
     agent: &Agent,
     settings: Option<&AgentA2aConfig>,
-) -> Value {
+    extended: bool,
+) -> Option<Value> {
+    let more = settings.map_or(&[][..], |s| &s.extended_skills);
+    if extended && more.is_empty() {
+        return None;
+    }
+    let mut skills = skills(agent, settings);
+    if extended {
+        skills.extend(skill_list(agent, more));
+    }
     let policy = settings.map(|s| &s.auth);
     let mut card = json!({
         "name": agent.display_name.clone().unwrap_or_else(|| agent.name.clone()),
@@ -210,13 +224,13 @@ pub fn agent_card(
         }],
         "provider": provider(ctx),
         "version": env!("CARGO_PKG_VERSION"),
-        "capabilities": capabilities(),
+        "capabilities": capabilities(!more.is_empty()),
         "defaultInputModes": INPUT_MODES,
         "defaultOutputModes": OUTPUT_MODES,
-        "skills": skills(agent, settings),
+        "skills": skills,
     });
     add_security(&mut card, policy, policy);
-    card
+    Some(card)
 }
 
 /// The hub card: one endpoint for every agent (a leading `@name` picks one).
@@ -250,7 +264,7 @@ pub fn hub_card<'a>(
         }],
         "provider": provider(ctx),
         "version": env!("CARGO_PKG_VERSION"),
-        "capabilities": capabilities(),
+        "capabilities": capabilities(false),
         "defaultInputModes": INPUT_MODES,
         "defaultOutputModes": OUTPUT_MODES,
         "skills": skills,
@@ -258,3 +272,20 @@ pub fn hub_card<'a>(
     add_security(&mut card, policies, default_policy);
     card
 }
+
+/// `card` with its `signatures`: one detached JWS made with the server's A2A key over the card's
+/// RFC 8785 form, naming the key (`kid`) and the JWKS that publishes it (`jku`).
+///
+/// # Errors
+/// [`crate::Error::Invalid`] if the card cannot be canonicalised (it always can).
+pub fn signed(mut card: Value, key: &Ed25519Key, public_url: &str) -> crate::Result<Value> {
+    let kid = super::push::kid(&key.public_key_raw());
+    let jku = format!("{public_url}{JWKS_PATH}");
+    let signature = crate::jws::sign(&card, key, &kid, &jku)
+        .map_err(|e| crate::Error::Invalid(e.to_string()))?;
+    card[crate::jws::SIGNATURES] = json!([signature]);
+    Ok(card)
+}
+
+/// Where the server's JWKS (the A2A key: push JWTs and card signatures) is served.
+pub const JWKS_PATH: &str = "/.well-known/jwks.json";

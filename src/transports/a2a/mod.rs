@@ -150,7 +150,10 @@ async fn build_state(
         public_url,
         cfg: &config.a2a,
     };
+    let key = parts.keys.ed25519(push::KEY_NAME).await?;
+    let sign = |card: Value| card::signed(card, &key, public_url);
     let mut cards = HashMap::new();
+    let mut extended_cards = HashMap::new();
     let mut policies = HashMap::new();
     for agent in &agents {
         let settings = config
@@ -161,19 +164,22 @@ async fn build_state(
         if let Some(s) = settings {
             policies.insert(agent.name.to_lowercase(), s.auth.clone());
         }
-        cards.insert(
-            agent.name.to_lowercase(),
-            RenderedCard::new(&card::agent_card(&ctx, agent, settings)),
-        );
+        let name = agent.name.to_lowercase();
+        if let Some(c) = card::agent_card(&ctx, agent, settings, false) {
+            cards.insert(name.clone(), RenderedCard::new(&sign(c)?));
+        }
+        if let Some(c) = card::agent_card(&ctx, agent, settings, true) {
+            extended_cards.insert(name, sign(c)?);
+        }
     }
     let default_policy = policies.get(&default_agent.to_lowercase());
-    let hub_card = RenderedCard::new(&card::hub_card(
+    let hub_card = RenderedCard::new(&sign(card::hub_card(
         &ctx,
         parts.site.domain(),
         &agents,
         policies.values(),
         default_policy,
-    ));
+    ))?);
     // Last-Modified: when each card's content first appeared, kept in the database.
     let now = pipeline.clock().now_ms();
     let hub_card = {
@@ -194,6 +200,7 @@ async fn build_state(
         max_body: config.server.max_body_bytes,
         hub_card,
         cards,
+        extended_cards,
         verifier: Verifier::new(parts.http.clone(), parts.clock.clone(), parts.site.domain()),
         policies,
         trust: parts.trust.clone(),

@@ -30,7 +30,7 @@ use crate::store::jobs::JobRow;
 
 /// The job kind of push deliveries.
 pub const KIND: &str = "a2a_push";
-/// The key push JWTs are signed with.
+/// The server's A2A key: push JWTs and agent cards are signed with it.
 pub const KEY_NAME: &str = "a2a:push";
 /// How long a push JWT is valid.
 const JWT_TTL_S: i64 = 300;
@@ -73,10 +73,7 @@ pub fn kid(public_raw: &[u8; 32]) -> String {
 pub async fn jwks(keys: &Keys) -> Result<Value> {
     let key = keys.ed25519(KEY_NAME).await?;
     let raw = key.public_key_raw();
-    Ok(json!({ "keys": [{
-        "kty": "OKP", "crv": "Ed25519", "x": b64url(&raw),
-        "kid": kid(&raw), "alg": "EdDSA", "use": "sig",
-    }]}))
+    Ok(json!({ "keys": [crate::jws::ed25519_jwk(&raw, &kid(&raw))] }))
 }
 
 /// Delivers `a2a_push` jobs.

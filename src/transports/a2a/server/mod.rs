@@ -52,6 +52,8 @@ pub struct A2aState {
     pub hub_card: RenderedCard,
     /// Per-agent cards, by lower-case name.
     pub cards: HashMap<String, RenderedCard>,
+    /// Per-agent extended cards (JSON), by lower-case name, for the agents that have one.
+    pub extended_cards: HashMap<String, serde_json::Value>,
     /// Checks bearer tokens.
     pub verifier: Verifier,
     /// Who may call each agent, by lower-case name (public when absent).
@@ -147,7 +149,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: Arc<A2aState>) {
         .service(card_resource("/.well-known/agent-card.json", hub_card))
         .service(card_resource("/.well-known/agent-card/{name}", agent_card))
         .service(card_resource("/agents/{name}/agent-card.json", agent_card))
-        .route("/.well-known/jwks.json", web::get().to(jwks))
+        .route(super::card::JWKS_PATH, web::get().to(jwks))
         .route("/a2a", web::post().to(hub_rpc))
         .route("/a2a/", web::post().to(hub_rpc))
         .route("/agents/{name}/a2a", web::post().to(agent_rpc))
