@@ -843,6 +843,19 @@ fn first_text(v: &Value) -> &str {
 }
 
 async fn interop_python_and_js_clients(engine: Engine) {
+    interop_clients(engine, None).await;
+}
+on_both_engines!(interop_python_and_js_clients);
+
+/// The same conversation as `interop_python_and_js_clients`, each SDK told to pick the card's
+/// HTTP+JSON interface.
+#[tokio::test]
+async fn interop_python_and_js_clients_over_http_json() {
+    interop_clients(Engine::Sqlite, Some("HTTP+JSON")).await;
+}
+
+/// The SDK clients against switchboard, over the binding they prefer or over `binding`.
+async fn interop_clients(engine: Engine, binding: Option<&str>) {
     let Some((python, node_modules)) = peers() else {
         return;
     };
@@ -855,7 +868,16 @@ async fn interop_python_and_js_clients(engine: Engine) {
     // a2a-sdk 1.3.0 (Python).
     let mut cmd = tokio::process::Command::new(&python);
     cmd.arg(peer_dir().join("client.py")).arg(&t.base);
+    if let Some(b) = binding {
+        cmd.env("A2A_BINDING", b);
+    }
     let py = run_peer(cmd).await;
+    let transport = if binding.is_some() {
+        "RestTransport"
+    } else {
+        "JsonRpcTransport"
+    };
+    assert_eq!(py["transport"], transport, "{py}");
     assert_eq!(py["card"]["streaming"], true);
     assert_eq!(py["card"]["url"], format!("{}/a2a", t.base));
     assert_eq!(py["send"], json!(["task"]));
@@ -912,7 +934,16 @@ async fn interop_python_and_js_clients(engine: Engine) {
     std::fs::copy(peer_dir().join("client.mjs"), &script).unwrap();
     let mut cmd = tokio::process::Command::new("node");
     cmd.arg(&script).arg(&t.base);
+    if let Some(b) = binding {
+        cmd.env("A2A_BINDING", b);
+    }
     let js = run_peer(cmd).await;
+    // The bundled SDK's class names may carry a leading underscore.
+    assert_eq!(
+        js["transport"].as_str().map(|n| n.trim_start_matches('_')),
+        Some(transport),
+        "{js}"
+    );
     assert_eq!(js["card"]["streaming"], true);
     assert_eq!(js["send"]["status"]["state"], "TASK_STATE_COMPLETED");
     assert_eq!(first_text(&js["send"]["artifacts"][0]), "hello from node");
@@ -944,7 +975,6 @@ async fn interop_python_and_js_clients(engine: Engine) {
         "{js}"
     );
 }
-on_both_engines!(interop_python_and_js_clients);
 
 /// The a2a-sdk client resolves a consent request with the state the task carried, and the
 /// same state presented again (in a new task of the same context) is refused.

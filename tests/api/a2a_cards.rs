@@ -219,6 +219,34 @@ async fn the_extended_card_goes_only_to_authenticated_callers() {
         assert!(!body.to_string().contains("secret-sauce"), "{body}");
     }
 
+    // Over HTTP+JSON: `GET {endpoint}/extendedAgentCard`, 401 with a challenge without a token.
+    let rest_card = |tok: Option<String>| {
+        let t = &t;
+        async move {
+            let mut r = t
+                .http
+                .get(format!("{}/agents/vip/a2a/extendedAgentCard", t.base))
+                .header("A2A-Version", "1.0");
+            if let Some(tok) = tok {
+                r = r.bearer_auth(tok);
+            }
+            let resp = r.send().await.unwrap();
+            let www = resp.headers().get("www-authenticate").is_some();
+            (
+                resp.status().as_u16(),
+                www,
+                resp.json::<Value>().await.unwrap(),
+            )
+        }
+    };
+    let (status, _, card) = rest_card(Some(token(&idp))).await;
+    assert_eq!(status, 200, "{card}");
+    assert_eq!(skill_ids(&card), ["chat", "secret-sauce"]);
+    let (status, challenged, body) = rest_card(None).await;
+    assert_eq!((status, challenged), (401, true), "{body}");
+    assert_eq!(body["error"]["status"], "UNAUTHENTICATED", "{body}");
+    assert!(!body.to_string().contains("secret-sauce"));
+
     // The echo agent has no extended card: it says so on its card and refuses the call.
     let echo = get_json(&t, "/agents/echo/agent-card.json").await;
     assert_eq!(echo["capabilities"]["extendedAgentCard"], false);

@@ -95,6 +95,15 @@ fn capabilities(extended: bool) -> Value {
     })
 }
 
+/// The endpoint's bindings: JSON-RPC (preferred, first) and HTTP+JSON at the same URL, the
+/// REST resources below it.
+fn interfaces(url: &str) -> Value {
+    json!([
+        {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+    ])
+}
+
 fn provider(ctx: &CardContext<'_>) -> Value {
     json!({
         "organization": ctx.cfg.provider_organization.clone().unwrap_or_else(|| "switchboard".into()),
@@ -217,11 +226,7 @@ pub fn agent_card(
     let mut card = json!({
         "name": agent.display_name.clone().unwrap_or_else(|| agent.name.clone()),
         "description": agent.summary.clone().unwrap_or_else(|| format!("{} on switchboard", agent.address)),
-        "supportedInterfaces": [{
-            "url": format!("{}/agents/{}/a2a", ctx.public_url, agent.name),
-            "protocolBinding": "JSONRPC",
-            "protocolVersion": "1.0",
-        }],
+        "supportedInterfaces": interfaces(&format!("{}/agents/{}/a2a", ctx.public_url, agent.name)),
         "provider": provider(ctx),
         "version": env!("CARGO_PKG_VERSION"),
         "capabilities": capabilities(!more.is_empty()),
@@ -257,11 +262,7 @@ pub fn hub_card<'a>(
     let mut card = json!({
         "name": format!("switchboard on {domain}"),
         "description": "Every agent of this switchboard behind one A2A endpoint: start a message with @name to pick one.",
-        "supportedInterfaces": [{
-            "url": format!("{}/a2a", ctx.public_url),
-            "protocolBinding": "JSONRPC",
-            "protocolVersion": "1.0",
-        }],
+        "supportedInterfaces": interfaces(&format!("{}/a2a", ctx.public_url)),
         "provider": provider(ctx),
         "version": env!("CARGO_PKG_VERSION"),
         "capabilities": capabilities(false),

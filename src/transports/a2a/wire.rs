@@ -101,8 +101,53 @@ impl RpcError {
             INVALID_REQUEST => "INVALID_REQUEST",
             METHOD_NOT_FOUND => "METHOD_NOT_FOUND",
             INVALID_PARAMS => "INVALID_PARAMS",
-            _ => "INTERNAL",
+            UNAUTHENTICATED => "UNAUTHENTICATED",
+            FORBIDDEN => "FORBIDDEN",
+            RATE_LIMITED => "RATE_LIMITED",
+            _ => "INTERNAL_ERROR",
         }
+    }
+
+    /// The HTTP status of the error in the HTTP+JSON binding, and its `google.rpc.Code` name.
+    #[must_use]
+    pub fn http_status(&self) -> u16 {
+        self.status().0
+    }
+
+    fn status(&self) -> (u16, &'static str) {
+        match self.code {
+            TASK_NOT_FOUND | METHOD_NOT_FOUND => (404, "NOT_FOUND"),
+            TASK_NOT_CANCELABLE
+            | PUSH_NOT_SUPPORTED
+            | UNSUPPORTED_OPERATION
+            | EXTENDED_CARD_NOT_CONFIGURED
+            | VERSION_NOT_SUPPORTED => (400, "FAILED_PRECONDITION"),
+            CONTENT_TYPE_NOT_SUPPORTED => (415, "INVALID_ARGUMENT"),
+            PARSE_ERROR | INVALID_REQUEST | INVALID_PARAMS => (400, "INVALID_ARGUMENT"),
+            UNAUTHENTICATED => (401, "UNAUTHENTICATED"),
+            FORBIDDEN => (403, "PERMISSION_DENIED"),
+            RATE_LIMITED => (429, "RESOURCE_EXHAUSTED"),
+            _ => (500, "INTERNAL"),
+        }
+    }
+
+    /// The `ErrorInfo` (and `BadRequest`, when fields are named) details of the error.
+    fn details(&self) -> Value {
+        let mut details = vec![json!({
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": self.reason(),
+            "domain": "a2a-protocol.org",
+            "metadata": {},
+        })];
+        if !self.violations.is_empty() {
+            details.push(json!({
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": self.violations.iter()
+                    .map(|(f, d)| json!({"field": f, "description": d}))
+                    .collect::<Vec<_>>(),
+            }));
+        }
+        Value::Array(details)
     }
 
     /// The `error` member: 1.0 carries an array of `ErrorInfo` (and `BadRequest`) in `data`;
@@ -110,27 +155,21 @@ impl RpcError {
     #[must_use]
     pub fn to_json(&self, version: Version) -> Value {
         let data = match version {
-            Version::V1 => {
-                let mut details = vec![json!({
-                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                    "reason": self.reason(),
-                    "domain": "a2a-protocol.org",
-                    "metadata": {},
-                })];
-                if !self.violations.is_empty() {
-                    details.push(json!({
-                        "@type": "type.googleapis.com/google.rpc.BadRequest",
-                        "fieldViolations": self.violations.iter()
-                            .map(|(f, d)| json!({"field": f, "description": d}))
-                            .collect::<Vec<_>>(),
-                    }));
-                }
-                Value::Array(details)
-            }
+            Version::V1 => self.details(),
             Version::V03 => json!({ "reason": self.reason() }),
         };
         json!({ "code": self.code, "message": self.message, "data": data })
     }
+}
+
+/// An HTTP+JSON error body: a `google.rpc.Status` (`code` the HTTP status, `status` its
+/// `google.rpc.Code` name) under `error`, with the same details as a JSON-RPC error.
+#[must_use]
+pub fn rest_error(e: &RpcError) -> Value {
+    let (code, status) = e.status();
+    json!({ "error": {
+        "code": code, "status": status, "message": e.message, "details": e.details(),
+    }})
 }
 
 /// A JSON-RPC error response.

@@ -1,8 +1,9 @@
 // Drives switchboard with the @a2a-js/sdk 1.3.0 client and prints what it saw as one JSON
 // object. Usage: node client.mjs BASE_URL [TOKEN]. The agent answers like echo, and asks for
-// input (TASK_STATE_INPUT_REQUIRED) when a message contains "need input".
+// input (TASK_STATE_INPUT_REQUIRED) when a message contains "need input". With A2A_BINDING set
+// (`HTTP+JSON`) the client speaks that binding of the card instead of the SDK's first choice.
 import { randomUUID } from 'node:crypto';
-import { ClientFactory } from '@a2a-js/sdk/client';
+import { ClientFactory, ClientFactoryOptions } from '@a2a-js/sdk/client';
 import {
   CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest,
   StreamResponse, SubscribeToTaskRequest, Task,
@@ -32,7 +33,12 @@ const msg = (text, extra = {}) => SendMessageRequest.fromJSON({
 const taskJson = (t) => Task.toJSON(t);
 const out = {};
 
-const client = await new ClientFactory().createFromUrl(base);
+const binding = process.env.A2A_BINDING;
+const factory = binding
+  ? new ClientFactory(ClientFactoryOptions.createFrom(ClientFactoryOptions.default, { preferredTransports: [binding] }))
+  : new ClientFactory();
+const client = await factory.createFromUrl(base);
+out.transport = client.transport.constructor.name;
 const card = await client.getAgentCard(opts);
 out.card = { name: card.name, streaming: card.capabilities?.streaming, url: card.supportedInterfaces?.[0]?.url };
 

@@ -1,7 +1,8 @@
 """Drives switchboard with the a2a-sdk 1.3.0 client and prints what it saw as one JSON object.
 
 Usage: client.py BASE_URL [TOKEN]. The agent at BASE_URL answers like echo, and asks for input
-(TASK_STATE_INPUT_REQUIRED) when a message contains "need input".
+(TASK_STATE_INPUT_REQUIRED) when a message contains "need input". With A2A_BINDING set
+(`HTTP+JSON`) the clients speak that binding of the card instead of the SDK's first choice.
 Other modes: `client.py auth BASE_URL [TOKEN]` sends one message and reports the outcome;
 `client.py policy BASE_URL EXTENSION_URI` asks for consent, answers with the policy state in
 message metadata under EXTENSION_URI, then presents the same state again in a new task;
@@ -11,6 +12,7 @@ completes the task.
 
 import asyncio
 import json
+import os
 import sys
 import uuid
 
@@ -52,8 +54,11 @@ async def main(base, token):
         card = await A2ACardResolver(http, base).get_agent_card()
         out["card"] = {"name": card.name, "streaming": card.capabilities.streaming,
                        "url": card.supported_interfaces[0].url}
-        blocking = await create_client(card, client_config=ClientConfig(streaming=False, httpx_client=http))
-        streaming = await create_client(card, client_config=ClientConfig(streaming=True, httpx_client=http))
+        binding = os.environ.get("A2A_BINDING")
+        pick = {"supported_protocol_bindings": [binding]} if binding else {}
+        blocking = await create_client(card, client_config=ClientConfig(streaming=False, httpx_client=http, **pick))
+        streaming = await create_client(card, client_config=ClientConfig(streaming=True, httpx_client=http, **pick))
+        out["transport"] = type(blocking._transport).__name__
 
         # send (blocking, no stream)
         events = [ev async for ev in blocking.send_message(SendMessageRequest(message=msg("hello from python")))]

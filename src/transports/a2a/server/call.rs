@@ -8,9 +8,19 @@ use tokio::sync::mpsc;
 use crate::transports::a2a::auth::Caller;
 use crate::transports::a2a::wire::{RpcError, Version};
 
+/// Which of the specification's bindings a call came in on: the same methods, two encodings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Binding {
+    /// JSON-RPC 2.0: results and stream events inside envelopes.
+    JsonRpc,
+    /// HTTP+JSON (REST): bare results and stream events, errors as `google.rpc.Status`.
+    HttpJson,
+}
+
 /// One parsed call.
 #[derive(Debug)]
 pub(super) struct Call {
+    pub(super) binding: Binding,
     pub(super) id: Value,
     pub(super) method: &'static str,
     pub(super) version: Version,

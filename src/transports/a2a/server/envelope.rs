@@ -9,7 +9,7 @@ use futures_util::StreamExt as _;
 use serde_json::{Map, Value};
 
 use super::A2aState;
-use super::call::{Call, Reply};
+use super::call::{Binding, Call, Reply};
 use super::dispatch::dispatch;
 use crate::transports::a2a::auth::Caller;
 use crate::transports::a2a::tasks::internal;
@@ -17,20 +17,34 @@ use crate::transports::a2a::wire::{
     self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, RpcError, VERSION_NOT_SUPPORTED, Version,
 };
 
-fn header(req: &HttpRequest, name: &str) -> Option<String> {
+pub(super) fn header(req: &HttpRequest, name: &str) -> Option<String> {
     req.headers()
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(|s| s.trim().to_owned())
 }
 
-fn json_reply(v: &Value) -> HttpResponse {
+/// Whether the request's body is JSON as far as its `Content-Type` says (`application/json`,
+/// any `+json` type, or none declared).
+pub(super) fn declared_json(req: &HttpRequest) -> bool {
+    header(req, "content-type").is_none_or(|ct| {
+        let mime = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        mime.is_empty() || mime == "application/json" || mime.ends_with("+json")
+    })
+}
+
+pub(super) fn json_reply(v: &Value) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
         .body(v.to_string())
 }
 
-async fn read_body(mut payload: web::Payload, max: usize) -> Result<Vec<u8>, RpcError> {
+pub(super) async fn read_body(mut payload: web::Payload, max: usize) -> Result<Vec<u8>, RpcError> {
     let mut body = Vec::new();
     while let Some(chunk) = payload.next().await {
         let chunk =
@@ -64,7 +78,7 @@ fn version_serves(requested: &str, method: Version) -> bool {
 }
 
 /// The version a request asks for: header, else query parameter; `""` when absent.
-fn requested_version(req: &HttpRequest) -> String {
+pub(super) fn requested_version(req: &HttpRequest) -> String {
     if let Some(v) = header(req, "a2a-version") {
         return v;
     }
@@ -81,18 +95,10 @@ pub(super) async fn serve(
     agent: Option<String>,
 ) -> HttpResponse {
     // JSON-RPC travels as JSON: a body declared as something else is refused outright.
-    if let Some(ct) = header(&req, "content-type") {
-        let mime = ct
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        if !(mime == "application/json" || mime.ends_with("+json") || mime.is_empty()) {
-            return HttpResponse::UnsupportedMediaType()
-                .content_type("text/plain")
-                .body("JSON-RPC requests must be application/json");
-        }
+    if !declared_json(&req) {
+        return HttpResponse::UnsupportedMediaType()
+            .content_type("text/plain")
+            .body("JSON-RPC requests must be application/json");
     }
     let body = match read_body(payload, state.max_body).await {
         Ok(b) => b,
@@ -107,25 +113,63 @@ pub(super) async fn serve(
         Ok(r) => r,
         Err((id, e, version)) => return json_reply(&wire::error_envelope(&id, &e, version)),
     };
-    let call = Call {
-        id: id.clone(),
+    let call = call_of(
+        &req,
+        Binding::JsonRpc,
+        id,
+        (method, generation),
+        params,
+        agent,
+    );
+    answer(&state, call).await
+}
+
+/// The call `req` makes of `method` (its 1.0 name and generation) with `params`, before its
+/// caller is authenticated: what both bindings hand the method table.
+pub(super) fn call_of(
+    req: &HttpRequest,
+    binding: Binding,
+    id: Value,
+    (method, version): (&'static str, Version),
+    params: Map<String, Value>,
+    agent: Option<String>,
+) -> Call {
+    Call {
+        binding,
+        id,
         method,
-        version: generation,
+        version,
         params,
         caller: Caller::anonymous(),
         agent,
-        authorization: header(&req, "authorization"),
-        client: crate::http::client_addr(&req),
-        idempotency_key: header(&req, "idempotency-key").filter(|k| !k.is_empty()),
-        last_event_id: header(&req, "last-event-id").and_then(|v| v.parse().ok()),
-    };
+        authorization: header(req, "authorization"),
+        client: crate::http::client_addr(req),
+        idempotency_key: header(req, "idempotency-key").filter(|k| !k.is_empty()),
+        last_event_id: header(req, "last-event-id").and_then(|v| v.parse().ok()),
+    }
+}
+
+/// Runs `call` on the main runtime and writes its answer in the call's binding: a result,
+/// a stream of events, or an error (401 with its challenge, 429 with `Retry-After`, 403; in
+/// HTTP+JSON every error has its HTTP status).
+pub(super) async fn answer(state: &web::Data<A2aState>, call: Call) -> HttpResponse {
+    let (id, generation, binding) = (call.id.clone(), call.version, call.binding);
     let st = state.clone().into_inner();
     let outcome = state
         .pipeline
         .on_main(async move { Ok(dispatch(st, call).await) })
         .await;
+    let error_body = |e: &RpcError| match binding {
+        Binding::JsonRpc => wire::error_envelope(&id, e, generation),
+        Binding::HttpJson => wire::rest_error(e),
+    };
     match outcome {
-        Ok(Ok(Reply::Json(result))) => json_reply(&wire::result_envelope(&id, result)),
+        Ok(Ok(Reply::Json(result))) => match binding {
+            Binding::JsonRpc => json_reply(&wire::result_envelope(&id, result)),
+            // An empty answer (a deleted config) is `google.protobuf.Empty`.
+            Binding::HttpJson if result.is_null() => json_reply(&serde_json::json!({})),
+            Binding::HttpJson => json_reply(&result),
+        },
         Ok(Ok(Reply::Stream(rx))) => {
             let stream = futures_util::stream::unfold(rx, |mut rx| async move {
                 rx.recv().await.map(|b| (Ok::<_, actix_web::Error>(b), rx))
@@ -141,44 +185,60 @@ pub(super) async fn serve(
                 "Bearer realm=\"switchboard\", error=\"invalid_token\", error_description=\"{}\"",
                 e.message.replace('"', "'")
             );
+            let shown = match binding {
+                Binding::JsonRpc => RpcError::new(INVALID_REQUEST, "Unauthenticated"),
+                Binding::HttpJson => e,
+            };
             HttpResponse::Unauthorized()
                 .insert_header(("WWW-Authenticate", challenge))
                 .content_type("application/json")
-                .body(
-                    wire::error_envelope(
-                        &id,
-                        &RpcError::new(INVALID_REQUEST, "Unauthenticated"),
-                        generation,
-                    )
-                    .to_string(),
-                )
+                .body(error_body(&shown).to_string())
         }
-        Ok(Err(e)) if e.code == wire::RATE_LIMITED => HttpResponse::TooManyRequests()
-            .insert_header(("Retry-After", e.message.clone()))
-            .content_type("application/json")
-            .body(
-                wire::error_envelope(
-                    &id,
-                    &RpcError::new(
-                        INVALID_REQUEST,
-                        format!("rate limited; retry after {} s", e.message),
-                    ),
-                    generation,
-                )
-                .to_string(),
-            ),
-        Ok(Err(e)) if e.code == wire::FORBIDDEN => HttpResponse::Forbidden()
-            .content_type("application/json")
-            .body(
-                wire::error_envelope(&id, &RpcError::new(INVALID_REQUEST, e.message), generation)
-                    .to_string(),
-            ),
-        Ok(Err(e)) => json_reply(&wire::error_envelope(&id, &e, generation)),
+        Ok(Err(e)) if e.code == wire::RATE_LIMITED => {
+            let shown = RpcError::new(
+                INVALID_REQUEST,
+                format!("rate limited; retry after {} s", e.message),
+            );
+            let shown = match binding {
+                Binding::JsonRpc => shown,
+                Binding::HttpJson => RpcError {
+                    code: e.code,
+                    ..shown
+                },
+            };
+            HttpResponse::TooManyRequests()
+                .insert_header(("Retry-After", e.message.clone()))
+                .content_type("application/json")
+                .body(error_body(&shown).to_string())
+        }
+        Ok(Err(e)) if e.code == wire::FORBIDDEN => {
+            let shown = match binding {
+                Binding::JsonRpc => RpcError::new(INVALID_REQUEST, e.message),
+                Binding::HttpJson => e,
+            };
+            HttpResponse::Forbidden()
+                .content_type("application/json")
+                .body(error_body(&shown).to_string())
+        }
+        Ok(Err(e)) => error_reply(binding, &error_body(&e), &e),
         Err(e) => {
             let e = internal(&e);
-            json_reply(&wire::error_envelope(&id, &e, generation))
+            error_reply(binding, &error_body(&e), &e)
         }
     }
+}
+
+/// An error answer: JSON-RPC errors travel in a 200, HTTP+JSON ones with their status.
+pub(super) fn error_reply(binding: Binding, body: &Value, e: &RpcError) -> HttpResponse {
+    let status = match binding {
+        Binding::JsonRpc => StatusCode::OK,
+        Binding::HttpJson => {
+            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        }
+    };
+    HttpResponse::build(status)
+        .content_type("application/json")
+        .body(body.to_string())
 }
 
 /// A JSON-RPC request read off its body, before anything of its caller is known.
@@ -268,7 +328,7 @@ pub(super) fn read_request(
 /// ProtoJSON parsers accept the proto field names too: turns the snake_case keys of the
 /// request's own objects (params, configuration, message, parts, push config) into camelCase.
 /// Free-form members (`metadata`, `data`) are left alone.
-fn camelize_params(params: &mut Map<String, Value>) {
+pub(super) fn camelize_params(params: &mut Map<String, Value>) {
     fn camel(k: &str) -> String {
         let mut out = String::with_capacity(k.len());
         let mut upper = false;

@@ -65,6 +65,7 @@ fn a2a_params(request: Request) {
     no_snake_keys("message", params.get("message"));
     no_snake_keys("configuration", params.get("configuration"));
     let call = Call {
+        binding: super::call::Binding::JsonRpc,
         id,
         method,
         version,

@@ -1,8 +1,9 @@
-//! The JSON-RPC server: envelope and version checks, method dispatch, the A2A operations over
-//! the durable task store, SSE streams, and the agent card routes.
+//! The A2A server, over its two bindings (JSON-RPC and HTTP+JSON): envelope and version
+//! checks, method dispatch, the A2A operations over the durable task store, SSE streams, and
+//! the agent card routes.
 //!
-//! Layout: `envelope` reads a call (HTTP, the JSON-RPC envelope, the A2A version) and writes
-//! its answer; `dispatch` authenticates the caller and picks the operation; `send` takes a
+//! Layout: `envelope` reads a JSON-RPC call (HTTP, the envelope, the A2A version) and writes
+//! any call's answer; `rest` reads an HTTP+JSON call (path, query, body) into the same call; `dispatch` authenticates the caller and picks the operation; `send` takes a
 //! message (with `turn`: what a turn hands the pipeline), `tasks` reads, lists, cancels and
 //! resubscribes to tasks (the operations; the durable store is [`super::tasks`]),
 //! `push_config` keeps push notification configs; `stream` writes the SSE answers. This module
@@ -14,6 +15,7 @@ mod envelope;
 #[doc(hidden)]
 pub mod fuzzing;
 mod push_config;
+mod rest;
 mod send;
 mod stream;
 mod tasks;
@@ -153,7 +155,34 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: Arc<A2aState>) {
         .route("/a2a", web::post().to(hub_rpc))
         .route("/a2a/", web::post().to(hub_rpc))
         .route("/agents/{name}/a2a", web::post().to(agent_rpc))
-        .route("/agents/{name}/a2a/", web::post().to(agent_rpc));
+        .route("/agents/{name}/a2a/", web::post().to(agent_rpc))
+        .route("/a2a/{rest:.+}", web::to(hub_rest))
+        .route("/agents/{name}/a2a/{rest:.+}", web::to(agent_rest));
+}
+
+async fn hub_rest(
+    state: web::Data<A2aState>,
+    req: HttpRequest,
+    body: web::Payload,
+    path: web::Path<String>,
+) -> HttpResponse {
+    rest::serve_rest(state, req, body, None, &path.into_inner()).await
+}
+
+async fn agent_rest(
+    state: web::Data<A2aState>,
+    req: HttpRequest,
+    body: web::Payload,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
+    let (name, rest) = path.into_inner();
+    match state.pipeline.agents().get(&name) {
+        Some(a) => rest::serve_rest(state, req, body, Some(a.name.clone()), &rest).await,
+        None => {
+            let e = RpcError::new(wire::METHOD_NOT_FOUND, "no such agent");
+            HttpResponse::NotFound().json(wire::rest_error(&e))
+        }
+    }
 }
 
 fn card_response(state: &A2aState, req: &HttpRequest, card: &RenderedCard) -> HttpResponse {

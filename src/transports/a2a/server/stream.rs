@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::A2aState;
-use super::call::{Call, Reply};
+use super::call::{Binding, Call, Reply};
 use crate::transports::a2a::tasks::ends_stream;
 use crate::transports::a2a::wire::{self, TaskState, Version};
 
@@ -29,12 +29,16 @@ pub(super) fn open_stream(
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let engine = state.engine.clone();
     let (id, version, task_id) = (call.id.clone(), call.version, task_id.to_owned());
+    let binding = call.binding;
     let render = move |ev: &Value| -> Value {
         let result = match version {
             Version::V1 => ev.clone(),
             Version::V03 => wire::stream_response_to_v03(ev),
         };
-        wire::result_envelope(&id, result)
+        match binding {
+            Binding::JsonRpc => wire::result_envelope(&id, result),
+            Binding::HttpJson => result,
+        }
     };
     let replay_only = first.is_none();
     tokio::spawn(async move {
