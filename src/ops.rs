@@ -260,6 +260,7 @@ pub(crate) mod tests {
     /// An agent `hook` with a webhook backend at `url`.
     pub(crate) fn webhook(url: &str) -> AgentConfig {
         AgentConfig {
+            activitypub: None,
             name: "hook".into(),
             display_name: None,
             summary: None,

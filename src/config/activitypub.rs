@@ -174,3 +174,152 @@ impl<'de> Deserialize<'de> for MaxReplyChars {
         Ok(out)
     }
 }
+
+/// Most profile fields of one agent: what Mastodon shows by default.
+pub const MAX_PROFILE_FIELDS: usize = 4;
+/// Most characters of a profile field's name, and of its value (Mastodon's limits).
+pub const MAX_FIELD_CHARS: usize = 255;
+/// Most pinned posts of one agent (Mastodon lets an account pin five).
+pub const MAX_PINNED: usize = 5;
+/// Most characters of one pinned post (Mastodon's default post length).
+pub const MAX_PINNED_CHARS: usize = 500;
+
+/// `[agents.activitypub]`: the agent's fediverse profile. Every change is announced to its
+/// followers with an `Update` of the actor when the server starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentActivityPubConfig {
+    /// The profile picture: a file (read at start, served from the blob store) or an `https`
+    /// URL (published as it is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub avatar: Option<String>,
+    /// The banner image, as `avatar`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// Profile fields (name and value), in order; links in values are rendered as Mastodon
+    /// renders them.
+    pub fields: Vec<ProfileField>,
+    /// Texts shown pinned on the profile (the actor's `featured` collection), in order.
+    pub pinned: Vec<String>,
+    /// An automated account: actor type `Service` (Mastodon's bot badge); `false` publishes a
+    /// `Person`.
+    pub bot: bool,
+    /// May be listed in directories and suggested to others (Mastodon's `discoverable`).
+    pub discoverable: bool,
+    /// Its public posts may be indexed for full-text search (Mastodon's `indexable`).
+    pub indexable: bool,
+}
+
+impl Default for AgentActivityPubConfig {
+    fn default() -> Self {
+        Self {
+            avatar: None,
+            header: None,
+            fields: Vec::new(),
+            pinned: Vec::new(),
+            bot: true,
+            discoverable: true,
+            indexable: false,
+        }
+    }
+}
+
+/// One profile field (`fields = [{ name, value, rel_me }]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileField {
+    /// The label.
+    pub name: String,
+    /// The value: text, or an `http(s)` URL, which becomes a link.
+    pub value: String,
+    /// The link carries `rel="me"` (a site that links back verifies the field, as on
+    /// Mastodon).
+    #[serde(default)]
+    pub rel_me: bool,
+}
+
+/// Where a profile image comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageSource<'a> {
+    /// A file, read at start.
+    File(&'a str),
+    /// An `https` URL, published as it is.
+    Url(&'a str),
+}
+
+impl<'a> ImageSource<'a> {
+    /// Reads a configured value: a URL (`scheme://…`) must be `https`; anything else is a path.
+    ///
+    /// # Errors
+    /// Why the value is refused.
+    pub fn parse(value: &'a str) -> Result<Self, String> {
+        if value.trim().is_empty() {
+            return Err("empty".into());
+        }
+        if !value.contains("://") {
+            return Ok(Self::File(value));
+        }
+        match url::Url::parse(value) {
+            Ok(u) if u.scheme() == "https" && u.host().is_some() => Ok(Self::Url(value)),
+            Ok(_) => Err("not an https URL".into()),
+            Err(e) => Err(format!("not a URL: {e}")),
+        }
+    }
+}
+
+impl AgentActivityPubConfig {
+    /// The images by key (`avatar`, `header`), those that are set.
+    #[must_use]
+    pub fn images(&self) -> Vec<(&'static str, &str)> {
+        [("avatar", &self.avatar), ("header", &self.header)]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_deref().map(|v| (k, v)))
+            .collect()
+    }
+
+    /// Images are files or `https` URLs; at most [`MAX_PROFILE_FIELDS`] fields, each named,
+    /// with a value, neither over [`MAX_FIELD_CHARS`]; at most [`MAX_PINNED`] pinned texts,
+    /// none empty or over [`MAX_PINNED_CHARS`]. `at` is the agent's path (`agents[0]`).
+    pub(super) fn check(&self, at: &str, problems: &mut Vec<String>) {
+        let at = format!("{at}.activitypub");
+        for (key, value) in self.images() {
+            if let Err(why) = ImageSource::parse(value) {
+                problems.push(format!("{at}.{key} {value:?}: {why}"));
+            }
+        }
+        if self.fields.len() > MAX_PROFILE_FIELDS {
+            problems.push(format!(
+                "{at}.fields: {} fields, at most {MAX_PROFILE_FIELDS}",
+                self.fields.len()
+            ));
+        }
+        for (i, f) in self.fields.iter().enumerate() {
+            for (key, text) in [("name", &f.name), ("value", &f.value)] {
+                let n = text.chars().count();
+                if text.trim().is_empty() {
+                    problems.push(format!("{at}.fields[{i}].{key}: must not be empty"));
+                } else if n > MAX_FIELD_CHARS {
+                    problems.push(format!(
+                        "{at}.fields[{i}].{key}: {n} characters, at most {MAX_FIELD_CHARS}"
+                    ));
+                }
+            }
+        }
+        if self.pinned.len() > MAX_PINNED {
+            problems.push(format!(
+                "{at}.pinned: {} posts, at most {MAX_PINNED}",
+                self.pinned.len()
+            ));
+        }
+        for (i, text) in self.pinned.iter().enumerate() {
+            let n = text.chars().count();
+            if text.trim().is_empty() {
+                problems.push(format!("{at}.pinned[{i}]: must not be empty"));
+            } else if n > MAX_PINNED_CHARS {
+                problems.push(format!(
+                    "{at}.pinned[{i}]: {n} characters, at most {MAX_PINNED_CHARS}"
+                ));
+            }
+        }
+    }
+}

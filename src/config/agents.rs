@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::a2a::AgentA2aConfig;
 use super::access::AccessConfig;
+use super::activitypub::AgentActivityPubConfig;
 use super::email::AgentEmailConfig;
 use super::secret::Secret;
 use crate::message::is_handle_name;
@@ -30,6 +31,10 @@ pub struct AgentConfig {
     /// A2A settings of this agent (card skills).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub a2a: Option<AgentA2aConfig>,
+    /// The agent's fediverse profile (`[agents.activitypub]`): images, fields, pinned posts,
+    /// bot and discovery switches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activitypub: Option<AgentActivityPubConfig>,
     /// Who may reach this agent (`[agents.access]`); everyone when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<AccessConfig>,
@@ -60,6 +65,9 @@ pub(super) fn check(agents: &[AgentConfig], lease_seconds: u64, problems: &mut V
         }
         if let Some(access) = &agent.access {
             access.check(&at, problems);
+        }
+        if let Some(ap) = &agent.activitypub {
+            ap.check(&at, problems);
         }
     }
 }

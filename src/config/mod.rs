@@ -40,7 +40,10 @@ pub use a2a::{
     StaticKeyConfig,
 };
 pub use access::{AccessConfig, AccessDefault, AccessRule, RefusalReply};
-pub use activitypub::ActivityPubConfig;
+pub use activitypub::{
+    ActivityPubConfig, AgentActivityPubConfig, ImageSource, MAX_PINNED, MAX_PROFILE_FIELDS,
+    ProfileField,
+};
 pub use agents::{AgentConfig, BackendConfig};
 pub use api::ApiConfig;
 pub use console::ConsoleConfig;
@@ -135,6 +138,7 @@ impl Default for Config {
             email: EmailConfig::default(),
             limits: LimitsConfig::default(),
             agents: vec![AgentConfig {
+                activitypub: None,
                 name: "echo".into(),
                 display_name: Some("Echo".into()),
                 summary: Some("Answers with the text it received.".into()),

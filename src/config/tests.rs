@@ -92,6 +92,7 @@ fn every_section_reports_its_problems_under_its_path() {
     c.server.public_url = Some("ftp://sb.example".into());
     c.database.url = Secret::new("mysql://x");
     let agent = |name: &str, backend, auth: Option<A2aAuthConfig>| AgentConfig {
+        activitypub: None,
         name: name.into(),
         display_name: None,
         summary: None,

@@ -1089,6 +1089,7 @@ mod jwt {
         let vault_jwks = jwks_url.clone();
         let t = spawn_app(engine, move |c, o| {
             c.agents.push(AgentConfig {
+                activitypub: None,
                 access: None,
                 name: "secure".into(),
                 display_name: None,
@@ -1126,6 +1127,7 @@ mod jwt {
             });
             // Trusts the same issuer for another audience.
             c.agents.push(AgentConfig {
+                activitypub: None,
                 access: None,
                 name: "vault".into(),
                 display_name: None,
@@ -1809,6 +1811,7 @@ async fn client_backend_talks_to_a2a_sdk_server(engine: Engine) {
         let with_remote = |card: String| {
             move |c: &mut switchboard::Config, _: &mut switchboard::app::Options| {
                 c.agents.push(switchboard::config::AgentConfig {
+                    activitypub: None,
                     access: None,
                     name: "remote".into(),
                     display_name: None,

@@ -74,6 +74,7 @@ async fn introspected_tokens_are_checked_and_cached(engine: Engine) {
     let rec = recorder.clone();
     let t = spawn_app(engine, move |c, o| {
         c.agents.push(AgentConfig {
+            activitypub: None,
             access: None,
             name: "opaque".into(),
             display_name: None,
@@ -231,6 +232,7 @@ async fn access_rules_refuse_a2a_callers_by_evidence(engine: Engine) {
             ),
         ] {
             c.agents.push(AgentConfig {
+                activitypub: None,
                 access,
                 name: name.into(),
                 display_name: None,
@@ -288,6 +290,7 @@ async fn blocks_refuse_a2a_callers_by_subject_and_issuer(engine: Engine) {
     let t = spawn_app(engine, move |c, o| {
         for name in ["open", "guarded"] {
             c.agents.push(AgentConfig {
+                activitypub: None,
                 access: None,
                 name: name.into(),
                 display_name: None,

@@ -44,6 +44,7 @@ async fn with_hooks(engine: Engine, hooks: &str, names: &'static [&'static str])
     spawn_app(engine, move |c, _| {
         for name in names {
             c.agents.push(AgentConfig {
+                activitypub: None,
                 access: None,
                 name: (*name).into(),
                 display_name: None,
@@ -257,6 +258,7 @@ async fn remote_chunks_are_passed_on(engine: Engine) {
     let card = format!("{}/agents/streamer/agent-card.json", remote.base);
     let t = spawn_app(engine, move |c, _| {
         c.agents.push(AgentConfig {
+            activitypub: None,
             access: None,
             name: "proxy".into(),
             display_name: None,

@@ -227,6 +227,7 @@ async fn console_in_chromium() {
     let mut t = spawn_app(Engine::Sqlite, move |c, _| {
         c.console.token = Some(Secret::new(TOKEN));
         c.agents.push(AgentConfig {
+            activitypub: None,
             access: None,
             name: "broken".into(),
             display_name: None,

@@ -687,6 +687,7 @@ async fn unauthenticated_mail_is_refused_or_flagged_per_agent() {
     let Some(p) = peers() else { return };
     let (mut app, helper, addr) = spawn_email(None, |c| {
         c.agents.push(switchboard::config::AgentConfig {
+            activitypub: None,
             access: None,
             name: "strict".into(),
             display_name: None,
@@ -875,6 +876,7 @@ async fn no_reply_is_mailed_to_an_unauthenticated_sender_unless_the_agent_opts_i
     let catcher = Catcher::start(&p, 250);
     let (mut app, _helper, addr) = spawn_email(Some(catcher.port), |c| {
         c.agents.push(switchboard::config::AgentConfig {
+            activitypub: None,
             access: None,
             name: "open".into(),
             display_name: None,
@@ -1832,6 +1834,7 @@ async fn access_rules_decide_mail_on_verified_evidence_only(engine: Engine) {
         AccessConfig, AccessDefault, AccessRule, AgentConfig, BackendConfig,
     };
     let agent = |name: &str, access: AccessConfig| AgentConfig {
+        activitypub: None,
         access: Some(access),
         name: name.into(),
         display_name: None,

@@ -125,6 +125,7 @@ async fn an_agent_takes_at_most_its_concurrent_calls(engine: Engine) {
     let url = serve_route!(s.clone(), post, "/hook", slow);
     let t = spawn_on(fresh_db(engine).await, move |c, _| {
         c.agents.push(AgentConfig {
+            activitypub: None,
             name: "slow".into(),
             display_name: None,
             summary: None,

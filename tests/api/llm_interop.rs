@@ -63,6 +63,7 @@ impl Drop for Proxy {
 
 fn agent(name: &str, base_url: &str, model: &str, stream: bool) -> AgentConfig {
     AgentConfig {
+        activitypub: None,
         access: None,
         name: name.into(),
         display_name: None,

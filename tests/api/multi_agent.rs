@@ -375,6 +375,7 @@ async fn an_outbound_a2a_call_carries_the_chain_and_whom_it_serves(engine: Engin
     let a_backend = a.clone();
     let t = spawn_app(engine, move |c, o| {
         c.agents.push(switchboard::config::AgentConfig {
+            activitypub: None,
             access: None,
             name: "proxy".into(),
             display_name: None,

@@ -146,6 +146,7 @@ async fn with_llm_and(
         // Backoff alone would retry within 500 ms; a server's Retry-After may ask for longer.
         c.queue.backoff_max_ms = 60_000;
         c.agents.push(AgentConfig {
+            activitypub: None,
             access: None,
             name: "llm".into(),
             display_name: None,

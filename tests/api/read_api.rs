@@ -130,6 +130,7 @@ async fn every_status_by_hand(engine: Engine) {
         o.agents.push(("quiet".into(), Arc::new(Quiet)));
         c.api.callback_url = Some(callback_url);
         c.agents.push(AgentConfig {
+            activitypub: None,
             access: None,
             name: "broken".into(),
             display_name: Some("Broken Bot".into()),

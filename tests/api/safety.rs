@@ -166,6 +166,7 @@ async fn the_built_in_rate_limits_hold_without_a_limits_section(engine: Engine) 
 /// The agent `name` whose backend is the A2A agent `remote` at `base`.
 fn a2a_agent(name: &str, base: &str, remote: &str) -> AgentConfig {
     AgentConfig {
+        activitypub: None,
         access: None,
         name: name.into(),
         display_name: None,

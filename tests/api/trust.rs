@@ -124,6 +124,7 @@ impl Connector {
 
 fn agent(name: &str, access: Option<AccessConfig>) -> AgentConfig {
     AgentConfig {
+        activitypub: None,
         access,
         name: name.into(),
         display_name: None,

@@ -95,6 +95,7 @@ pub(crate) async fn with_hook(
     let url = url.to_owned();
     spawn_app(engine, move |c, _| {
         c.agents.push(AgentConfig {
+            activitypub: None,
             access: None,
             name: "hook".into(),
             display_name: None,

@@ -6,7 +6,7 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 
-use super::mapping::{self, str_of};
+use super::mapping::{self, profile, str_of};
 use super::{HttpState, Inner, store};
 use crate::agents::Agent;
 use crate::error::Error;
@@ -29,11 +29,11 @@ pub(super) fn routes(cfg: &mut web::ServiceConfig) {
         );
 }
 
-fn not_found() -> HttpResponse {
+pub(super) fn not_found() -> HttpResponse {
     HttpResponse::NotFound().json(json!({"error": "not found"}))
 }
 
-fn ap(doc: &Value) -> HttpResponse {
+pub(super) fn ap(doc: &Value) -> HttpResponse {
     HttpResponse::Ok()
         .content_type(AP_JSON)
         .insert_header(("Vary", "Accept"))
@@ -178,8 +178,8 @@ async fn instance_actor(state: web::Data<HttpState>) -> HttpResponse {
     }))
 }
 
-/// The actor document of an agent.
-async fn actor_doc(inner: &Inner, agent: &Agent) -> crate::Result<Value> {
+/// The actor document of an agent, its profile (`[agents.activitypub]`) included.
+pub(super) async fn actor_doc(inner: &Inner, agent: &Agent) -> crate::Result<Value> {
     let rsa = inner
         .keys
         .rsa(&Inner::rsa_key_name(&agent.name))
@@ -191,15 +191,25 @@ async fn actor_doc(inner: &Inner, agent: &Agent) -> crate::Result<Value> {
         .await
         .map_err(|e| Error::Invalid(e.to_string()))?;
     let id = inner.actor_url(&agent.name);
-    Ok(json!({
+    let mut terms = profile::context_terms();
+    if let Some(t) = terms.as_object_mut() {
+        t.insert(
+            "manuallyApprovesFollowers".into(),
+            json!("as:manuallyApprovesFollowers"),
+        );
+        t.insert(
+            "webfinger".into(),
+            json!("https://purl.archive.org/socialweb/webfinger"),
+        );
+    }
+    let mut doc = json!({
         "@context": [
             "https://www.w3.org/ns/activitystreams",
             "https://w3id.org/security/v1",
             "https://w3id.org/security/multikey/v1",
-            {"manuallyApprovesFollowers": "as:manuallyApprovesFollowers", "discoverable": "http://joinmastodon.org/ns#discoverable", "webfinger": "https://purl.archive.org/socialweb/webfinger"},
+            terms,
         ],
         "id": id,
-        "type": "Service",
         "preferredUsername": agent.name,
         "name": agent.display_name.clone().unwrap_or_else(|| agent.name.clone()),
         "summary": agent.summary.as_deref().map(super::html::text_to_html).unwrap_or_default(),
@@ -209,7 +219,6 @@ async fn actor_doc(inner: &Inner, agent: &Agent) -> crate::Result<Value> {
         "followers": format!("{id}/followers"),
         "endpoints": {"sharedInbox": format!("{}/inbox", inner.base)},
         "manuallyApprovesFollowers": false,
-        "discoverable": true,
         "webfinger": format!("{}@{}", agent.name, inner.handle_domain),
         "publicKey": {
             "id": format!("{id}#main-key"),
@@ -222,7 +231,11 @@ async fn actor_doc(inner: &Inner, agent: &Agent) -> crate::Result<Value> {
             "controller": id,
             "publicKeyMultibase": super::proof::ed25519_multikey(&ed.public_key_raw()),
         }],
-    }))
+    });
+    if let Some(m) = doc.as_object_mut() {
+        m.extend(inner.profile(&agent.name).doc().properties(&id));
+    }
+    Ok(doc)
 }
 
 async fn actor(

@@ -283,6 +283,16 @@ pub fn text_to_html(text: &str) -> String {
 }
 
 fn linkify(line: &str) -> String {
+    linkify_with(line, |url| {
+        let w = escape(url);
+        format!("<a href=\"{w}\" rel=\"nofollow noopener noreferrer\" target=\"_blank\">{w}</a>")
+    })
+}
+
+/// One line of text as HTML: words escaped, every bare `http(s)` URL replaced by what `link`
+/// makes of it.
+#[must_use]
+pub fn linkify_with(line: &str, link: impl Fn(&str) -> String) -> String {
     let mut out = String::new();
     for (i, word) in line.split(' ').enumerate() {
         if i > 0 {
@@ -291,10 +301,7 @@ fn linkify(line: &str) -> String {
         if (word.starts_with("https://") || word.starts_with("http://"))
             && url::Url::parse(word).is_ok()
         {
-            let w = escape(word);
-            out.push_str(&format!(
-                "<a href=\"{w}\" rel=\"nofollow noopener noreferrer\" target=\"_blank\">{w}</a>"
-            ));
+            out.push_str(&link(word));
         } else {
             out.push_str(&escape(word));
         }

@@ -14,6 +14,8 @@
 //! - `activities`: what verified activities do (notes wake agents, follows, deletes, edits).
 //! - `moderation`: `Block` of an agent (and its `Undo`) and `Flag` (reports of abuse).
 //! - `software`: what software remote servers run (NodeInfo), for the reply length they take.
+//! - `profile`: agents' profiles (`[agents.activitypub]`): images, the `featured` collection,
+//!   the `Update` of the actor sent at start when the profile changed.
 //! - `outbound`: replies as `Create(Note)` (a thread of them when too long) and the per-inbox
 //!   delivery jobs.
 //!
@@ -30,6 +32,7 @@ mod long_replies;
 pub mod mapping;
 mod moderation;
 mod outbound;
+mod profile;
 pub mod proof;
 mod reject;
 pub mod reply_context;
@@ -108,14 +111,19 @@ struct Inner {
     software_lookups: crate::net::gates::Gates,
     /// When activity ids seen long ago were last forgotten (unix ms).
     seen_cleanup: std::sync::atomic::AtomicI64,
+    /// Agents' profiles (`[agents.activitypub]`) by lower-case name, images read.
+    profiles: HashMap<String, Arc<profile::AgentProfile>>,
 }
 
 impl ActivityPub {
-    /// Builds the transport from the shared parts.
-    #[must_use]
-    pub fn new(parts: &Parts) -> Self {
+    /// Builds the transport from the shared parts, reading the agents' profile images.
+    ///
+    /// # Errors
+    /// [`crate::error::Error::Config`] for a profile image that cannot be read or used.
+    pub fn new(parts: &Parts) -> Result<Self> {
         let site = &parts.site;
-        Self {
+        let profiles = profile::load(&parts.config.agents, site.base_url(), &parts.blobs)?;
+        Ok(Self {
             inner: Arc::new(Inner {
                 cfg: parts.config.activitypub.clone(),
                 base: site.base_url().to_owned(),
@@ -138,8 +146,9 @@ impl ActivityPub {
                 hosts: Mutex::new(HashMap::new()),
                 software: Mutex::new(HashMap::new()),
                 software_lookups: crate::net::gates::Gates::default(),
+                profiles,
             }),
-        }
+        })
     }
 
     /// Whether the transport is on.
@@ -177,12 +186,12 @@ fn handle(_: &crate::config::Config, site: &crate::site::Site, agent: &str) -> O
 /// Builds the ActivityPub transport, or nothing when `activitypub.enabled` is off.
 ///
 /// # Errors
-/// None today; the signature is every transport's.
+/// A profile image that cannot be read or used ([`ActivityPub::new`]).
 pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
     if !parts.config.activitypub.enabled {
         return Ok(None);
     }
-    let ap = ActivityPub::new(parts);
+    let ap = ActivityPub::new(parts)?;
     parts
         .metrics
         .hosts()
@@ -232,9 +241,11 @@ impl TransportModule for ActivityPub {
         vec![(JOB_KIND, self.deliver_handler())]
     }
 
-    /// Its routes: WebFinger, NodeInfo, actors, inboxes, collections, notes, each handler
-    /// reaching the pipeline through `pipeline`.
+    /// Announces changed profiles to followers; then its routes: WebFinger, NodeInfo, actors,
+    /// inboxes, collections, notes, profile documents, each handler reaching the pipeline
+    /// through `pipeline`.
     async fn start(&self, pipeline: &Pipeline, _: watch::Receiver<bool>) -> Result<Started> {
+        profile::announce_changes(&self.inner).await?;
         let state = HttpState {
             ap: self.clone(),
             pipeline: pipeline.clone(),
@@ -246,6 +257,7 @@ impl TransportModule for ActivityPub {
                 // The inboxes first: they take most requests.
                 inbox::routes(cfg, limit);
                 documents::routes(cfg);
+                profile::routes(cfg);
             })),
             ..Started::default()
         })

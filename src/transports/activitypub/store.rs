@@ -632,3 +632,70 @@ pub async fn set_rfc9421(db: &Db, host: &str, now: i64) -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// The profile an agent last announced (`ap_profiles`).
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
+pub struct ProfileRow {
+    /// The digest of what its actor published.
+    pub digest: String,
+    /// The profile images it keeps in the blob store: digests, space-separated.
+    pub images: String,
+}
+
+/// The profile `agent` last announced, read in `tx`.
+///
+/// # Errors
+/// Database errors.
+pub async fn profile_in(tx: &mut Tx, agent: &str) -> Result<Option<ProfileRow>> {
+    tx.fetch_optional(
+        "SELECT digest, images FROM ap_profiles WHERE agent = $1",
+        &[Arg::Text(agent)],
+    )
+    .await
+}
+
+/// Records `digest` (and `images`) as the profile `agent` announces, in place of `previous`
+/// (`None`: no profile recorded yet). Returns false when another writer recorded a profile
+/// first: that writer announces it.
+///
+/// # Errors
+/// Database errors.
+pub async fn replace_profile(
+    tx: &mut Tx,
+    agent: &str,
+    previous: Option<&str>,
+    digest: &str,
+    images: &str,
+    now: i64,
+) -> Result<bool> {
+    let n = match previous {
+        Some(old) => {
+            tx.execute(
+                "UPDATE ap_profiles SET digest = $1, images = $2, updated_at = $3 \
+                 WHERE agent = $4 AND digest = $5",
+                &[
+                    Arg::Text(digest),
+                    Arg::Text(images),
+                    Arg::Int(now),
+                    Arg::Text(agent),
+                    Arg::Text(old),
+                ],
+            )
+            .await?
+        }
+        None => {
+            tx.execute(
+                "INSERT INTO ap_profiles (agent, digest, images, updated_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT DO NOTHING",
+                &[
+                    Arg::Text(agent),
+                    Arg::Text(digest),
+                    Arg::Text(images),
+                    Arg::Int(now),
+                ],
+            )
+            .await?
+        }
+    };
+    Ok(n > 0)
+}

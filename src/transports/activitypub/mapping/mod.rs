@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::html;
 use super::reply_context::ReplyContext;
 use super::wire::{self, Activity, Actor, AsWire, FromJson as _, Image, Loose, Object, OneOrMany};
+pub mod profile;
 mod reply;
 
 pub use reply::{
