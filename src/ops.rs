@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
-use crate::config::{A2aAuthConfig, Config};
+use crate::config::{A2aAuthConfig, Config, ImageSource, read_image_file};
 use crate::error::Result;
 use crate::net::check_url;
 use crate::site::Site;
@@ -167,7 +167,8 @@ pub fn log_startup(config: &Config, kinds: &[AddressKind], smtp: Option<SocketAd
 }
 
 /// What `check-config` checks beyond the configuration's own values, all problems together:
-/// the files it names exist, every outbound URL passes the network policy in effect
+/// the files it names exist (profile images: readable images within `media.max_bytes`), every
+/// outbound URL passes the network policy in effect
 /// (`net.allow_private_addresses`; names are resolved only when used), and every
 /// `[queue.kinds.X]` is one of `known_kinds`.
 #[must_use]
@@ -182,6 +183,15 @@ pub fn check_environment(config: &Config, known_kinds: &[&str]) -> Vec<String> {
                 Ok(m) if m.is_file() => {}
                 Ok(_) => problems.push(format!("{key} {path:?}: not a file")),
                 Err(e) => problems.push(format!("{key} {path:?}: {e}")),
+            }
+        }
+    }
+    for (i, agent) in config.agents.iter().enumerate() {
+        for (key, value) in agent.activitypub.iter().flat_map(|p| p.images()) {
+            if let Ok(ImageSource::File(path)) = ImageSource::parse(value)
+                && let Err(why) = read_image_file(path, config.media.max_bytes)
+            {
+                problems.push(format!("agents[{i}].activitypub.{key} {path:?}: {why}"));
             }
         }
     }

@@ -323,3 +323,75 @@ impl AgentActivityPubConfig {
         }
     }
 }
+
+/// The media type of an image, from its first bytes: PNG, JPEG, GIF, WebP or AVIF (what
+/// Mastodon accepts for avatars and headers), else `None`.
+#[must_use]
+pub fn image_type(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else if bytes.len() >= 12
+        && &bytes[4..8] == b"ftyp"
+        && matches!(&bytes[8..12], b"avif" | b"avis")
+    {
+        Some("image/avif")
+    } else {
+        None
+    }
+}
+
+/// Reads a profile image file: at most `max_bytes`, and an image [`image_type`] recognises.
+///
+/// # Errors
+/// Why the file cannot be used.
+pub fn read_image_file(path: &str, max_bytes: usize) -> Result<(Vec<u8>, &'static str), String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a file".into());
+    }
+    if meta.len() > u64::try_from(max_bytes).unwrap_or(u64::MAX) {
+        return Err(format!(
+            "{} bytes, over media.max_bytes ({max_bytes})",
+            meta.len()
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let mime = image_type(&bytes).ok_or("not a PNG, JPEG, GIF, WebP or AVIF image")?;
+    Ok((bytes, mime))
+}
+
+#[cfg(test)]
+mod profile_tests {
+    use super::*;
+
+    #[test]
+    fn images_are_recognised_by_their_bytes() {
+        assert_eq!(image_type(b"\x89PNG\r\n\x1a\n...."), Some("image/png"));
+        assert_eq!(image_type(&[0xff, 0xd8, 0xff, 0xe0]), Some("image/jpeg"));
+        assert_eq!(image_type(b"GIF89a.."), Some("image/gif"));
+        assert_eq!(image_type(b"RIFF\0\0\0\0WEBPVP8 "), Some("image/webp"));
+        assert_eq!(image_type(b"\0\0\0\x1cftypavif"), Some("image/avif"));
+        assert_eq!(image_type(b"<svg xmlns="), None);
+    }
+
+    #[test]
+    fn image_values_are_files_or_https_urls() {
+        assert_eq!(
+            ImageSource::parse("/srv/a.png"),
+            Ok(ImageSource::File("/srv/a.png"))
+        );
+        assert_eq!(
+            ImageSource::parse("https://cdn.example/a.png"),
+            Ok(ImageSource::Url("https://cdn.example/a.png"))
+        );
+        assert!(ImageSource::parse("http://cdn.example/a.png").is_err());
+        assert!(ImageSource::parse("ftp://cdn.example/a.png").is_err());
+        assert!(ImageSource::parse(" ").is_err());
+    }
+}

@@ -42,7 +42,7 @@ pub use a2a::{
 pub use access::{AccessConfig, AccessDefault, AccessRule, RefusalReply};
 pub use activitypub::{
     ActivityPubConfig, AgentActivityPubConfig, ImageSource, MAX_PINNED, MAX_PROFILE_FIELDS,
-    ProfileField,
+    ProfileField, image_type, read_image_file,
 };
 pub use agents::{AgentConfig, BackendConfig};
 pub use api::ApiConfig;

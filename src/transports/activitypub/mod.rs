@@ -122,7 +122,12 @@ impl ActivityPub {
     /// [`crate::error::Error::Config`] for a profile image that cannot be read or used.
     pub fn new(parts: &Parts) -> Result<Self> {
         let site = &parts.site;
-        let profiles = profile::load(&parts.config.agents, site.base_url(), &parts.blobs)?;
+        let profiles = profile::load(
+            &parts.config.agents,
+            site.base_url(),
+            &parts.blobs,
+            parts.config.media.max_bytes,
+        )?;
         Ok(Self {
             inner: Arc::new(Inner {
                 cfg: parts.config.activitypub.clone(),

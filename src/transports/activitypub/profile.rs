@@ -15,7 +15,7 @@ use super::mapping::{self, PUBLIC};
 use super::{HttpState, Inner, store};
 use crate::agents::Agent;
 use crate::blobs::{BlobStore, NewBlob};
-use crate::config::{AgentActivityPubConfig, AgentConfig, ImageSource};
+use crate::config::{AgentActivityPubConfig, AgentConfig, ImageSource, read_image_file};
 use crate::error::{Error, Result};
 
 /// How long a profile image may be cached: its URL names its content, so for good.
@@ -79,6 +79,7 @@ pub(super) fn load(
     agents: &[AgentConfig],
     base: &str,
     blobs: &BlobStore,
+    max_bytes: usize,
 ) -> Result<HashMap<String, Arc<AgentProfile>>> {
     let mut out = HashMap::new();
     for (i, agent) in agents.iter().enumerate() {
@@ -89,7 +90,7 @@ pub(super) fn load(
         let read = |key: &str, value: &Option<String>| -> Result<Option<Image>> {
             let Some(value) = value else { return Ok(None) };
             let at = format!("agents[{i}].activitypub.{key} {value:?}");
-            read_image(value, &actor, blobs)
+            read_image(value, &actor, blobs, max_bytes)
                 .map(Some)
                 .map_err(|why| Error::Config(format!("{at}: {why}")))
         };
@@ -104,7 +105,12 @@ pub(super) fn load(
 }
 
 /// Reads one configured image (a path or an `https` URL) of the actor at `actor`.
-fn read_image(value: &str, actor: &str, blobs: &BlobStore) -> std::result::Result<Image, String> {
+fn read_image(
+    value: &str,
+    actor: &str,
+    blobs: &BlobStore,
+    max_bytes: usize,
+) -> std::result::Result<Image, String> {
     match ImageSource::parse(value)? {
         ImageSource::Url(url) => Ok(Image {
             stored: None,
@@ -114,9 +120,7 @@ fn read_image(value: &str, actor: &str, blobs: &BlobStore) -> std::result::Resul
             },
         }),
         ImageSource::File(path) => {
-            let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-            let mime =
-                map::sniff_image(&bytes).ok_or("not a PNG, JPEG, GIF, WebP or AVIF image")?;
+            let (bytes, mime) = read_image_file(path, max_bytes)?;
             let blob = blobs.prepare(&bytes, mime).map_err(|e| e.to_string())?;
             let url = format!(
                 "{actor}/images/{}.{}",

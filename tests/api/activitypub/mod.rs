@@ -2,8 +2,8 @@
 //! bad-input cases, the addressing rule, follows, deletes and updates, replies delivered signed
 //! to a loopback "remote server", fixtures shaped like Mastodon, GoToSocial, Misskey,
 //! Pleroma/Akkoma and Lemmy payloads, minted thread contexts, long replies as threads of notes,
-//! and the interop suites against a real Fedify peer and a peer on the Rust
-//! `activitypub_federation` crate.
+//! agents' profiles and the `Update` announcing a changed one, and the interop suites against a
+//! real Fedify peer and a peer on the Rust `activitypub_federation` crate.
 //!
 //! `remote` is the fake remote server and the signing helpers; every other module is one group
 //! of scenarios, and this one holds the setup they share.
@@ -22,6 +22,7 @@ mod interop_rs;
 mod loops;
 mod moderation;
 mod multi_agent;
+mod profile;
 pub(crate) mod remote;
 mod verification;
 
