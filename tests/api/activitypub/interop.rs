@@ -603,3 +603,121 @@ async fn fedify_sees_a_sibling_agents_reply_threaded_under_the_first() {
     assert_eq!((helper.calls(), scout.calls()), (1, 1));
     drop(peer);
 }
+
+/// Fedify reads an agent's profile (type, icon, image, fields, the featured collection and a
+/// pinned note looked up at its id, the discovery switches), follows it, and, after restarts,
+/// receives — and verifies — exactly one `Update` of the actor: none for a restart with the same
+/// profile, one for a restart with a changed profile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fedify_reads_a_profile_and_gets_one_update_when_it_changes() {
+    if !interop() {
+        return;
+    }
+    let peer = start_peer().await;
+    let avatar = super::profile::png_file();
+    let first = super::profile::full_profile(&avatar);
+    let bind: std::net::SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let start = |db, profile: switchboard::config::AgentActivityPubConfig| {
+        crate::helpers::spawn_on(db, move |c, _| {
+            c.server.bind = bind;
+            super::profile::with_profile(c, profile);
+        })
+    };
+    let mut t = start(
+        crate::helpers::fresh_db(Engine::Sqlite).await,
+        first.clone(),
+    )
+    .await;
+    let echo = format!("{}/agents/echo", t.base);
+    let http = t.http.clone();
+    let profile: Value = http
+        .post(format!("{}/admin/profile", peer.base))
+        .json(&json!({"target": echo}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(profile["type"], "Person", "{profile}");
+    assert_eq!(profile["icon"]["mediaType"], "image/png");
+    assert!(
+        profile["icon"]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{echo}/images/")),
+        "{profile}"
+    );
+    assert_eq!(
+        profile["image"],
+        json!({"url": "https://cdn.example/banner.jpg", "mediaType": "image/jpeg"})
+    );
+    assert_eq!(profile["fields"][0]["name"], "Website");
+    let website = profile["fields"][0]["value"].as_str().unwrap();
+    assert!(
+        website.contains("rel=\"me nofollow noopener noreferrer\""),
+        "{website}"
+    );
+    assert_eq!(profile["fields"][1]["name"], "Source");
+    assert_eq!(profile["featured"]["id"], format!("{echo}/featured"));
+    assert_eq!(profile["featured"]["totalItems"], 2);
+    assert_eq!(
+        profile["featured"]["items"][0]["content"],
+        "<p>Mention me to talk.</p>"
+    );
+    assert_eq!(profile["pinned"]["isNote"], true);
+    assert_eq!(profile["pinned"]["attributedTo"], echo);
+    assert_eq!(profile["pinned"]["content"], "<p>Mention me to talk.</p>");
+    assert_eq!(profile["discoverable"], false);
+    assert_eq!(profile["indexable"], true);
+
+    // Fedify follows the agent.
+    let r = http
+        .post(format!("{}/admin/follow", peer.base))
+        .json(&json!({"target": echo}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    peer_receives(&http, &peer, "Fedify to receive the Accept", |a| {
+        a["type"] == "Accept"
+    })
+    .await;
+
+    // Restarted with the same profile, then with a changed one.
+    t.stop().await;
+    let mut t = start(t.db.take(), first.clone()).await;
+    t.stop().await;
+    let mut changed = first.clone();
+    changed.bot = true;
+    changed.fields.pop();
+    let t = start(t.db.take(), changed).await;
+    let update = peer_receives(&http, &peer, "Fedify to receive the Update", |a| {
+        a["type"] == "Update"
+    })
+    .await;
+    assert_eq!(update["actor"], echo);
+    assert_eq!(update["object"]["id"], echo);
+    assert_eq!(update["object"]["type"], "Service");
+    let db = t.open_db().await;
+    wait_for(20, "the Update job done", || async {
+        (count(
+            &db,
+            "SELECT COUNT(*) AS n FROM jobs WHERE kind = 'ap_deliver' AND state = 'done' AND payload LIKE '%#updates/%'",
+            &[],
+        )
+        .await
+            == 1)
+            .then_some(())
+    })
+    .await;
+    let updates = peer_received(&http, &peer)
+        .await
+        .into_iter()
+        .filter(|a| a["type"] == "Update")
+        .count();
+    assert_eq!(updates, 1, "one Update: none for the unchanged restart");
+}

@@ -270,3 +270,75 @@ async fn follow_mention_reply(compat: bool) {
     assert_eq!(peer_get(http, &peer, "rejected").await, json!([]));
     drop(peer);
 }
+
+/// The crate reads an agent's profile into typed documents: the actor's type, `icon`, `image`,
+/// `PropertyValue` fields, `discoverable`/`indexable`, the `featured` collection of notes (its
+/// `id` checked against its URL) and a pinned note dereferenced at its id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activitypub_federation_reads_an_agents_profile() {
+    if !crate::helpers::interop("activitypub_federation") {
+        return;
+    }
+    let peer = start_peer(false);
+    let port = free_port();
+    let base = format!("http://localhost:{port}");
+    let b = base.clone();
+    let avatar = super::profile::png_file();
+    let s = setup(Engine::Sqlite, move |c| {
+        c.server.bind = ([127, 0, 0, 1], port).into();
+        c.server.public_url = Some(b);
+        super::profile::with_profile(c, super::profile::full_profile(&avatar));
+    })
+    .await;
+    let http = &s.t.http;
+    let echo = format!("{base}/agents/echo");
+    let p = admin(
+        http,
+        &peer,
+        "profile",
+        &json!({"target": format!("echo@localhost:{port}")}),
+    )
+    .await;
+    assert_eq!(p["type"], "Person", "{p}");
+    assert_eq!(p["icon"]["type"], "Image");
+    assert_eq!(p["icon"]["mediaType"], "image/png");
+    let icon = p["icon"]["url"].as_str().unwrap();
+    assert!(icon.starts_with(&format!("{echo}/images/")), "{icon}");
+    let r = http.get(icon).send().await.unwrap();
+    assert_eq!(r.headers()["content-type"], "image/png");
+    assert_eq!(r.bytes().await.unwrap().to_vec(), super::profile::png());
+    assert_eq!(p["image"]["url"], "https://cdn.example/banner.jpg");
+    assert_eq!(p["image"]["mediaType"], "image/jpeg");
+    let fields = p["fields"].as_array().unwrap();
+    assert_eq!(fields.len(), 2);
+    assert_eq!(fields[0]["type"], "PropertyValue");
+    assert_eq!(fields[0]["name"], "Website");
+    let website = fields[0]["value"].as_str().unwrap();
+    assert!(
+        website.contains("rel=\"me nofollow noopener noreferrer\""),
+        "{website}"
+    );
+    assert!(
+        website.contains("<span class=\"\">example.com</span>"),
+        "{website}"
+    );
+    assert_eq!(p["featured"]["totalItems"], 2);
+    assert_eq!(
+        p["featured"]["contents"],
+        json!([
+            "<p>Mention me to talk.</p>",
+            "<p>Rules: <a href=\"https://example.com/rules\" rel=\"nofollow noopener noreferrer\" target=\"_blank\">https://example.com/rules</a></p>"
+        ])
+    );
+    assert_eq!(p["pinned"]["attributedTo"], echo);
+    assert_eq!(p["pinned"]["content"], "<p>Mention me to talk.</p>");
+    assert!(
+        p["pinned"]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{echo}/pinned/")),
+        "{p}"
+    );
+    assert_eq!(p["discoverable"], false);
+    assert_eq!(p["indexable"], true);
+}

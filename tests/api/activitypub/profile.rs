@@ -56,7 +56,7 @@ pub(crate) fn full_profile(avatar: &str) -> AgentActivityPubConfig {
 }
 
 /// Sets `echo`'s profile in `c`.
-fn with_profile(c: &mut switchboard::Config, p: AgentActivityPubConfig) {
+pub(crate) fn with_profile(c: &mut switchboard::Config, p: AgentActivityPubConfig) {
     let echo = c.agents.iter_mut().find(|a| a.name == "echo").unwrap();
     echo.activitypub = Some(p);
 }

@@ -6,6 +6,9 @@
 //   POST /admin/follow   {"target": actorUrl}                         -> sends Follow
 //   POST /admin/note     {"target": actorUrl, "text", "visibility", "mention"} -> sends Create(Note)
 //   POST /admin/lookup   {"target": actorUrl or "@user@host"}           -> {id, preferredUsername}
+//   POST /admin/profile  {"target": actorUrl}  -> the actor's profile as Fedify reads it: type,
+//        icon, image, fields (PropertyValue attachments), the featured collection's notes, the
+//        first of them looked up at its id, discoverable, indexable
 //   GET  /admin/received                                              -> activities received (JSON-LD)
 // NodeInfo 2.1 names the software $PEER_SOFTWARE (default "fedify-peer"), so a test can give
 // servers running it a reply length limit.
@@ -27,7 +30,9 @@ import {
   Mention,
   Note,
   Person,
+  PropertyValue,
   PUBLIC_COLLECTION,
+  Service,
 } from "@fedify/vocab";
 
 const port = Number(process.env.PEER_PORT ?? "3001");
@@ -103,6 +108,47 @@ async function admin(req, url) {
   const me = ctx.getActorUri("alice");
   if (url.pathname === "/admin/lookup") {
     return json({ id: target.id?.href, preferredUsername: target.preferredUsername });
+  }
+  if (url.pathname === "/admin/profile") {
+    const image = async (get) => {
+      const i = await get();
+      if (i == null) return null;
+      const u = i.url instanceof URL ? i.url : i.url?.href;
+      return { url: u?.href ?? null, mediaType: i.mediaType ?? null };
+    };
+    const fields = [];
+    for await (const a of target.getAttachments()) {
+      if (a instanceof PropertyValue) {
+        fields.push({ name: a.name?.toString(), value: a.value?.toString() });
+      }
+    }
+    const featured = await target.getFeatured();
+    const items = [];
+    if (featured != null) {
+      for await (const item of featured.getItems()) {
+        items.push({ id: item.id?.href, content: item.content?.toString() });
+      }
+    }
+    let pinned = null;
+    if (items.length > 0) {
+      const note = await ctx.lookupObject(items[0].id);
+      pinned = note == null ? null : {
+        id: note.id?.href,
+        isNote: note instanceof Note,
+        attributedTo: note.attributionId?.href,
+        content: note.content?.toString(),
+      };
+    }
+    return json({
+      type: target instanceof Service ? "Service" : target instanceof Person ? "Person" : "other",
+      icon: await image(() => target.getIcon()),
+      image: await image(() => target.getImage()),
+      fields,
+      featured: featured == null ? null : { id: featured.id?.href, totalItems: featured.totalItems, items },
+      pinned,
+      discoverable: target.discoverable,
+      indexable: target.indexable,
+    });
   }
   if (url.pathname === "/admin/follow") {
     const id = new URL(`${origin}/follows/${crypto.randomUUID()}`);

@@ -15,6 +15,10 @@
 //!   "direct", "in_reply_to"?}`: a mentioning `Create(Note)`; answers `{"note", "activity"}`.
 //! - `POST /admin/fetch {"url"}`: the crate's signed fetch of a document (content type and `id`
 //!   checked by the crate); answers the document.
+//! - `POST /admin/profile {"target": "name@host"}`: the actor's profile as the crate reads it
+//!   into typed documents (type, `icon`, `image`, `attachment` fields, `featured` fetched as an
+//!   `OrderedCollection` of notes, the first note dereferenced at its id, `discoverable`,
+//!   `indexable`); answers what it read.
 //! - `GET /admin/received`: every activity whose signature and content the crate verified.
 //! - `GET /admin/rejected`: why the inbox refused what it refused.
 //! - `GET /admin/following`: the actors whose `Accept` of our `Follow` arrived and verified.
@@ -39,7 +43,8 @@ use activitypub_federation::fetch::webfinger::{
 };
 use activitypub_federation::http_signatures::generate_actor_keypair;
 use activitypub_federation::kinds::activity::{AcceptType, CreateType, FollowType};
-use activitypub_federation::kinds::object::NoteType;
+use activitypub_federation::kinds::collection::OrderedCollectionType;
+use activitypub_federation::kinds::object::{ImageType, NoteType};
 use activitypub_federation::protocol::context::WithContext;
 use activitypub_federation::protocol::public_key::PublicKey;
 use activitypub_federation::protocol::verification::verify_domains_match;
@@ -619,6 +624,94 @@ async fn admin_fetch(data: Data<Peer>, Json(cmd): Json<FetchCmd>) -> Result<Json
     ))
 }
 
+/// A profile image (`icon`, `image`).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ImageDoc {
+    #[serde(rename = "type")]
+    kind: ImageType,
+    url: Url,
+    media_type: Option<String>,
+}
+
+/// A profile field (`attachment` of `PropertyValue`s).
+#[derive(Debug, Serialize, Deserialize)]
+struct FieldDoc {
+    #[serde(rename = "type")]
+    kind: String,
+    name: String,
+    value: String,
+}
+
+/// What a profile adds to an actor document.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProfileDoc {
+    #[serde(rename = "type")]
+    kind: ActorType,
+    icon: Option<ImageDoc>,
+    image: Option<ImageDoc>,
+    #[serde(default)]
+    attachment: Vec<FieldDoc>,
+    featured: Option<Url>,
+    discoverable: Option<bool>,
+    indexable: Option<bool>,
+}
+
+/// The `featured` collection: notes, embedded.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FeaturedDoc {
+    #[serde(rename = "type")]
+    _kind: OrderedCollectionType,
+    total_items: u64,
+    ordered_items: Vec<NoteDoc>,
+}
+
+#[derive(Deserialize)]
+struct ProfileCmd {
+    target: String,
+}
+
+async fn admin_profile(data: Data<Peer>, Json(cmd): Json<ProfileCmd>) -> Result<Json<Value>, Fail> {
+    let user = lookup(&cmd.target, &data).await?;
+    let doc = fetch_object_http::<Peer, ProfileDoc>(&user.id, &data)
+        .await?
+        .object;
+    let featured_url = doc
+        .featured
+        .clone()
+        .ok_or_else(|| fail("no featured collection"))?;
+    let featured = fetch_object_http::<Peer, FeaturedDoc>(&featured_url, &data)
+        .await?
+        .object;
+    // The first pinned note, dereferenced at its id through the crate's object store (fetched,
+    // its id and author checked against where it came from).
+    let first = featured
+        .ordered_items
+        .first()
+        .map(|n| n.id.inner().clone())
+        .ok_or_else(|| fail("no pinned note"))?;
+    let note = ObjectId::<Note>::from(first).dereference(&data).await?;
+    Ok(Json(json!({
+        "type": doc.kind,
+        "icon": doc.icon,
+        "image": doc.image,
+        "fields": doc.attachment,
+        "featured": {
+            "totalItems": featured.total_items,
+            "contents": featured.ordered_items.iter().map(|n| n.content.clone()).collect::<Vec<_>>(),
+        },
+        "pinned": {
+            "id": note.0.id.inner(),
+            "attributedTo": note.0.attributed_to.inner(),
+            "content": note.0.content,
+        },
+        "discoverable": doc.discoverable,
+        "indexable": doc.indexable,
+    })))
+}
+
 async fn admin_received(data: Data<Peer>) -> Json<Value> {
     Json(Value::Array(data.0.received.lock().unwrap().clone()))
 }
@@ -687,6 +780,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/admin/follow", post(admin_follow))
         .route("/admin/note", post(admin_note))
         .route("/admin/fetch", post(admin_fetch))
+        .route("/admin/profile", post(admin_profile))
         .route("/admin/received", get(admin_received))
         .route("/admin/rejected", get(admin_rejected))
         .route("/admin/following", get(admin_following))
