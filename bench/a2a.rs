@@ -130,6 +130,7 @@ fn config(policy: bool) -> switchboard::Config {
     config.server.max_connections_per_peer = 4096;
     // A second agent whose tasks wait for input, to hold streams open.
     config.agents.push(switchboard::config::AgentConfig {
+        activitypub: None,
         access: None,
         name: "tck".into(),
         display_name: None,

@@ -258,6 +258,7 @@ async fn start(dir: &std::path::Path, port: u16, stream: bool) -> switchboard::A
         dir.join(format!("bench-{stream}.db")).display()
     ));
     config.agents = vec![AgentConfig {
+        activitypub: None,
         access: None,
         name: "helper".into(),
         display_name: None,

@@ -287,40 +287,55 @@ impl AgentActivityPubConfig {
                 problems.push(format!("{at}.{key} {value:?}: {why}"));
             }
         }
-        if self.fields.len() > MAX_PROFILE_FIELDS {
-            problems.push(format!(
-                "{at}.fields: {} fields, at most {MAX_PROFILE_FIELDS}",
-                self.fields.len()
-            ));
-        }
+        check_count(
+            &format!("{at}.fields"),
+            self.fields.len(),
+            "fields",
+            MAX_PROFILE_FIELDS,
+            problems,
+        );
         for (i, f) in self.fields.iter().enumerate() {
             for (key, text) in [("name", &f.name), ("value", &f.value)] {
-                let n = text.chars().count();
-                if text.trim().is_empty() {
-                    problems.push(format!("{at}.fields[{i}].{key}: must not be empty"));
-                } else if n > MAX_FIELD_CHARS {
-                    problems.push(format!(
-                        "{at}.fields[{i}].{key}: {n} characters, at most {MAX_FIELD_CHARS}"
-                    ));
-                }
+                check_text(
+                    &format!("{at}.fields[{i}].{key}"),
+                    text,
+                    MAX_FIELD_CHARS,
+                    problems,
+                );
             }
         }
-        if self.pinned.len() > MAX_PINNED {
-            problems.push(format!(
-                "{at}.pinned: {} posts, at most {MAX_PINNED}",
-                self.pinned.len()
-            ));
-        }
+        check_count(
+            &format!("{at}.pinned"),
+            self.pinned.len(),
+            "posts",
+            MAX_PINNED,
+            problems,
+        );
         for (i, text) in self.pinned.iter().enumerate() {
-            let n = text.chars().count();
-            if text.trim().is_empty() {
-                problems.push(format!("{at}.pinned[{i}]: must not be empty"));
-            } else if n > MAX_PINNED_CHARS {
-                problems.push(format!(
-                    "{at}.pinned[{i}]: {n} characters, at most {MAX_PINNED_CHARS}"
-                ));
-            }
+            check_text(
+                &format!("{at}.pinned[{i}]"),
+                text,
+                MAX_PINNED_CHARS,
+                problems,
+            );
         }
+    }
+}
+
+/// A list of the profile (`path`) holds at most `max` `what`.
+fn check_count(path: &str, n: usize, what: &str, max: usize, problems: &mut Vec<String>) {
+    if n > max {
+        problems.push(format!("{path}: {n} {what}, at most {max}"));
+    }
+}
+
+/// A text of the profile (`path`) is not blank and has at most `max` characters.
+fn check_text(path: &str, text: &str, max: usize, problems: &mut Vec<String>) {
+    let n = text.chars().count();
+    if text.trim().is_empty() {
+        problems.push(format!("{path}: must not be empty"));
+    } else if n > max {
+        problems.push(format!("{path}: {n} characters, at most {max}"));
     }
 }
 

@@ -8,7 +8,7 @@ use switchboard::store::Arg;
 use switchboard::transports::activitypub::mapping;
 
 use super::remote::{Remote, note_create, post_signed};
-use super::{count, setup};
+use super::{count, get_ap, setup};
 use crate::helpers::{Engine, TestApp, on_both_engines, wait_for};
 
 /// POSTs alice's note `n` to echo's inbox, public unless `to`/`cc` say otherwise, answering
@@ -62,24 +62,6 @@ async fn reply_to(remote: &Remote, note: &str) -> Value {
     .await
 }
 
-async fn get(t: &TestApp, url: &str) -> (u16, String, Value) {
-    let r = t
-        .http
-        .get(url)
-        .header("accept", "application/activity+json")
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let ct = r
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    (status, ct, r.json().await.unwrap_or(Value::Null))
-}
-
 on_both_engines!(replies_carry_a_minted_context_that_lists_the_public_thread);
 
 async fn replies_carry_a_minted_context_that_lists_the_public_thread(engine: Engine) {
@@ -109,12 +91,12 @@ async fn replies_carry_a_minted_context_that_lists_the_public_thread(engine: Eng
     );
     assert_eq!(r1["conversation"], context.as_str());
     // It is served at its id with the note it is threaded to (inReplyTo).
-    let (status, _, served) = get(t, r1["id"].as_str().unwrap()).await;
+    let (status, _, served) = get_ap(t, r1["id"].as_str().unwrap()).await;
     assert_eq!(status, 200);
     assert_eq!(served["context"], context.as_str());
 
     // It dereferences to the thread: an OrderedCollection attributed to the agent.
-    let (status, ct, c) = get(t, &context).await;
+    let (status, ct, c) = get_ap(t, &context).await;
     assert_eq!(status, 200, "{c}");
     assert_eq!(ct, "application/activity+json");
     assert_eq!(c["id"], context.as_str());
@@ -153,7 +135,7 @@ async fn replies_carry_a_minted_context_that_lists_the_public_thread(engine: Eng
     .await;
     let r4 = reply_to(remote, &f3).await;
     assert_eq!(r4["context"], context.as_str());
-    let (_, _, c) = get(t, &context).await;
+    let (_, _, c) = get_ap(t, &context).await;
     assert_eq!(
         c["orderedItems"],
         json!([root, r1["id"], f1, r2["id"]]),
@@ -177,7 +159,7 @@ async fn replies_carry_a_minted_context_that_lists_the_public_thread(engine: Eng
     )
     .await
     .unwrap();
-    let (_, _, c) = get(t, &context).await;
+    let (_, _, c) = get_ap(t, &context).await;
     assert_eq!(c["orderedItems"], json!([root, r1["id"], r2["id"]]));
 
     // A server that adopts the context of the note it answers sends ours back: the note stays
@@ -199,7 +181,7 @@ async fn replies_carry_a_minted_context_that_lists_the_public_thread(engine: Eng
         seen.iter().all(|m| m.thread_id == seen[0].thread_id),
         "one thread"
     );
-    let (_, _, c) = get(t, &context).await;
+    let (_, _, c) = get_ap(t, &context).await;
     let items = c["orderedItems"].as_array().unwrap();
     assert!(
         items.contains(&json!(f4)) && items.contains(&r5["id"]),
@@ -269,7 +251,7 @@ async fn an_inbound_context_is_echoed_and_unknown_contexts_are_404(engine: Engin
     assert_eq!(r["conversation"], "tag:remote.example,2026:c3");
     let minted = r["context"].as_str().unwrap().to_owned();
     assert!(minted.starts_with(&format!("{echo}/contexts/")), "{minted}");
-    let (status, _, c) = get(t, &minted).await;
+    let (status, _, c) = get_ap(t, &minted).await;
     assert_eq!(status, 200);
     assert_eq!(c["orderedItems"], json!([m3, r["id"]]));
 
@@ -280,6 +262,6 @@ async fn an_inbound_context_is_echoed_and_unknown_contexts_are_404(engine: Engin
         format!("{}/agents/helper/contexts/{id}", t.base),
         format!("{}/agents/nobody/contexts/{id}", t.base),
     ] {
-        assert_eq!(get(t, &url).await.0, 404, "{url}");
+        assert_eq!(get_ap(t, &url).await.0, 404, "{url}");
     }
 }

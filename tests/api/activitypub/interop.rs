@@ -100,6 +100,21 @@ async fn peer_receives(
     .await
 }
 
+/// Has Fedify follow `target` and waits for the `Accept` it verified; returns the Accept.
+async fn fedify_follows(http: &reqwest::Client, peer: &Peer, target: &str) -> Value {
+    let r = http
+        .post(format!("{}/admin/follow", peer.base))
+        .json(&json!({"target": target}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    peer_receives(http, peer, "Fedify to receive the Accept", |a| {
+        a["type"] == "Accept"
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fedify_follows_mentions_and_gets_replies() {
     if !interop() {
@@ -112,18 +127,7 @@ async fn fedify_follows_mentions_and_gets_replies() {
     let alice = format!("{}/users/alice", peer.base);
 
     // Follow → Accept, which Fedify verified before recording it.
-    let r = t
-        .http
-        .post(format!("{}/admin/follow", peer.base))
-        .json(&json!({"target": echo}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "{:?}", r.text().await);
-    let accept = peer_receives(&t.http, &peer, "Fedify to receive the Accept", |a| {
-        a["type"] == "Accept"
-    })
-    .await;
+    let accept = fedify_follows(&t.http, &peer, &echo).await;
     assert_eq!(accept["actor"], echo);
     let f: Value = t
         .http
@@ -633,15 +637,14 @@ async fn fedify_reads_a_profile_and_gets_one_update_when_it_changes() {
     .await;
     let echo = format!("{}/agents/echo", t.base);
     let http = t.http.clone();
-    let profile: Value = http
+    let r = http
         .post(format!("{}/admin/profile", peer.base))
         .json(&json!({"target": echo}))
         .send()
         .await
-        .unwrap()
-        .json()
-        .await
         .unwrap();
+    assert_eq!(r.status(), 200);
+    let profile: Value = r.json().await.unwrap();
     assert_eq!(profile["type"], "Person", "{profile}");
     assert_eq!(profile["icon"]["mediaType"], "image/png");
     assert!(
@@ -675,17 +678,7 @@ async fn fedify_reads_a_profile_and_gets_one_update_when_it_changes() {
     assert_eq!(profile["indexable"], true);
 
     // Fedify follows the agent.
-    let r = http
-        .post(format!("{}/admin/follow", peer.base))
-        .json(&json!({"target": echo}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "{:?}", r.text().await);
-    peer_receives(&http, &peer, "Fedify to receive the Accept", |a| {
-        a["type"] == "Accept"
-    })
-    .await;
+    fedify_follows(&http, &peer, &echo).await;
 
     // Restarted with the same profile, then with a changed one.
     t.stop().await;

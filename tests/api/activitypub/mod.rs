@@ -28,6 +28,7 @@ mod verification;
 
 use std::sync::Arc;
 
+use serde_json::Value;
 use switchboard::store::{Arg, Db};
 
 use crate::helpers::{Engine, RecordingAgent, TestApp, spawn_app};
@@ -41,6 +42,25 @@ async fn count(db: &Db, sql: &str, args: &[Arg<'_>]) -> i64 {
     }
     let n: Option<N> = db.fetch_optional(sql, args).await.unwrap();
     n.map_or(0, |n| n.n)
+}
+
+/// GETs `url` as an ActivityPub client: status, content type, JSON body (null when not JSON).
+pub(crate) async fn get_ap(t: &TestApp, url: &str) -> (u16, String, Value) {
+    let r = t
+        .http
+        .get(url)
+        .header("accept", "application/activity+json")
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let ct = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (status, ct, r.json().await.unwrap_or(Value::Null))
 }
 
 /// A running app with two recording agents, `echo` and `helper`, and a remote server.

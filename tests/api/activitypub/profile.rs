@@ -8,7 +8,7 @@ use switchboard::config::{AgentActivityPubConfig, ProfileField};
 use switchboard::transports::activitypub::{mapping, sig};
 
 use super::remote::{Remote, now_s, post_signed, published_key};
-use super::{count, setup};
+use super::{count, get_ap, setup};
 use crate::helpers::{Engine, on_both_engines, spawn_on, wait_for};
 
 /// A 1×1 transparent PNG.
@@ -61,17 +61,6 @@ pub(crate) fn with_profile(c: &mut switchboard::Config, p: AgentActivityPubConfi
     echo.activitypub = Some(p);
 }
 
-async fn get_ap(http: &reqwest::Client, url: &str) -> (u16, Value) {
-    let r = http
-        .get(url)
-        .header("accept", "application/activity+json")
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_actor_publishes_the_profile_and_serves_its_documents() {
     let avatar = png_file();
@@ -80,7 +69,7 @@ async fn the_actor_publishes_the_profile_and_serves_its_documents() {
     let (t, http) = (&s.t, &s.t.http);
     let echo = format!("{}/agents/echo", t.base);
 
-    let (_, doc) = get_ap(http, &echo).await;
+    let (_, _, doc) = get_ap(t, &echo).await;
     assert_eq!(doc["type"], "Person", "bot = false: {doc}");
     assert_eq!(doc["discoverable"], false);
     assert_eq!(doc["indexable"], true);
@@ -144,14 +133,14 @@ async fn the_actor_publishes_the_profile_and_serves_its_documents() {
 
     // Featured: the pinned notes, embedded, each dereferenceable at its id.
     assert_eq!(doc["featured"], format!("{echo}/featured"));
-    let (status, featured) = get_ap(http, &format!("{echo}/featured")).await;
+    let (status, _, featured) = get_ap(t, &format!("{echo}/featured")).await;
     assert_eq!(status, 200);
     assert_eq!(featured["type"], "OrderedCollection");
     assert_eq!(featured["totalItems"], 2);
     let items = featured["orderedItems"].as_array().unwrap();
     assert_eq!(items[0]["content"], "<p>Mention me to talk.</p>");
     for item in items {
-        let (status, note) = get_ap(http, item["id"].as_str().unwrap()).await;
+        let (status, _, note) = get_ap(t, item["id"].as_str().unwrap()).await;
         assert_eq!(status, 200);
         assert_eq!(note["id"], item["id"]);
         assert_eq!(note["type"], "Note");
@@ -159,17 +148,17 @@ async fn the_actor_publishes_the_profile_and_serves_its_documents() {
         assert_eq!(note["to"], json!([mapping::PUBLIC]));
         assert_eq!(note["content"], item["content"]);
     }
-    let (status, _) = get_ap(http, &format!("{echo}/pinned/0000000000000000")).await;
+    let (status, _, _) = get_ap(t, &format!("{echo}/pinned/0000000000000000")).await;
     assert_eq!(status, 404);
 
     // An agent without a profile keeps the defaults: a bot, discoverable, not indexable.
-    let (_, helper) = get_ap(http, &format!("{}/agents/helper", t.base)).await;
+    let (_, _, helper) = get_ap(t, &format!("{}/agents/helper", t.base)).await;
     assert_eq!(helper["type"], "Service");
     assert_eq!(helper["discoverable"], true);
     assert_eq!(helper["indexable"], false);
     assert!(helper.get("icon").is_none(), "{helper}");
     assert_eq!(helper["attachment"], json!([]));
-    let (_, empty) = get_ap(http, &format!("{}/agents/helper/featured", t.base)).await;
+    let (_, _, empty) = get_ap(t, &format!("{}/agents/helper/featured", t.base)).await;
     assert_eq!(empty["totalItems"], 0);
 }
 
@@ -311,7 +300,7 @@ async fn a_changed_profile_is_announced_once_per_inbox(engine: Engine) {
         assert_eq!(parsed.key_id, format!("{echo}#main-key"));
         assert!(parsed.verify(&published_key(&t.http, &parsed.key_id).await));
     }
-    let (_, featured) = get_ap(&t.http, &format!("{echo}/featured")).await;
+    let (_, _, featured) = get_ap(&t, &format!("{echo}/featured")).await;
     assert_eq!(featured["totalItems"], 3);
 }
 
