@@ -52,6 +52,7 @@ async fn with_vip(idp: &Ed25519Key) -> TestApp {
     );
     spawn_app(Engine::Sqlite, move |c, _| {
         c.agents.push(AgentConfig {
+            activitypub: None,
             access: None,
             name: "vip".into(),
             display_name: None,
@@ -260,6 +261,7 @@ async fn the_extended_card_goes_only_to_authenticated_callers() {
 /// A local agent `name` whose backend is the remote card at `card`.
 fn relay(name: &str, card: &str, require: bool, keys: Vec<Value>) -> AgentConfig {
     AgentConfig {
+        activitypub: None,
         access: None,
         name: name.into(),
         display_name: None,
