@@ -179,7 +179,8 @@ async fn announce(inner: &Inner, agent: &Agent) -> Result<()> {
     }
     let previous = store::profile_in(&mut tx, &agent.name).await?;
     if previous.as_ref().is_some_and(|p| p.digest == digest) {
-        return Ok(());
+        // Nothing to announce; the images are stored again should they have gone missing.
+        return tx.commit().await;
     }
     let stored = profile.stored_digests();
     let images = stored.iter().copied().collect::<Vec<_>>().join(" ");
@@ -247,6 +248,7 @@ fn update_of(actor: &str, mut doc: Value, now: i64) -> Value {
     })
 }
 
+/// The profile's documents: the `featured` collection, pinned notes, stored images.
 pub(super) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/agents/{name}/featured", web::get().to(featured))
         .route("/agents/{name}/pinned/{key}", web::get().to(pinned))
