@@ -28,7 +28,7 @@ use crate::message::{
     UrlBytes,
 };
 use crate::net::sse::{self, SseReader};
-use crate::net::{HttpClient, HttpRequest};
+use crate::net::{DocumentCache, HttpClient, HttpRequest};
 use crate::store::{Db, messages};
 
 /// The remote agent's card, as far as the client needs it.
@@ -38,6 +38,11 @@ struct RemoteCard {
     streaming: bool,
     legacy: bool,
 }
+
+/// How long a remote card's key set is used before it is fetched again.
+const JWKS_TTL_MS: i64 = 300_000;
+/// A key set is fetched again at most this often.
+const JWKS_MIN_REFETCH_MS: i64 = 1_000;
 
 /// The remote agent and how it is called.
 #[derive(Debug, Clone)]
@@ -66,6 +71,8 @@ pub struct A2aAgent {
     streaming: bool,
     require_signed_card: bool,
     card_keys: Vec<Jwk>,
+    /// The remote card's key sets, fetched (and kept a while) through the guarded client.
+    jwks: DocumentCache,
     http: HttpClient,
     card: Mutex<Option<RemoteCard>>,
     /// Where the agent's earlier responses are: the remote task a thread's last turn left
@@ -97,6 +104,7 @@ impl A2aAgent {
             streaming: remote.streaming,
             require_signed_card: remote.require_signed_card,
             card_keys: remote.card_keys,
+            jwks: DocumentCache::new(http.clone(), JWKS_TTL_MS, JWKS_MIN_REFETCH_MS),
             http,
             card: Mutex::new(None),
             db,
@@ -225,24 +233,12 @@ impl A2aAgent {
     }
 
     async fn fetch_keys(&self, url: &str) -> Result<Vec<Jwk>, JwsError> {
-        let resp = self
-            .http
-            .send(HttpRequest {
-                method: reqwest::Method::GET,
-                url,
-                headers: HeaderMap::new(),
-                body: None,
-                timeout: None,
-            })
+        let body = self
+            .jwks
+            .get(url, false)
             .await
             .map_err(|e| JwsError::KeysUnavailable(format!("{url}: {e}")))?;
-        if !resp.status.is_success() {
-            return Err(JwsError::KeysUnavailable(format!(
-                "{url}: status {}",
-                resp.status
-            )));
-        }
-        serde_json::from_slice::<JwkSet>(&resp.body)
+        serde_json::from_slice::<JwkSet>(&body)
             .map(|set| set.keys)
             .map_err(|e| JwsError::Malformed(format!("key set {url}: {e}")))
     }
