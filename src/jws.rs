@@ -39,7 +39,9 @@ pub enum JwsError {
     Invalid,
 }
 
-fn b64url(b: &[u8]) -> String {
+/// Base64url without padding, as JOSE writes every binary member.
+#[must_use]
+pub fn b64url(b: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
 }
 
@@ -134,8 +136,9 @@ pub fn header(entry: &Value) -> Result<Header, JwsError> {
     })
 }
 
-/// Whether `entry` is a signature of `doc` by `key` under `header`.
-fn verifies(doc: &Value, entry: &Value, header: &Header, key: &Jwk) -> Result<bool, JwsError> {
+/// Whether `entry` is a signature, by `key` under `header`, of the document whose JWS payload
+/// is `payload`.
+fn verifies(payload: &str, entry: &Value, header: &Header, key: &Jwk) -> Result<bool, JwsError> {
     let protected = entry
         .get("protected")
         .and_then(Value::as_str)
@@ -147,7 +150,7 @@ fn verifies(doc: &Value, entry: &Value, header: &Header, key: &Jwk) -> Result<bo
     let Ok(decoding) = DecodingKey::from_jwk(key) else {
         return Ok(false);
     };
-    let input = format!("{protected}.{}", payload(doc)?);
+    let input = format!("{protected}.{payload}");
     Ok(
         jsonwebtoken::crypto::verify(signature, input.as_bytes(), &decoding, header.alg)
             .unwrap_or(false),
@@ -165,7 +168,9 @@ where
     Fut: std::future::Future<Output = Result<Vec<Jwk>, JwsError>>,
 {
     let mut first = None;
-    for entry in entries(doc)? {
+    let entries = entries(doc)?;
+    let payload = payload(doc)?;
+    for entry in entries {
         let outcome = async {
             let h = header(entry)?;
             let keys = keys_for(h.clone()).await?;
@@ -180,7 +185,7 @@ where
                 return Err(JwsError::NoKey(h.kid));
             }
             for k in candidates {
-                if verifies(doc, entry, &h, k)? {
+                if verifies(&payload, entry, &h, k)? {
                     return Ok(());
                 }
             }

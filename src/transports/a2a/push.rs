@@ -14,7 +14,6 @@ use std::collections::HashMap;
 use std::hash::{Hash as _, Hasher as _};
 use std::sync::Arc;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
@@ -55,9 +54,7 @@ pub struct PushJob {
     pub seq: i64,
 }
 
-fn b64url(b: &[u8]) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
-}
+use crate::jws::b64url;
 
 /// The key id of the push key: a thumbprint of its public key.
 #[must_use]
