@@ -32,7 +32,10 @@ enum Command {
         file: Option<PathBuf>,
     },
     /// List the configured agents: fediverse handle, email address, A2A card URL, backend.
-    Agents,
+    Agents {
+        #[command(subcommand)]
+        command: Option<AgentsCommand>,
+    },
     /// Ask the server on this host whether it is up: exits 0 when its health route on the
     /// private listener answers 200, 1 otherwise (a container's HEALTHCHECK, a Kubernetes probe).
     Healthcheck {
@@ -75,6 +78,20 @@ enum Command {
     Openapi {
         /// Output file.
         file: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AgentsCommand {
+    /// Move an agent's fediverse account to another one, which must already name the agent
+    /// among its aliases: the agent's actor then says where it went (`movedTo`), and its
+    /// followers are sent a `Move`, which their servers follow by following the new account.
+    Move {
+        /// The agent.
+        name: String,
+        /// The new account: `@user@host` or its actor URL.
+        #[arg(long)]
+        to: String,
     },
 }
 
@@ -206,11 +223,24 @@ async fn main() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         }
-        Command::Agents => {
+        Command::Agents { command: None } => {
             let config = Config::from_env(cli.config.as_deref())?;
             print!(
                 "{}",
                 ops::agents_table(&ops::agent_addresses(&config, &app::address_kinds())?)
+            );
+        }
+        Command::Agents {
+            command: Some(AgentsCommand::Move { name, to }),
+        } => {
+            let config = Config::from_env(cli.config.as_deref())?;
+            let parts = app::offline_parts(config).await?;
+            let moved =
+                switchboard::transports::activitypub::move_agent(&parts, &name, &to).await?;
+            parts.db.close().await;
+            println!(
+                "moved {} to {}: Move queued for {} follower inbox(es)",
+                moved.from, moved.to, moved.inboxes
             );
         }
         Command::Healthcheck {

@@ -124,11 +124,15 @@ fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr)> {
     Ok((listener, bound))
 }
 
-/// The shared services and the transports' parts, from `config`.
-async fn parts(config: &Config, opts: &Options, addresses: Vec<AddressKind>) -> Result<Parts> {
+/// The shared services and the transports' parts, from `config`, over `db`.
+async fn parts(
+    config: &Config,
+    opts: &Options,
+    addresses: Vec<AddressKind>,
+    db: Db,
+) -> Result<Parts> {
     let site = Site::from_config(config)?;
     let clock = opts.clock.clone();
-    let db = Db::open(&config.database).await?;
     let http = HttpClient::new(config.net.clone(), clock.clone())
         .map_err(|e| Error::Startup(format!("HTTP client: {e}")))?;
     let metrics = Arc::new(Metrics::new());
@@ -178,6 +182,25 @@ async fn parts(config: &Config, opts: &Options, addresses: Vec<AddressKind>) -> 
         trust,
         addresses: addresses.into(),
     })
+}
+
+/// The shared services and the transports' parts, for a command that acts on the server's
+/// data whether it runs or not (`switchboard agents move`): no listener is bound and no worker
+/// started; the jobs it enqueues are run by the server's workers. Without `server.public_url`,
+/// the server's address is `http://{server.bind}`, as the server itself takes it. The database
+/// must exist: only `serve` creates one.
+///
+/// # Errors
+/// An invalid configuration; no database, or database errors.
+pub async fn offline_parts(mut config: Config) -> Result<Parts> {
+    let bind = config.server.bind;
+    config
+        .server
+        .public_url
+        .get_or_insert_with(|| format!("http://{bind}"));
+    config.check_with(&transport_names())?;
+    let db = Db::open_existing(&config.database).await?;
+    parts(&config, &Options::default(), address_kinds(), db).await
 }
 
 /// Starts the queue workers of the pipeline's job kinds and of each module's, refusing a
@@ -235,7 +258,8 @@ impl Application {
         config.check_with(&names)?;
         let (metrics_listener, metrics_addr) = bind(config.server.metrics_bind)?;
         let addresses: Vec<AddressKind> = transports.iter().filter_map(|t| t.address).collect();
-        let parts = parts(&config, &opts, addresses).await?;
+        let db = Db::open(&config.database).await?;
+        let parts = parts(&config, &opts, addresses, db).await?;
         let mut modules = Vec::new();
         for d in &transports {
             modules.extend((d.build)(&parts)?.map(|m| (*d, m)));

@@ -208,6 +208,10 @@ pub struct AgentActivityPubConfig {
     pub discoverable: bool,
     /// Its public posts may be indexed for full-text search (Mastodon's `indexable`).
     pub indexable: bool,
+    /// The agent's other accounts, as actor IRIs (`https://…`) or handles (`@user@host`): the
+    /// actor lists them in `alsoKnownAs`, so that followers of one of them that moves here
+    /// (`Move`) are let through by their servers.
+    pub also_known_as: Vec<String>,
 }
 
 impl Default for AgentActivityPubConfig {
@@ -220,6 +224,7 @@ impl Default for AgentActivityPubConfig {
             bot: true,
             discoverable: true,
             indexable: false,
+            also_known_as: Vec::new(),
         }
     }
 }
@@ -279,7 +284,8 @@ impl AgentActivityPubConfig {
 
     /// Images are files or `https` URLs; at most [`MAX_PROFILE_FIELDS`] fields, each named,
     /// with a value, neither over [`MAX_FIELD_CHARS`]; at most [`MAX_PINNED`] pinned texts,
-    /// none empty or over [`MAX_PINNED_CHARS`]. `at` is the agent's path (`agents[0]`).
+    /// none empty or over [`MAX_PINNED_CHARS`]; at most [`MAX_ALIASES`] other accounts, each
+    /// an `http(s)` actor IRI or a `@user@host` handle. `at` is the agent's path (`agents[0]`).
     pub(super) fn check(&self, at: &str, problems: &mut Vec<String>) {
         let at = format!("{at}.activitypub");
         for (key, value) in self.images() {
@@ -319,6 +325,60 @@ impl AgentActivityPubConfig {
                 problems,
             );
         }
+        check_count(
+            &format!("{at}.also_known_as"),
+            self.also_known_as.len(),
+            "accounts",
+            MAX_ALIASES,
+            problems,
+        );
+        for (i, alias) in self.also_known_as.iter().enumerate() {
+            if let Err(why) = AccountRef::parse(alias) {
+                problems.push(format!("{at}.also_known_as[{i}] {alias:?}: {why}"));
+            }
+        }
+    }
+}
+
+/// Most other accounts an agent lists in `also_known_as` (Mastodon lets an account name
+/// that many aliases).
+pub const MAX_ALIASES: usize = 10;
+
+/// Another fediverse account, as the operator names it: an actor IRI or a handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccountRef<'a> {
+    /// An `http(s)` actor IRI.
+    Iri(&'a str),
+    /// `@user@host` (the leading `@` optional): the user and the host.
+    Handle(&'a str, &'a str),
+}
+
+impl<'a> AccountRef<'a> {
+    /// Reads `value` as an actor IRI or a handle.
+    ///
+    /// # Errors
+    /// What is wrong with it, for a problem line.
+    pub fn parse(value: &'a str) -> Result<Self, String> {
+        if value.starts_with("https://") || value.starts_with("http://") {
+            return url::Url::parse(value)
+                .ok()
+                .filter(|u| u.host_str().is_some())
+                .map(|_| Self::Iri(value))
+                .ok_or_else(|| "not a valid URL".to_owned());
+        }
+        let (user, host) = value
+            .strip_prefix('@')
+            .unwrap_or(value)
+            .split_once('@')
+            .ok_or("must be an actor URL (https://…) or a handle (@user@host)")?;
+        let valid_host = !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'));
+        if user.is_empty() || user.contains(['@', '/', ' ']) || !valid_host {
+            return Err("must be an actor URL (https://…) or a handle (@user@host)".to_owned());
+        }
+        Ok(Self::Handle(user, host))
     }
 }
 

@@ -41,8 +41,8 @@ pub use a2a::{
 };
 pub use access::{AccessConfig, AccessDefault, AccessRule, RefusalReply};
 pub use activitypub::{
-    ActivityPubConfig, AgentActivityPubConfig, ImageSource, MAX_PINNED, MAX_PROFILE_FIELDS,
-    ProfileField, image_type, read_image_file,
+    AccountRef, ActivityPubConfig, AgentActivityPubConfig, ImageSource, MAX_ALIASES, MAX_PINNED,
+    MAX_PROFILE_FIELDS, ProfileField, image_type, read_image_file,
 };
 pub use agents::{AgentConfig, BackendConfig};
 pub use api::ApiConfig;

@@ -180,6 +180,24 @@ async fn instance_actor(state: web::Data<HttpState>) -> HttpResponse {
 
 /// The actor document of an agent, its profile (`[agents.activitypub]`) included.
 pub(super) async fn actor_doc(inner: &Inner, agent: &Agent) -> crate::Result<Value> {
+    let profile = inner
+        .published(&agent.name)
+        .await?
+        .doc()
+        .properties(&inner.actor_url(&agent.name));
+    actor_doc_of(inner, agent, profile).await
+}
+
+/// The actor document of `agent`, with `profile` (what `ProfileDoc::properties` gives) as its
+/// profile.
+///
+/// # Errors
+/// Key store errors.
+pub(super) async fn actor_doc_of(
+    inner: &Inner,
+    agent: &Agent,
+    profile: serde_json::Map<String, Value>,
+) -> crate::Result<Value> {
     let rsa = inner
         .keys
         .rsa(&Inner::rsa_key_name(&agent.name))
@@ -233,7 +251,7 @@ pub(super) async fn actor_doc(inner: &Inner, agent: &Agent) -> crate::Result<Val
         }],
     });
     if let Some(m) = doc.as_object_mut() {
-        m.extend(inner.profile(&agent.name).doc().properties(&id));
+        m.extend(profile);
     }
     Ok(doc)
 }

@@ -16,6 +16,8 @@
 //! - `software`: what software remote servers run (NodeInfo), for the reply length they take.
 //! - `profile`: agents' profiles (`[agents.activitypub]`): images, the `featured` collection,
 //!   the `Update` of the actor sent at start when the profile changed.
+//! - `migration`: other accounts of an agent (`alsoKnownAs`) and its move to a new one
+//!   (`Move`, `movedTo`).
 //! - `outbound`: replies as `Create(Note)` (a thread of them when too long) and the per-inbox
 //!   delivery jobs.
 //!
@@ -30,6 +32,7 @@ pub mod html;
 mod inbox;
 mod long_replies;
 pub mod mapping;
+mod migration;
 mod moderation;
 mod outbound;
 mod profile;
@@ -48,6 +51,7 @@ use std::sync::{Arc, Mutex};
 use actix_web::web;
 
 pub use fetch::RemoteActor;
+pub use migration::{Moved, move_agent};
 pub use outbound::DeliverHandler;
 
 use tokio::sync::watch;
@@ -113,6 +117,9 @@ struct Inner {
     seen_cleanup: std::sync::atomic::AtomicI64,
     /// Agents' profiles (`[agents.activitypub]`) by lower-case name, images read.
     profiles: HashMap<String, Arc<profile::AgentProfile>>,
+    /// Agents' other accounts (`also_known_as`) as actor IRIs, by lower-case name: resolved
+    /// at start.
+    aliases: Mutex<HashMap<String, Arc<[String]>>>,
 }
 
 impl ActivityPub {
@@ -152,6 +159,7 @@ impl ActivityPub {
                 software: Mutex::new(HashMap::new()),
                 software_lookups: crate::net::gates::Gates::default(),
                 profiles,
+                aliases: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -250,6 +258,7 @@ impl TransportModule for ActivityPub {
     /// inboxes, collections, notes, profile documents, each handler reaching the pipeline
     /// through `pipeline`.
     async fn start(&self, pipeline: &Pipeline, _: watch::Receiver<bool>) -> Result<Started> {
+        migration::resolve_aliases(&self.inner).await;
         profile::announce_changes(&self.inner).await?;
         let state = HttpState {
             ap: self.clone(),

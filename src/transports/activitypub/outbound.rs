@@ -14,11 +14,13 @@ use futures_util::future::join_all;
 use reqwest::header::HeaderValue;
 use serde_json::Value;
 
+use super::fetch::FetchError;
 use super::long_replies;
 use super::mapping::{self, Recipient, ReplyPlan, str_of};
 use super::reply_context::{NoteContext, ReplyContext};
 use super::wire::{self, FromJson as _};
 use super::{ActivityPub, Inner, JOB_KIND, NAME, proof, store};
+use crate::config::AccountRef;
 use crate::error::{Error, OutboundError, PeerStatus, Result};
 use crate::message::{BytesRef, Part, Visibility};
 use crate::net::HttpRequest;
@@ -108,10 +110,20 @@ fn temp(e: impl std::fmt::Display) -> OutboundError {
 impl Inner {
     /// Resolves a mention (`@user@host` via WebFinger, or an actor IRI) to an actor.
     async fn resolve_mention(&self, m: &str) -> Option<Arc<super::RemoteActor>> {
-        if m.starts_with("https://") || m.starts_with("http://") {
-            return self.actor(m, false).await.ok();
-        }
-        let (user, host) = m.trim_start_matches('@').split_once('@')?;
+        self.resolve_account(m, false).await.ok()
+    }
+
+    /// Resolves an account (`@user@host` via WebFinger, or an actor IRI) to its actor,
+    /// fetched afresh when `force`.
+    pub(super) async fn resolve_account(
+        &self,
+        m: &str,
+        force: bool,
+    ) -> std::result::Result<Arc<super::RemoteActor>, FetchError> {
+        let (user, host) = match AccountRef::parse(m).map_err(FetchError::Permanent)? {
+            AccountRef::Iri(iri) => return self.actor(iri, force).await,
+            AccountRef::Handle(user, host) => (user, host),
+        };
         let scheme = if self.allow_private { "http" } else { "https" };
         let url = format!("{scheme}://{host}/.well-known/webfinger?resource=acct:{user}@{host}");
         let resp = self
@@ -123,17 +135,30 @@ impl Inner {
                 body: None,
                 timeout: Some(std::time::Duration::from_millis(self.cfg.fetch_timeout_ms)),
             })
-            .await
-            .ok()?;
-        let jrd: Value = serde_json::from_slice(&resp.body).ok()?;
+            .await?;
+        match resp.status.as_u16() {
+            404 | 410 => return Err(FetchError::Gone),
+            s if s >= 500 || s == 429 => {
+                return Err(FetchError::Temporary(format!(
+                    "WebFinger of {user}@{host} answered {s}"
+                )));
+            }
+            _ => {}
+        }
+        let jrd: Value = serde_json::from_slice(&resp.body).map_err(|_| {
+            FetchError::Permanent(format!("WebFinger of {user}@{host} answered no JSON"))
+        })?;
         let href = mapping::many(jrd.get("links")).into_iter().find_map(|l| {
             (str_of(l, "rel") == Some("self")
                 && str_of(l, "type")
                     .is_some_and(|t| t.contains("activity+json") || t.contains("ld+json")))
             .then(|| str_of(l, "href"))
             .flatten()
+        });
+        let href = href.ok_or_else(|| {
+            FetchError::Permanent(format!("WebFinger of {user}@{host} names no actor"))
         })?;
-        self.actor(href, false).await.ok()
+        self.actor(href, force).await
     }
 
     /// The context of a thread that came without one: the one minted for it before (by any

@@ -54,7 +54,14 @@ impl AgentProfile {
             header: self.header.as_ref().map(|i| &i.published),
             fields: &self.cfg.fields,
             pinned: &self.cfg.pinned,
+            also_known_as: &[],
+            moved_to: None,
         }
+    }
+
+    /// The configured profile.
+    pub(super) fn config(&self) -> &AgentActivityPubConfig {
+        &self.cfg
     }
 
     fn images(&self) -> impl Iterator<Item = &Image> {
@@ -66,6 +73,62 @@ impl AgentProfile {
         self.images()
             .filter_map(|i| i.stored.as_ref().map(|b| b.digest.as_str()))
             .collect()
+    }
+}
+
+/// What an agent's actor publishes of its profile: the configured one, the other accounts it
+/// names and the account it moved to.
+#[derive(Debug, Clone)]
+pub(super) struct Published {
+    profile: Arc<AgentProfile>,
+    aliases: Arc<[String]>,
+    moved_to: Option<String>,
+}
+
+impl Published {
+    /// `agent`'s profile as it stands, with `moved_to`.
+    pub(super) fn new(inner: &Inner, agent: &str, moved_to: Option<String>) -> Self {
+        Self {
+            profile: inner.profile(agent),
+            aliases: inner.aliases(agent),
+            moved_to,
+        }
+    }
+
+    /// What the actor document publishes of it.
+    pub(super) fn doc(&self) -> ProfileDoc<'_> {
+        ProfileDoc {
+            also_known_as: &self.aliases,
+            moved_to: self.moved_to.as_deref(),
+            ..self.profile.doc()
+        }
+    }
+}
+
+impl Inner {
+    /// What `agent`'s actor publishes of its profile now, its move read from the database.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub(super) async fn published(&self, agent: &str) -> Result<Published> {
+        let moved_to = store::moved_to(&self.db, agent).await?;
+        Ok(Published::new(self, agent, moved_to))
+    }
+
+    /// The inboxes of `agent`'s remote followers, each shared inbox once: where what concerns
+    /// all of them (its profile, its move) is delivered.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub(super) async fn follower_inboxes(&self, agent: &str) -> Result<Vec<String>> {
+        Ok(store::followers(&self.db, agent)
+            .await?
+            .into_iter()
+            .map(|f| f.inbox)
+            .filter(|i| !self.is_local(i))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect())
     }
 }
 
@@ -166,8 +229,10 @@ pub(super) async fn announce_changes(inner: &Inner) -> Result<()> {
 async fn announce(inner: &Inner, agent: &Agent) -> Result<()> {
     let profile = inner.profile(&agent.name);
     let actor = inner.actor_url(&agent.name);
-    let doc = super::documents::actor_doc(inner, agent).await?;
-    let digest = profile.doc().digest(
+    let published = inner.published(&agent.name).await?;
+    let doc =
+        super::documents::actor_doc_of(inner, agent, published.doc().properties(&actor)).await?;
+    let digest = published.doc().digest(
         &actor,
         mapping::str_of(&doc, "name").unwrap_or_default(),
         mapping::str_of(&doc, "summary").unwrap_or_default(),
@@ -213,14 +278,7 @@ async fn announce(inner: &Inner, agent: &Agent) -> Result<()> {
         .collect();
     let dropped: Vec<&str> = dropped.iter().map(String::as_str).collect();
     crate::store::blobs::release(&mut tx, &dropped).await?;
-    let inboxes: Vec<String> = store::followers(&inner.db, &agent.name)
-        .await?
-        .into_iter()
-        .map(|f| f.inbox)
-        .filter(|i| !inner.is_local(i))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let inboxes = inner.follower_inboxes(&agent.name).await?;
     let update = update_of(&actor, doc, now);
     let enqueued =
         super::outbound::enqueue(inner, &mut tx, &agent.name, &inboxes, &[update]).await?;
@@ -232,7 +290,7 @@ async fn announce(inner: &Inner, agent: &Agent) -> Result<()> {
 
 /// The `Update` of the actor `doc` (its `@context` moved to the activity), public, to the
 /// agent's followers; its id names the time it was made.
-fn update_of(actor: &str, mut doc: Value, now: i64) -> Value {
+pub(super) fn update_of(actor: &str, mut doc: Value, now: i64) -> Value {
     let context = doc
         .as_object_mut()
         .and_then(|m| m.remove("@context"))

@@ -699,3 +699,38 @@ pub async fn replace_profile(
     };
     Ok(n > 0)
 }
+
+/// The account `agent` moved to (`ap_moves`), if it moved.
+///
+/// # Errors
+/// Database errors.
+pub async fn moved_to(db: &Db, agent: &str) -> Result<Option<String>> {
+    let row: Option<MoveRow> = db
+        .fetch_optional(
+            "SELECT target FROM ap_moves WHERE agent = $1",
+            &[Arg::Text(agent)],
+        )
+        .await?;
+    Ok(row.map(|r| r.target))
+}
+
+/// A recorded move (`ap_moves`).
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
+struct MoveRow {
+    /// The actor IRI moved to.
+    target: String,
+}
+
+/// Records in `tx` that `agent` moved to the actor `target`, in place of any earlier move.
+///
+/// # Errors
+/// Database errors.
+pub async fn record_move(tx: &mut Tx, agent: &str, target: &str, now: i64) -> Result<()> {
+    tx.execute(
+        "INSERT INTO ap_moves (agent, target, moved_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (agent) DO UPDATE SET target = excluded.target, moved_at = excluded.moved_at",
+        &[Arg::Text(agent), Arg::Text(target), Arg::Int(now)],
+    )
+    .await?;
+    Ok(())
+}

@@ -714,3 +714,97 @@ async fn fedify_reads_a_profile_and_gets_one_update_when_it_changes() {
         .count();
     assert_eq!(updates, 1, "one Update: none for the unchanged restart");
 }
+
+/// Fedify follows `echo`, which then moves to `next` (naming `echo` among its aliases): Fedify
+/// verifies the `Move`, finds the alias on the new account and follows it, as Mastodon does;
+/// it reads `movedTo` in the old actor's `Update` and the alias on the new actor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fedify_follows_an_agent_that_moved() {
+    if !interop() {
+        return;
+    }
+    let peer = start_peer().await;
+    let bind: std::net::SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let base = format!("http://{bind}");
+    let echo = format!("{base}/agents/echo");
+    let next = format!("{base}/agents/next");
+    let config: Arc<Mutex<Option<switchboard::Config>>> = Arc::default();
+    let kept = Arc::clone(&config);
+    let alias = echo.clone();
+    let t = crate::helpers::spawn_app(Engine::Sqlite, move |c, _| {
+        c.server.bind = bind;
+        super::migration::add_agent(c, "next", vec![alias]);
+        *kept.lock().unwrap() = Some(c.clone());
+    })
+    .await;
+    let mut config = config.lock().unwrap().take().unwrap();
+    config.server.public_url = Some(t.base.clone());
+    fedify_follows(&t.http, &peer, &echo).await;
+
+    let parts = switchboard::app::offline_parts(config).await.unwrap();
+    let moved = switchboard::transports::activitypub::move_agent(&parts, "echo", &next)
+        .await
+        .unwrap();
+    assert_eq!(moved.inboxes, 1);
+    let moves = wait_for(30, "Fedify to follow the new account", || async {
+        let m: Vec<Value> = t
+            .http
+            .get(format!("{}/admin/moves", peer.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (!m.is_empty()).then_some(m)
+    })
+    .await;
+    assert_eq!(
+        moves,
+        vec![json!({"from": echo, "to": next, "followed": true})]
+    );
+    // `next` has Fedify's actor among its followers, and Fedify its Accept.
+    let db = t.open_db().await;
+    let alice = format!("{}/users/alice", peer.base);
+    wait_for(30, "next's new follower", || async {
+        (count(
+            &db,
+            "SELECT COUNT(*) AS n FROM ap_followers WHERE agent = 'next' AND actor = $1",
+            &[Arg::Text(&alice)],
+        )
+        .await
+            == 1)
+            .then_some(())
+    })
+    .await;
+    peer_receives(&t.http, &peer, "Fedify to receive next's Accept", |a| {
+        a["type"] == "Accept" && a["actor"] == next
+    })
+    .await;
+    let profile = |target: String| {
+        let http = t.http.clone();
+        let url = format!("{}/admin/profile", peer.base);
+        async move {
+            http.post(url)
+                .json(&json!({"target": target}))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    // The old actor as Fedify read it from the verified Update (its own cache of the actor
+    // is minutes old), and the new one as it looked it up.
+    let update = peer_receives(&t.http, &peer, "Fedify to receive the Update", |a| {
+        a["type"] == "Update" && a["actor"] == echo
+    })
+    .await;
+    assert_eq!(update["object"]["movedTo"], next, "{update}");
+    assert_eq!(profile(next.clone()).await["aliases"], json!([echo]));
+    parts.db.close().await;
+}

@@ -20,6 +20,7 @@ mod inbox;
 mod interop;
 mod interop_rs;
 mod loops;
+mod migration;
 mod moderation;
 mod multi_agent;
 mod profile;

@@ -5,9 +5,9 @@
 
 use serde_json::{Value, json};
 use switchboard::config::{AgentActivityPubConfig, ProfileField};
-use switchboard::transports::activitypub::{mapping, sig};
+use switchboard::transports::activitypub::mapping;
 
-use super::remote::{Remote, now_s, post_signed, published_key};
+use super::remote::{Remote, post_signed, signed_by};
 use super::{count, get_ap, setup};
 use crate::helpers::{Engine, on_both_engines, spawn_on, wait_for};
 
@@ -52,6 +52,7 @@ pub(crate) fn full_profile(avatar: &str) -> AgentActivityPubConfig {
         bot: false,
         discoverable: false,
         indexable: true,
+        also_known_as: vec!["https://old.example/users/echo".into()],
     }
 }
 
@@ -79,6 +80,13 @@ async fn the_actor_publishes_the_profile_and_serves_its_documents() {
     assert_eq!(terms["indexable"], "toot:indexable");
     assert_eq!(terms["PropertyValue"], "schema:PropertyValue");
     assert_eq!(terms["featured"]["@id"], "toot:featured");
+    assert_eq!(terms["alsoKnownAs"]["@id"], "as:alsoKnownAs");
+    // Its other account, by IRI; it moved nowhere.
+    assert_eq!(
+        doc["alsoKnownAs"],
+        json!(["https://old.example/users/echo"])
+    );
+    assert!(doc.get("movedTo").is_none(), "{doc}");
 
     // The avatar file: stored, served at a URL naming its content hash, with its type.
     let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(png()));
@@ -163,7 +171,7 @@ async fn the_actor_publishes_the_profile_and_serves_its_documents() {
 }
 
 /// Follows `echo` as `name` (signed as the remote actor) and waits for the Accept.
-async fn follow(t: &crate::helpers::TestApp, remote: &Remote, name: &str) {
+pub(crate) async fn follow(t: &crate::helpers::TestApp, remote: &Remote, name: &str) {
     let actor = remote.actor_url(name);
     let echo = format!("{}/agents/echo", t.base);
     let follow = json!({"@context": "https://www.w3.org/ns/activitystreams",
@@ -275,7 +283,8 @@ async fn a_changed_profile_is_announced_once_per_inbox(engine: Engine) {
     let mut paths: Vec<&str> = updates.iter().map(|u| u.0.as_str()).collect();
     paths.sort_unstable();
     assert_eq!(paths, ["/inbox", "/users/carol/inbox"]);
-    for (path, headers, body) in &updates {
+    for post in &updates {
+        let body = &post.2;
         assert_eq!(body["actor"], echo);
         assert_eq!(body["object"]["id"], echo);
         assert_eq!(body["object"]["type"], "Service", "the new profile: {body}");
@@ -287,18 +296,10 @@ async fn a_changed_profile_is_announced_once_per_inbox(engine: Engine) {
                 .contains(&json!(mapping::PUBLIC))
         );
         // Signed by the agent's key, over the bytes sent.
-        let raw = remote.raw_body_of(&body["id"]);
-        let lookup = |n: &str| headers.get(n).cloned();
-        let target = format!("{}{path}", remote.base);
-        let view = sig::RequestView {
-            method: "POST",
-            path_and_query: path,
-            target_uri: &target,
-            header: &lookup,
-        };
-        let parsed = sig::parse_any(&view, Some(&raw), now_s()).unwrap();
-        assert_eq!(parsed.key_id, format!("{echo}#main-key"));
-        assert!(parsed.verify(&published_key(&t.http, &parsed.key_id).await));
+        assert_eq!(
+            signed_by(&t.http, &remote, post).await,
+            format!("{echo}#main-key")
+        );
     }
     let (_, _, featured) = get_ap(&t, &format!("{echo}/featured")).await;
     assert_eq!(featured["totalItems"], 3);
@@ -318,6 +319,11 @@ async fn check_config_refuses_bad_profiles() {
         .collect();
     p.fields[0].value = "x".repeat(256);
     p.pinned = vec![String::new(); 6];
+    p.also_known_as = vec![
+        "old.example/users/echo".into(),
+        "@echo@".into(),
+        "https://".into(),
+    ];
     with_profile(&mut c, p);
     let problems = c.check().unwrap_err().to_string();
     for needle in [
@@ -326,6 +332,9 @@ async fn check_config_refuses_bad_profiles() {
         "agents[0].activitypub.fields[0].value: 256 characters, at most 255",
         "agents[0].activitypub.pinned: 6 posts, at most 5",
         "agents[0].activitypub.pinned[0]: must not be empty",
+        "agents[0].activitypub.also_known_as[0] \"old.example/users/echo\": must be an actor URL (https://…) or a handle (@user@host)",
+        "agents[0].activitypub.also_known_as[1] \"@echo@\": must be",
+        "agents[0].activitypub.also_known_as[2] \"https://\": not a valid URL",
     ] {
         assert!(problems.contains(needle), "{needle} in {problems}");
     }

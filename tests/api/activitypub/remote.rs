@@ -345,3 +345,21 @@ pub(crate) async fn post_rfc9421(
     }
     req.send().await.unwrap()
 }
+
+/// The key id that signed `post` (delivered to `remote`) over the bytes sent, after checking
+/// the signature with the key published at that id.
+pub(crate) async fn signed_by(http: &reqwest::Client, remote: &Remote, post: &Post) -> String {
+    let (path, headers, body) = post;
+    let raw = remote.raw_body_of(&body["id"]);
+    let lookup = |n: &str| headers.get(n).cloned();
+    let target = format!("{}{path}", remote.base);
+    let view = sig::RequestView {
+        method: "POST",
+        path_and_query: path,
+        target_uri: &target,
+        header: &lookup,
+    };
+    let parsed = sig::parse_any(&view, Some(&raw), now_s()).unwrap();
+    assert!(parsed.verify(&published_key(http, &parsed.key_id).await));
+    parsed.key_id
+}

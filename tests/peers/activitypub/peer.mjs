@@ -10,6 +10,9 @@
 //        icon, image, fields (PropertyValue attachments), the featured collection's notes, the
 //        first of them looked up at its id, discoverable, indexable
 //   GET  /admin/received                                              -> activities received (JSON-LD)
+//   GET  /admin/moves    -> the Moves received and what came of them: as Mastodon does, the new
+//        account is looked up and, when it names the old one among its aliases (alsoKnownAs),
+//        alice follows it ({from, to, followed}); /admin/profile also shows movedTo and aliases
 // NodeInfo 2.1 names the software $PEER_SOFTWARE (default "fedify-peer"), so a test can give
 // servers running it a reply length limit.
 // A target may be a handle, which Fedify resolves by WebFinger (over https, as it always does
@@ -28,6 +31,7 @@ import {
   Endpoints,
   Follow,
   Mention,
+  Move,
   Note,
   Person,
   PropertyValue,
@@ -44,6 +48,7 @@ const pairs = [
   await generateCryptoKeyPair("Ed25519"),
 ];
 const received = [];
+const moves = [];
 
 const federation = createFederation({
   kv: new MemoryKvStore(),
@@ -84,6 +89,26 @@ federation.setFollowersDispatcher("/users/{identifier}/followers", async () => (
 
 federation
   .setInboxListeners("/users/{identifier}/inbox", "/inbox")
+  .on(Move, async (ctx, move) => {
+    received.push(await move.toJsonLd({ format: "compact" }));
+    const from = move.actorId?.href;
+    const target = move.targetId == null ? null : await ctx.lookupObject(move.targetId);
+    const named = target != null && move.objectId?.href === from &&
+      target.aliasIds.some((a) => a.href === from);
+    if (named) {
+      await ctx.sendActivity(
+        { identifier: "alice" },
+        target,
+        new Follow({
+          id: new URL(`${origin}/follows/${crypto.randomUUID()}`),
+          actor: ctx.getActorUri("alice"),
+          object: target.id,
+        }),
+        { immediate: true },
+      );
+    }
+    moves.push({ from, to: target?.id?.href ?? null, followed: named });
+  })
   .on(Activity, async (_ctx, activity) => {
     received.push(await activity.toJsonLd({ format: "compact" }));
   })
@@ -101,6 +126,9 @@ async function admin(req, url) {
   const ctx = federation.createContext(new URL(origin), undefined);
   if (req.method === "GET" && url.pathname === "/admin/received") {
     return json(received);
+  }
+  if (req.method === "GET" && url.pathname === "/admin/moves") {
+    return json(moves);
   }
   const body = await req.json();
   const target = await ctx.lookupObject(body.target);
@@ -148,6 +176,8 @@ async function admin(req, url) {
       pinned,
       discoverable: target.discoverable,
       indexable: target.indexable,
+      movedTo: target.successorId?.href ?? null,
+      aliases: target.aliasIds.map((a) => a.href),
     });
   }
   if (url.pathname === "/admin/follow") {

@@ -41,6 +41,10 @@ pub struct ProfileDoc<'a> {
     pub fields: &'a [ProfileField],
     /// The pinned texts, in order.
     pub pinned: &'a [String],
+    /// `alsoKnownAs`: the agent's other accounts, as actor IRIs.
+    pub also_known_as: &'a [String],
+    /// `movedTo`: the account the agent moved to.
+    pub moved_to: Option<&'a str>,
 }
 
 /// The actor type of an agent: `Service` (a bot, Mastodon's bot badge) or `Person`.
@@ -61,6 +65,8 @@ pub fn context_terms() -> Value {
         "schema": "http://schema.org#",
         "PropertyValue": "schema:PropertyValue",
         "value": "schema:value",
+        "alsoKnownAs": {"@id": "as:alsoKnownAs", "@type": "@id"},
+        "movedTo": {"@id": "as:movedTo", "@type": "@id"},
     })
 }
 
@@ -192,6 +198,12 @@ impl ProfileDoc<'_> {
         m.insert("featured".into(), json!(featured_url(actor)));
         m.insert("discoverable".into(), json!(self.discoverable));
         m.insert("indexable".into(), json!(self.indexable));
+        if !self.also_known_as.is_empty() {
+            m.insert("alsoKnownAs".into(), json!(self.also_known_as));
+        }
+        if let Some(to) = self.moved_to {
+            m.insert("movedTo".into(), json!(to));
+        }
         m
     }
 
@@ -348,6 +360,8 @@ mod tests {
             header: Some(&header),
             fields: &[],
             pinned: &pinned,
+            also_known_as: &[],
+            moved_to: None,
         };
         let actor = "https://sb.example/agents/a";
         let p = doc.properties(actor);
@@ -384,6 +398,18 @@ mod tests {
             }
             .digest(actor, "A", "")
         );
+        // Neither alias nor move is published until there is one; each changes the digest.
+        assert!(p.get("alsoKnownAs").is_none() && p.get("movedTo").is_none());
+        let aliases = vec!["https://old.example/users/a".to_owned()];
+        let moved = ProfileDoc {
+            also_known_as: &aliases,
+            moved_to: Some("https://new.example/users/a"),
+            ..doc.clone()
+        };
+        let m = moved.properties(actor);
+        assert_eq!(m["alsoKnownAs"], json!(aliases));
+        assert_eq!(m["movedTo"], "https://new.example/users/a");
+        assert_ne!(d, moved.digest(actor, "A", ""));
     }
 
     #[test]
