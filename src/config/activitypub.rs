@@ -212,6 +212,23 @@ pub struct AgentActivityPubConfig {
     /// actor lists them in `alsoKnownAs`, so that followers of one of them that moves here
     /// (`Move`) are let through by their servers.
     pub also_known_as: Vec<String>,
+    /// Who may quote the agent's public notes (FEP-044f, Mastodon's quote posts): `anyone`
+    /// (the default, as on Mastodon), `followers` or `nobody`. Its notes publish it as their
+    /// `interactionPolicy`, and quote requests are answered by it.
+    pub quote_policy: QuotePolicy,
+}
+
+/// Who may quote an agent's notes (`quote_policy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuotePolicy {
+    /// Anyone, for public and unlisted notes.
+    #[default]
+    Anyone,
+    /// The agent's followers.
+    Followers,
+    /// No one.
+    Nobody,
 }
 
 impl Default for AgentActivityPubConfig {
@@ -225,6 +242,7 @@ impl Default for AgentActivityPubConfig {
             discoverable: true,
             indexable: false,
             also_known_as: Vec::new(),
+            quote_policy: QuotePolicy::default(),
         }
     }
 }

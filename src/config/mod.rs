@@ -42,7 +42,7 @@ pub use a2a::{
 pub use access::{AccessConfig, AccessDefault, AccessRule, RefusalReply};
 pub use activitypub::{
     AccountRef, ActivityPubConfig, AgentActivityPubConfig, ImageSource, MAX_ALIASES, MAX_PINNED,
-    MAX_PROFILE_FIELDS, ProfileField, image_type, read_image_file,
+    MAX_PROFILE_FIELDS, ProfileField, QuotePolicy, image_type, read_image_file,
 };
 pub use agents::{AgentConfig, BackendConfig};
 pub use api::ApiConfig;

@@ -227,6 +227,9 @@ async fn process(
         "Undo" => activities::on_undo(inner, pipeline, &activity, &auth).await?,
         "Delete" => activities::on_delete(inner, pipeline, &activity, &auth).await?,
         "Update" => activities::on_update(inner, &activity, &auth).await?,
+        "QuoteRequest" => {
+            super::quotes::on_quote_request(inner, pipeline, &activity, &auth).await?
+        }
         other => tracing::debug!(kind = other, activity = %id, "activity ignored"),
     }
     store::mark_seen(&inner.db, &id, now).await?;

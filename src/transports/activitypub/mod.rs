@@ -18,6 +18,8 @@
 //!   the `Update` of the actor sent at start when the profile changed.
 //! - `migration`: other accounts of an agent (`alsoKnownAs`) and its move to a new one
 //!   (`Move`, `movedTo`).
+//! - `quotes`: quote requests (FEP-044f) answered by the agent's `quote_policy`, and the
+//!   authorizations it grants.
 //! - `outbound`: replies as `Create(Note)` (a thread of them when too long) and the per-inbox
 //!   delivery jobs.
 //!
@@ -37,6 +39,7 @@ mod moderation;
 mod outbound;
 mod profile;
 pub mod proof;
+mod quotes;
 mod reject;
 pub mod reply_context;
 pub mod sig;
@@ -272,6 +275,7 @@ impl TransportModule for ActivityPub {
                 inbox::routes(cfg, limit);
                 documents::routes(cfg);
                 profile::routes(cfg);
+                quotes::routes(cfg);
             })),
             ..Started::default()
         })

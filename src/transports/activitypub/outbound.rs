@@ -214,6 +214,7 @@ impl Inner {
             .ok_or_else(|| OutboundError::permanent(format!("no agent {}", d.response.agent)))?;
         let actor = self.actor_url(&agent.name);
         let followers = format!("{actor}/followers");
+        let quote_policy = self.profile(&agent.name).config().quote_policy;
         let ctx = ReplyContext::of(&d.original)?;
         let original_note = ctx.note.as_ref();
         let sender_iri = ctx
@@ -403,6 +404,17 @@ impl Inner {
             // Attachments go with the first note, the one answering the original.
             let mut note = mapping::reply_note(&plan, attachments.take().unwrap_or_default());
             mapping::mark_chain(&mut note, chain);
+            if let Some(m) = note.as_object_mut() {
+                m.insert(
+                    "interactionPolicy".into(),
+                    mapping::quotes::interaction_policy(
+                        quote_policy,
+                        &actor,
+                        &followers,
+                        &visibility,
+                    ),
+                );
+            }
             let mut create = mapping::create_of(&note);
             proof::attach(
                 &mut create,

@@ -734,3 +734,61 @@ pub async fn record_move(tx: &mut Tx, agent: &str, target: &str, now: i64) -> Re
     .await?;
     Ok(())
 }
+
+/// Whether `actor` follows `agent`.
+///
+/// # Errors
+/// Database errors.
+pub async fn is_follower(db: &Db, agent: &str, actor: &str) -> Result<bool> {
+    let row: Option<FollowerRow> = db
+        .fetch_optional(
+            "SELECT actor, inbox FROM ap_followers WHERE agent = $1 AND actor = $2",
+            &[Arg::Text(agent), Arg::Text(actor)],
+        )
+        .await?;
+    Ok(row.is_some())
+}
+
+/// A quote an agent authorized (`ap_quote_authorizations`).
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
+pub struct QuoteRow {
+    /// The agent whose note is quoted.
+    pub agent: String,
+    /// The quoting note's IRI.
+    pub quoting: String,
+    /// The quoted note's IRI (ours).
+    pub quoted: String,
+}
+
+/// Records in `tx` that `agent` lets `quoting` quote its note `quoted`, under `key` (a second
+/// record under the same key changes nothing).
+///
+/// # Errors
+/// Database errors.
+pub async fn authorize_quote(tx: &mut Tx, key: &str, q: &QuoteRow, now: i64) -> Result<()> {
+    tx.execute(
+        "INSERT INTO ap_quote_authorizations (key, agent, quoting, quoted, created_at) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        &[
+            Arg::Text(key),
+            Arg::Text(&q.agent),
+            Arg::Text(&q.quoting),
+            Arg::Text(&q.quoted),
+            Arg::Int(now),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The quote authorized under `key`.
+///
+/// # Errors
+/// Database errors.
+pub async fn quote_authorization(db: &Db, key: &str) -> Result<Option<QuoteRow>> {
+    db.fetch_optional(
+        "SELECT agent, quoting, quoted FROM ap_quote_authorizations WHERE key = $1",
+        &[Arg::Text(key)],
+    )
+    .await
+}

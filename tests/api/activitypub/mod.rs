@@ -24,6 +24,7 @@ mod migration;
 mod moderation;
 mod multi_agent;
 mod profile;
+mod quotes;
 pub(crate) mod remote;
 mod verification;
 

@@ -53,6 +53,7 @@ pub(crate) fn full_profile(avatar: &str) -> AgentActivityPubConfig {
         discoverable: false,
         indexable: true,
         also_known_as: vec!["https://old.example/users/echo".into()],
+        quote_policy: switchboard::config::QuotePolicy::Anyone,
     }
 }
 

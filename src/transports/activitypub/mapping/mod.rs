@@ -13,6 +13,7 @@ use super::html;
 use super::reply_context::ReplyContext;
 use super::wire::{self, Activity, Actor, AsWire, FromJson as _, Image, Loose, Object, OneOrMany};
 pub mod profile;
+pub mod quotes;
 mod reply;
 
 pub use reply::{
@@ -77,18 +78,22 @@ pub fn chain_of(note: &impl AsWire<Object>) -> Option<AgentChain> {
 /// The `@context` of everything we publish.
 #[must_use]
 pub fn context() -> Value {
+    let mut terms = json!({
+        "Hashtag": "as:Hashtag",
+        "sensitive": "as:sensitive",
+        "conversation": "http://ostatus.org#conversation",
+        "ostatus": "http://ostatus.org#",
+        "mentionable": MENTIONABLE_NS,
+        "agentChain": "mentionable:agentChain",
+    });
+    if let Some(t) = terms.as_object_mut() {
+        t.extend(quotes::context_terms());
+    }
     json!([
         "https://www.w3.org/ns/activitystreams",
         "https://w3id.org/security/v1",
         "https://w3id.org/security/data-integrity/v1",
-        {
-            "Hashtag": "as:Hashtag",
-            "sensitive": "as:sensitive",
-            "conversation": "http://ostatus.org#conversation",
-            "ostatus": "http://ostatus.org#",
-            "mentionable": MENTIONABLE_NS,
-            "agentChain": "mentionable:agentChain",
-        }
+        terms,
     ])
 }
 
