@@ -808,3 +808,68 @@ async fn fedify_follows_an_agent_that_moved() {
     assert_eq!(profile(next.clone()).await["aliases"], json!([echo]));
     parts.db.close().await;
 }
+
+/// Fedify reads who may quote an agent's reply (`interactionPolicy`), asks to quote it
+/// (`QuoteRequest` with its quoting note), gets an `Accept` and reads the `QuoteAuthorization`
+/// it names: the agent, Fedify's note and the reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fedify_asks_to_quote_a_reply_and_gets_an_authorization() {
+    if !interop() {
+        return;
+    }
+    let peer = start_peer().await;
+    let t = crate::helpers::spawn_app(Engine::Sqlite, |_, _| {}).await;
+    let echo = format!("{}/agents/echo", t.base);
+    let sent: Value = t
+        .http
+        .post(format!("{}/admin/note", peer.base))
+        .json(&json!({"target": echo, "text": "hello", "visibility": "public"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let reply = peer_receives(&t.http, &peer, "Fedify to receive the reply", |a| {
+        a["type"] == "Create" && a["object"]["inReplyTo"] == sent["note"]
+    })
+    .await;
+    let reply_id = reply["object"]["id"].as_str().unwrap().to_owned();
+    let asked: Value = t
+        .http
+        .post(format!("{}/admin/quote", peer.base))
+        .json(&json!({"target": reply_id}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(asked["canQuote"], json!([mapping::PUBLIC]), "{asked}");
+    let accept = peer_receives(&t.http, &peer, "Fedify to receive the Accept", |a| {
+        a["type"] == "Accept" && a["object"]["id"] == asked["id"]
+    })
+    .await;
+    assert_eq!(accept["actor"], echo);
+    let result = accept["result"].as_str().unwrap().to_owned();
+    let read: Value = t
+        .http
+        .post(format!("{}/admin/authorization", peer.base))
+        .json(&json!({"target": result}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        read,
+        json!({
+            "isAuthorization": true,
+            "id": result,
+            "attributedTo": echo,
+            "interactingObject": asked["note"],
+            "interactionTarget": reply_id,
+        })
+    );
+}

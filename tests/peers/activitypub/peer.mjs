@@ -10,6 +10,10 @@
 //        icon, image, fields (PropertyValue attachments), the featured collection's notes, the
 //        first of them looked up at its id, discoverable, indexable
 //   GET  /admin/received                                              -> activities received (JSON-LD)
+//   POST /admin/quote    {"target": noteUrl} -> sends the note's author a QuoteRequest (FEP-044f)
+//        for a new note of alice's quoting it: {id, note, canQuote} (who the note's
+//        interactionPolicy lets quote it, as Fedify reads it)
+//   POST /admin/authorization {"target": url} -> a QuoteAuthorization as Fedify reads it
 //   GET  /admin/moves    -> the Moves received and what came of them: as Mastodon does, the new
 //        account is looked up and, when it names the old one among its aliases (alsoKnownAs),
 //        alice follows it ({from, to, followed}); /admin/profile also shows movedTo and aliases
@@ -36,6 +40,8 @@ import {
   Person,
   PropertyValue,
   PUBLIC_COLLECTION,
+  QuoteAuthorization,
+  QuoteRequest,
   Service,
 } from "@fedify/vocab";
 
@@ -178,6 +184,40 @@ async function admin(req, url) {
       indexable: target.indexable,
       movedTo: target.successorId?.href ?? null,
       aliases: target.aliasIds.map((a) => a.href),
+    });
+  }
+  if (url.pathname === "/admin/quote") {
+    const author = await ctx.lookupObject(target.attributionId);
+    const noteId = new URL(`${origin}/notes/${crypto.randomUUID()}`);
+    const quoting = new Note({
+      id: noteId,
+      attribution: me,
+      tos: [PUBLIC_COLLECTION],
+      content: "<p>worth reading</p>",
+      quote: target.id,
+      published: Temporal.Now.instant(),
+    });
+    const id = new URL(`${origin}/quote_requests/${crypto.randomUUID()}`);
+    await ctx.sendActivity(
+      { identifier: "alice" },
+      author,
+      new QuoteRequest({ id, actor: me, object: target.id, instrument: quoting }),
+      { immediate: true },
+    );
+    const rule = target.interactionPolicy?.canQuote;
+    return json({
+      id: id.href,
+      note: noteId.href,
+      canQuote: rule == null ? null : rule.automaticApprovals.map((u) => u.href),
+    });
+  }
+  if (url.pathname === "/admin/authorization") {
+    return json({
+      isAuthorization: target instanceof QuoteAuthorization,
+      id: target.id?.href,
+      attributedTo: target.attributionId?.href ?? null,
+      interactingObject: target.interactingObjectId?.href ?? null,
+      interactionTarget: target.interactionTargetId?.href ?? null,
     });
   }
   if (url.pathname === "/admin/follow") {
