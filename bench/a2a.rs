@@ -138,6 +138,7 @@ fn config(policy: bool) -> switchboard::Config {
         backend: switchboard::config::BackendConfig::Conformance,
         email: None,
         a2a: None,
+        notify: Vec::new(),
     });
     if policy {
         with_policy(&mut config);

@@ -276,6 +276,7 @@ async fn start(dir: &std::path::Path, port: u16, stream: bool) -> switchboard::A
         },
         email: None,
         a2a: None,
+        notify: Vec::new(),
     }];
     switchboard::Application::build(config)
         .await

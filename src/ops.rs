@@ -283,6 +283,7 @@ pub(crate) mod tests {
             email: None,
             a2a: None,
             access: None,
+            notify: Vec::new(),
         }
     }
 

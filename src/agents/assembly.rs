@@ -221,6 +221,23 @@ pub fn render_parts(parts: &[Part]) -> String {
                 s
             }
             Part::Policy(p) => format!("[{}: {}]", p.policy.kind.as_str(), p.policy.message),
+            Part::Event(e) => {
+                let of = e
+                    .object
+                    .as_deref()
+                    .map(|o| format!(" of {o}"))
+                    .unwrap_or_default();
+                let outcome = e
+                    .outcome
+                    .as_deref()
+                    .map(|o| format!(", {o}"))
+                    .unwrap_or_default();
+                format!(
+                    "[event: {}{of}{outcome}; no reply is expected: answer {} unless you choose to write back]",
+                    e.event,
+                    crate::message::NO_REPLY
+                )
+            }
             Part::Other(_) => continue,
         };
         if !line.trim().is_empty() {

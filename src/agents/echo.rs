@@ -5,7 +5,7 @@ use crate::message::{Extra, NormalizedMessage, NormalizedResponse, Part, TextMim
 
 use super::AgentBackend;
 
-/// Answers every message with its own text.
+/// Answers every message with its own text; events (which expect no reply) with nothing.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct EchoAgent;
 
@@ -15,6 +15,9 @@ impl AgentBackend for EchoAgent {
         &self,
         msg: &NormalizedMessage,
     ) -> Result<Option<NormalizedResponse>, OutboundError> {
+        if msg.parts.iter().any(|p| matches!(p, Part::Event(_))) {
+            return Ok(None);
+        }
         let texts: Vec<&TextPart> = msg
             .parts
             .iter()

@@ -80,6 +80,16 @@ pub struct Agent {
     pub access: crate::access::Access,
     /// How much it takes: rate limits and backend concurrency.
     pub limits: crate::limits::AgentLimits,
+    /// What happens to it that it is told of (`notify`).
+    pub notify: Vec<crate::config::Notify>,
+}
+
+impl Agent {
+    /// Whether it asked to be told of `event`.
+    #[must_use]
+    pub fn notified_of(&self, event: crate::config::Notify) -> bool {
+        self.notify.contains(&event)
+    }
 }
 
 /// The agents of this instance, by name.
@@ -187,12 +197,14 @@ impl AgentRegistry {
                     .map(|x| x.limits.clone())
                     .unwrap_or_default();
                 agent.limits = crate::limits::AgentLimits::new(&own.over(defaults));
+                agent.notify.clone_from(&a.notify);
             }
         }
         reg
     }
 
-    /// Adds an agent, or replaces its backend (keeping its access rules).
+    /// Adds an agent, or replaces its backend (keeping its access rules, limits and
+    /// `notify`).
     pub fn insert(
         &mut self,
         name: &str,
@@ -200,14 +212,15 @@ impl AgentRegistry {
         summary: Option<String>,
         backend: Arc<dyn AgentBackend>,
     ) {
-        let (access, limits) = self
+        let (access, limits, notify) = self
             .by_name
             .get(&name.to_lowercase())
-            .map(|a| (a.access.clone(), a.limits.clone()))
+            .map(|a| (a.access.clone(), a.limits.clone(), a.notify.clone()))
             .unwrap_or_else(|| {
                 (
                     crate::access::Access::default(),
                     crate::limits::AgentLimits::new(&self.defaults),
+                    Vec::new(),
                 )
             });
         let agent = Agent {
@@ -218,6 +231,7 @@ impl AgentRegistry {
             backend,
             access,
             limits,
+            notify,
         };
         self.by_name.insert(name.to_lowercase(), Arc::new(agent));
     }

@@ -38,6 +38,37 @@ pub struct AgentConfig {
     /// Who may reach this agent (`[agents.access]`); everyone when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<AccessConfig>,
+    /// What happens to the agent that it is told of, as event messages (none by default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<Notify>,
+}
+
+/// Something that happens to an agent that it may ask to be told of (`notify`): it then gets
+/// a message whose part is an `event` ([`crate::message::EventPart`]), which expects no reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Notify {
+    /// A fediverse account followed it.
+    Follow,
+    /// A fediverse account liked one of its notes.
+    Like,
+    /// A fediverse account boosted (`Announce`) one of its notes.
+    Announce,
+    /// A fediverse account asked to quote one of its notes (answered by its `quote_policy`).
+    QuoteRequest,
+}
+
+impl Notify {
+    /// Its name, as `notify` and the event part write it.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Follow => "follow",
+            Self::Like => "like",
+            Self::Announce => "announce",
+            Self::QuoteRequest => "quote_request",
+        }
+    }
 }
 
 /// The `[[agents]]` section: at least one agent; each named so it can be addressed, unique

@@ -44,7 +44,7 @@ pub use activitypub::{
     AccountRef, ActivityPubConfig, AgentActivityPubConfig, ImageSource, MAX_ALIASES, MAX_PINNED,
     MAX_PROFILE_FIELDS, ProfileField, QuotePolicy, image_type, read_image_file,
 };
-pub use agents::{AgentConfig, BackendConfig};
+pub use agents::{AgentConfig, BackendConfig, Notify};
 pub use api::ApiConfig;
 pub use console::ConsoleConfig;
 pub use conversation::{
@@ -146,6 +146,7 @@ impl Default for Config {
                 email: None,
                 a2a: None,
                 access: None,
+                notify: Vec::new(),
             }],
             trust: TrustConfig::default(),
             policy: PolicyConfig::default(),

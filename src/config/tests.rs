@@ -104,6 +104,7 @@ fn every_section_reports_its_problems_under_its_path() {
             auth,
         }),
         access: None,
+        notify: Vec::new(),
     };
     let issuer = JwtIssuerConfig {
         issuer: "https://id.example".into(),

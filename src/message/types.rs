@@ -418,6 +418,8 @@ open_tagged_enum! {
         ToolCall(ToolCallPart) = "tool_call",
         /// A policy part (consent, payment, rate limit…).
         Policy(PolicyPartWrapper) = "policy",
+        /// Something that happened to the agent, not something said to it.
+        Event(EventPart) = "event",
     }
 }
 
@@ -442,6 +444,7 @@ impl Part {
             Self::Artifact(_) => "artifact",
             Self::ToolCall(_) => "tool_call",
             Self::Policy(_) => "policy",
+            Self::Event(_) => "event",
             Self::Other(map) => map.get("kind").and_then(Value::as_str).unwrap_or(""),
         }
     }
@@ -505,6 +508,26 @@ pub struct FilePart {
     pub size: Option<u64>,
     /// Where the bytes are.
     pub bytes_ref: BytesRef,
+    /// Fields this version does not know.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// Something that happened to the agent, which it asked to be told of (`notify` in its
+/// configuration): the message's `sender` is who did it. No reply is expected: an agent that
+/// answers nothing (or `NO_REPLY`) sends nothing; one that answers writes to the sender.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EventPart {
+    /// What happened: `follow`, `like`, `announce` (a boost) or `quote_request`.
+    pub event: String,
+    /// What it happened to, when not the agent itself: the IRI of the agent's note that was
+    /// liked, boosted or asked to be quoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
+    /// What came of it, where switchboard decided: for a quote request `accepted` or
+    /// `rejected` (by the agent's `quote_policy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
     /// Fields this version does not know.
     #[serde(flatten)]
     pub extra: Extra,

@@ -29,6 +29,9 @@ fn check_parts(parts: &[Part]) -> Result<(), ValidationError> {
             Part::Link(l) if url::Url::parse(&l.url).is_err() => {
                 return fail(format!("parts[{i}]: link url is not a URL"));
             }
+            Part::Event(e) if e.event.is_empty() => {
+                return fail(format!("parts[{i}]: event is empty"));
+            }
             Part::Other(map)
                 if map
                     .get("kind")

@@ -1124,6 +1124,7 @@ mod jwt {
                         leeway_seconds: 5,
                     },
                 }),
+                notify: Vec::new(),
             });
             // Trusts the same issuer for another audience.
             c.agents.push(AgentConfig {
@@ -1149,6 +1150,7 @@ mod jwt {
                         leeway_seconds: 5,
                     },
                 }),
+                notify: Vec::new(),
             });
             o.agents.push(("secure".into(), rec));
             c.a2a.default_agent = Some("secure".into());
@@ -1826,6 +1828,7 @@ async fn client_backend_talks_to_a2a_sdk_server(engine: Engine) {
                     },
                     email: None,
                     a2a: None,
+                    notify: Vec::new(),
                 });
             }
         };

@@ -74,6 +74,7 @@ async fn with_vip(idp: &Ed25519Key) -> TestApp {
                     leeway_seconds: 5,
                 },
             }),
+            notify: Vec::new(),
         });
     })
     .await
@@ -279,6 +280,7 @@ fn relay(name: &str, card: &str, require: bool, keys: Vec<Value>) -> AgentConfig
         },
         email: None,
         a2a: None,
+        notify: Vec::new(),
     }
 }
 

@@ -98,6 +98,7 @@ async fn introspected_tokens_are_checked_and_cached(engine: Engine) {
                     leeway_seconds: 5,
                 },
             }),
+            notify: Vec::new(),
         });
         o.agents.push(("opaque".into(), rec));
     })
@@ -240,6 +241,7 @@ async fn access_rules_refuse_a2a_callers_by_evidence(engine: Engine) {
                 backend: BackendConfig::Echo,
                 email: None,
                 a2a,
+                notify: Vec::new(),
             });
         }
         o.agents.push(("allowed".into(), rec));
@@ -314,6 +316,7 @@ async fn blocks_refuse_a2a_callers_by_subject_and_issuer(engine: Engine) {
                         leeway_seconds: 5,
                     },
                 }),
+                notify: Vec::new(),
             });
         }
         c.moderation.blocks.push(switchboard::config::BlockConfig {

@@ -57,6 +57,7 @@ async fn with_hooks(engine: Engine, hooks: &str, names: &'static [&'static str])
                 },
                 a2a: None,
                 email: None,
+                notify: Vec::new(),
             });
         }
     })
@@ -273,6 +274,7 @@ async fn remote_chunks_are_passed_on(engine: Engine) {
             },
             a2a: None,
             email: None,
+            notify: Vec::new(),
         });
     })
     .await;

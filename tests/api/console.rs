@@ -240,6 +240,7 @@ async fn console_in_chromium() {
             },
             a2a: None,
             email: None,
+            notify: Vec::new(),
         });
         c.queue.kinds.get_mut("dispatch").unwrap().max_attempts = 1;
     })

@@ -698,6 +698,7 @@ async fn unauthenticated_mail_is_refused_or_flagged_per_agent() {
                 unauthenticated: Some(UnauthenticatedMail::Reject),
                 ..AgentEmailConfig::default()
             }),
+            notify: Vec::new(),
         });
     })
     .await;
@@ -887,6 +888,7 @@ async fn no_reply_is_mailed_to_an_unauthenticated_sender_unless_the_agent_opts_i
                 reply_to_unauthenticated: true,
                 ..AgentEmailConfig::default()
             }),
+            notify: Vec::new(),
         });
     })
     .await;
@@ -1842,6 +1844,7 @@ async fn access_rules_decide_mail_on_verified_evidence_only(engine: Engine) {
         backend: BackendConfig::Echo,
         a2a: None,
         email: None,
+        notify: Vec::new(),
     };
     let (mut app, helper, addr) = spawn_email_on(engine, None, |c| {
         c.agents.push(agent(

@@ -144,6 +144,7 @@ async fn an_agent_takes_at_most_its_concurrent_calls(engine: Engine) {
                 },
                 ..switchboard::config::AccessConfig::default()
             }),
+            notify: Vec::new(),
         });
     })
     .await;

@@ -81,6 +81,7 @@ fn agent(name: &str, base_url: &str, model: &str, stream: bool) -> AgentConfig {
         },
         a2a: None,
         email: None,
+        notify: Vec::new(),
     }
 }
 

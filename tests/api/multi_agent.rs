@@ -390,6 +390,7 @@ async fn an_outbound_a2a_call_carries_the_chain_and_whom_it_serves(engine: Engin
             },
             a2a: None,
             email: None,
+            notify: Vec::new(),
         });
         o.agents.push(("a".into(), a_backend));
     })

@@ -154,6 +154,7 @@ async fn with_llm_and(
             backend,
             a2a: None,
             email: None,
+            notify: Vec::new(),
         });
         tweak(c);
     })

@@ -143,6 +143,7 @@ async fn every_status_by_hand(engine: Engine) {
             },
             a2a: None,
             email: None,
+            notify: Vec::new(),
         });
         for kind in ["dispatch", "deliver"] {
             c.queue.kinds.get_mut(kind).unwrap().max_attempts = 2;

@@ -181,6 +181,7 @@ fn a2a_agent(name: &str, base: &str, remote: &str) -> AgentConfig {
         },
         a2a: None,
         email: None,
+        notify: Vec::new(),
     }
 }
 

@@ -132,6 +132,7 @@ fn agent(name: &str, access: Option<AccessConfig>) -> AgentConfig {
         backend: BackendConfig::Echo,
         email: None,
         a2a: None,
+        notify: Vec::new(),
     }
 }
 

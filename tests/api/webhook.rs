@@ -108,6 +108,7 @@ pub(crate) async fn with_hook(
             },
             a2a: None,
             email: None,
+            notify: Vec::new(),
         });
         tweak(c);
     })

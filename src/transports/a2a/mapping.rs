@@ -315,6 +315,10 @@ pub fn to_a2a_part(p: &Part) -> Value {
             "data": { "type": "policy", "policy": pw.policy },
             "mediaType": "application/json",
         }),
+        Part::Event(e) => json!({
+            "data": { "type": "event", "event": e },
+            "mediaType": "application/json",
+        }),
         Part::Other(m) => {
             json!({ "data": Value::Object(m.clone()), "mediaType": "application/json" })
         }

@@ -475,7 +475,13 @@ pub(super) async fn on_follow(
         super::outbound::enqueue(inner, &mut tx, &agent.name, &[inbox], &[accept]).await?;
     tx.commit().await?;
     inner.queue.hand_over(enqueued);
-    Ok(())
+    let event = super::events::Event {
+        kind: crate::config::Notify::Follow,
+        activity,
+        object: None,
+        outcome: None,
+    };
+    super::events::tell(inner, pipeline, &agent, &event, auth).await
 }
 
 pub(super) async fn on_undo(

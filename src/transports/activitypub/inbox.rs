@@ -18,6 +18,7 @@ use super::mapping::{self, iri, str_of};
 use super::reject::Reject;
 use super::verify::{self, Incoming, Verdict};
 use super::{HttpState, Inner, activities, moderation, store};
+use crate::config::Notify;
 use crate::moderation::{BlockKind, Who};
 use crate::pipeline::Pipeline;
 
@@ -227,6 +228,14 @@ async fn process(
         "Undo" => activities::on_undo(inner, pipeline, &activity, &auth).await?,
         "Delete" => activities::on_delete(inner, pipeline, &activity, &auth).await?,
         "Update" => activities::on_update(inner, &activity, &auth).await?,
+        "Like" => {
+            super::events::on_like_or_announce(inner, pipeline, &activity, &auth, Notify::Like)
+                .await?;
+        }
+        "Announce" => {
+            super::events::on_like_or_announce(inner, pipeline, &activity, &auth, Notify::Announce)
+                .await?;
+        }
         "QuoteRequest" => {
             super::quotes::on_quote_request(inner, pipeline, &activity, &auth).await?
         }

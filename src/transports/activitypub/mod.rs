@@ -12,6 +12,8 @@
 //! - `inbox`: the inbox endpoints (per agent and shared): limits, replay check, refusals.
 //! - `verify`: authentication of requests and activities (HTTP signatures, object proofs).
 //! - `activities`: what verified activities do (notes wake agents, follows, deletes, edits).
+//! - `events`: follows, likes, boosts and quote requests told to agents that asked
+//!   (`notify`), as event messages.
 //! - `moderation`: `Block` of an agent (and its `Undo`) and `Flag` (reports of abuse).
 //! - `software`: what software remote servers run (NodeInfo), for the reply length they take.
 //! - `profile`: agents' profiles (`[agents.activitypub]`): images, the `featured` collection,
@@ -27,6 +29,7 @@
 
 mod activities;
 mod documents;
+mod events;
 mod fetch;
 #[doc(hidden)]
 pub mod fuzzing;

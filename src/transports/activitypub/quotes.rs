@@ -121,7 +121,13 @@ pub(super) async fn on_quote_request(
     tx.commit().await?;
     inner.queue.hand_over(enqueued);
     tracing::debug!(agent = %agent.name, requester, allowed, "quote request answered");
-    Ok(())
+    let event = super::events::Event {
+        kind: crate::config::Notify::QuoteRequest,
+        activity,
+        object: Some(quoted),
+        outcome: Some(if allowed { "accepted" } else { "rejected" }),
+    };
+    super::events::tell(inner, pipeline, &agent, &event, auth).await
 }
 
 /// The route of the authorizations.

@@ -14,6 +14,7 @@ mod contexts;
 mod deletion;
 mod delivery;
 mod documents;
+mod events;
 mod fixtures;
 mod handle_domain;
 mod inbox;
