@@ -455,12 +455,7 @@ pub(super) async fn on_follow(
         now,
     )
     .await?;
-    let mut follow = activity.clone();
-    if let Some(m) = follow.as_object_mut() {
-        for k in ["@context", "proof", "signature"] {
-            m.remove(k);
-        }
-    }
+    let follow = mapping::embeddable(activity);
     let actor = inner.actor_url(&agent.name);
     let accept = json!({
         "@context": "https://www.w3.org/ns/activitystreams",

@@ -15,6 +15,25 @@ use crate::message::{EventPart, Extra, Part};
 use crate::moderation::Who;
 use crate::pipeline::Pipeline;
 
+impl Inner {
+    /// The note at `iri` when one of our agents wrote it and it stands, with that agent.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub(super) async fn own_note(
+        &self,
+        iri: &str,
+    ) -> crate::Result<Option<(store::ObjectRow, std::sync::Arc<Agent>)>> {
+        let Some(note) = store::object(&self.db, iri).await? else {
+            return Ok(None);
+        };
+        if note.kind != "out" || note.deleted != 0 {
+            return Ok(None);
+        }
+        Ok(self.agents.get(&note.agent).map(|agent| (note, agent)))
+    }
+}
+
 /// What happened, to tell the agent.
 pub(super) struct Event<'a> {
     /// Which interaction.
@@ -99,13 +118,7 @@ pub(super) async fn on_like_or_announce(
     let Some(object) = activity.get("object").and_then(iri) else {
         return Ok(());
     };
-    let Some(note) = store::object(&inner.db, object).await? else {
-        return Ok(());
-    };
-    if note.kind != "out" || note.deleted != 0 {
-        return Ok(());
-    }
-    let Some(agent) = inner.agents.get(&note.agent) else {
+    let Some((_, agent)) = inner.own_note(object).await? else {
         return Ok(());
     };
     let event = Event {

@@ -50,13 +50,18 @@ impl Inner {
 /// that cannot be resolved now is left out, with a warning, until the next start.
 pub(super) async fn resolve_aliases(inner: &Inner) {
     for agent in inner.agents.all() {
-        let resolved = aliases_of(inner, &agent.name).await;
-        inner
-            .aliases
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(agent.name.to_lowercase(), resolved.into());
+        resolve_aliases_of(inner, &agent.name).await;
     }
+}
+
+/// Resolves `agent`'s `also_known_as` afresh, for its actor to publish.
+async fn resolve_aliases_of(inner: &Inner, agent: &str) {
+    let resolved = aliases_of(inner, agent).await;
+    inner
+        .aliases
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(agent.to_lowercase(), resolved.into());
 }
 
 /// `agent`'s configured other accounts, resolved, each once.
@@ -123,7 +128,7 @@ pub async fn move_agent(parts: &Parts, agent: &str, to: &str) -> Result<Moved> {
              also_known_as), then move"
         )));
     }
-    resolve_aliases(inner).await;
+    resolve_aliases_of(inner, &agent.name).await;
     let published = Published::new(inner, &agent.name, Some(target.clone()));
     let doc =
         super::documents::actor_doc_of(inner, &agent, published.doc().properties(&from)).await?;

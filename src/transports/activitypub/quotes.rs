@@ -44,13 +44,7 @@ pub(super) async fn on_quote_request(
     let id = mapping::str_of(activity, "id").unwrap_or_default();
     let quoted = quotes::requested(activity)
         .ok_or_else(|| Reject::invalid("QuoteRequest without object"))?;
-    let Some(note) = store::object(&inner.db, quoted).await? else {
-        return Ok(());
-    };
-    if note.kind != "out" || note.deleted != 0 {
-        return Ok(());
-    }
-    let Some(agent) = inner.agents.get(&note.agent) else {
+    let Some((note, agent)) = inner.own_note(quoted).await? else {
         return Ok(());
     };
     let requester = &auth.actor.id;

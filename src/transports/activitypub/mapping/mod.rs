@@ -134,6 +134,19 @@ pub fn iris(v: Option<&Value>) -> Vec<String> {
         .collect()
 }
 
+/// `activity` as an answer embeds it (an `Accept` of a `Follow`, of a `QuoteRequest`):
+/// without its `@context` and its signatures, which belong to the document it came in.
+#[must_use]
+pub fn embeddable(activity: &Value) -> Value {
+    let mut a = activity.clone();
+    if let Some(m) = a.as_object_mut() {
+        for k in ["@context", "proof", "signature"] {
+            m.remove(k);
+        }
+    }
+    a
+}
+
 /// A string property.
 #[must_use]
 pub fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {

@@ -83,12 +83,7 @@ pub fn answer(
     key: &str,
     authorization: Option<&str>,
 ) -> Value {
-    let mut request = request.clone();
-    if let Some(m) = request.as_object_mut() {
-        for k in ["@context", "proof", "signature"] {
-            m.remove(k);
-        }
-    }
+    let request = super::embeddable(request);
     let (kind, path) = if authorization.is_some() {
         ("Accept", "accepts")
     } else {
