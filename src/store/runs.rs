@@ -155,11 +155,10 @@ struct Woken {
 
 /// Ends `owner`'s runs of `keys` (thread, agent) in `tx`, the transaction that commits their
 /// outcome, and makes the dispatch job of the oldest message waiting for each due now; returns
-/// whether any was in the table (notify the workers). A job another instance still runs (on
-/// its way back to the table to wait) is changed too: should its instance put it back after
-/// this commits, it finds the run over and wakes it itself ([`wake_free`]); should it be putting
-/// it back now, this waits for that and wakes it. A job this instance keeps waiting in memory
-/// is left alone: it is handed back here once the run has ended.
+/// whether any was in the table (notify the workers). A job still running (on its way back to
+/// the table to wait, on this instance or another) is changed too: should it be put back after
+/// this commits, its batch finds the run over and wakes it itself ([`wake_free`]); should it be
+/// being put back now, this waits for that and wakes it.
 ///
 /// # Errors
 /// Database errors.
@@ -179,7 +178,7 @@ pub async fn release(tx: &mut Tx, owner: &str, keys: &[(&str, &str)], now: i64) 
                   JOIN gone g ON w.thread_id = g.thread_id AND w.agent = g.agent \
                   WHERE w.until_ms >= ${t} ORDER BY w.thread_id, w.agent, w.seq) \
          UPDATE jobs SET run_at = ${t} WHERE id IN (SELECT job_id FROM next) \
-         AND (state = 'ready' OR (state = 'running' AND lease_owner <> ${o})) \
+         AND state IN ('ready', 'running') \
          RETURNING id, state"
     );
     let woken: Vec<Woken> = tx.fetch_all(&sql, &args).await?;

@@ -167,13 +167,16 @@ impl JobHandler for DispatchHandler {
             if let Some(row) = row_of(i) {
                 let key = (row.thread_id.clone(), row.agent.clone());
                 taken[i] = core.runs.take(key.clone(), row.seq);
-                if taken[i].is_none() {
+                // On PostgreSQL the order of a thread's messages is kept in the database, which
+                // every instance asks; a waiter kept here would outlive its job once another
+                // instance has claimed it, and hold the thread here for nothing.
+                if taken[i].is_none() && !leased {
                     core.runs.wait(key, row.seq, longest);
                 }
             }
         }
         // On PostgreSQL the runs taken here are leased across instances; a message whose run
-        // the database refuses waits in the table (one whose run is in flight here is kept here).
+        // is in flight, here or elsewhere, or that the database refuses, waits in the table.
         let rows_of: Vec<Option<&StoredMessage>> = (0..batch.len()).map(row_of).collect();
         let waiting = if leased {
             self.lease(owner, batch, &rows_of, &mut taken).await
@@ -340,7 +343,10 @@ impl DispatchHandler {
                 let failed = OutboundError::from(e);
                 return taken
                     .iter_mut()
-                    .map(|run| run.take().map(|_| Err(failed.clone())))
+                    .map(|run| {
+                        *run = None;
+                        Some(Err(failed.clone()))
+                    })
                     .collect();
             }
         };
@@ -353,8 +359,10 @@ impl DispatchHandler {
             .zip(taken.iter_mut())
             .map(|(row, run)| {
                 let row = (*row)?;
-                // Its thread runs here: it waits here, as on one instance.
-                run.as_ref()?;
+                // Its thread runs here: the run's end wakes it.
+                if run.is_none() {
+                    return Some(Ok(wait_ms(WAIT_AT_MOST_MS)));
+                }
                 let answer = answers.get(&(row.thread_id.as_str(), row.agent.as_str()));
                 match answer {
                     Some(a) if a.taken => None,
