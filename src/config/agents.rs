@@ -56,6 +56,9 @@ pub enum Notify {
     Announce,
     /// A fediverse account asked to quote one of its notes (answered by its `quote_policy`).
     QuoteRequest,
+    /// One of its replies could not be delivered: a mail bounced (its delivery status
+    /// notification says why).
+    DeliveryFailed,
 }
 
 impl Notify {
@@ -67,6 +70,7 @@ impl Notify {
             Self::Like => "like",
             Self::Announce => "announce",
             Self::QuoteRequest => "quote_request",
+            Self::DeliveryFailed => "delivery_failed",
         }
     }
 }

@@ -518,14 +518,16 @@ pub struct FilePart {
 /// answers nothing (or `NO_REPLY`) sends nothing; one that answers writes to the sender.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EventPart {
-    /// What happened: `follow`, `like`, `announce` (a boost) or `quote_request`.
+    /// What happened: `follow`, `like`, `announce` (a boost), `quote_request` or
+    /// `delivery_failed` (a reply bounced).
     pub event: String,
     /// What it happened to, when not the agent itself: the IRI of the agent's note that was
-    /// liked, boosted or asked to be quoted.
+    /// liked, boosted or asked to be quoted; the id of the response that bounced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<String>,
-    /// What came of it, where switchboard decided: for a quote request `accepted` or
-    /// `rejected` (by the agent's `quote_policy`).
+    /// What came of it: for a quote request `accepted` or `rejected` (by the agent's
+    /// `quote_policy`); for a bounce, the report's enhanced status code and the remote
+    /// server's diagnostic (`5.1.1 550 5.1.1 user unknown`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
     /// Fields this version does not know.

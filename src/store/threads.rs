@@ -237,6 +237,14 @@ pub struct DeliveryRow {
     pub attempts: i64,
     /// When it ended (unix ms).
     pub finished_at: i64,
+    /// Of a failed delivery, the enhanced status code the remote side gave (`5.1.1`).
+    pub status_code: Option<String>,
+    /// Of a failed delivery, the remote server's diagnostic.
+    pub diagnostic: Option<String>,
+    /// Of a failed delivery, the server that gave the diagnostic.
+    pub remote_mta: Option<String>,
+    /// Of a failed delivery, the recipient it failed for.
+    pub recipient: Option<String>,
 }
 
 /// The recorded delivery outcomes of these responses.
@@ -248,7 +256,8 @@ pub async fn deliveries(db: &Db, response_ids: &[&str]) -> Result<Vec<DeliveryRo
         return Ok(Vec::new());
     }
     let sql = format!(
-        "SELECT job_id, response_id, outcome, attempts, finished_at FROM deliveries \
+        "SELECT job_id, response_id, outcome, attempts, finished_at, status_code, diagnostic, \
+         remote_mta, recipient FROM deliveries \
          WHERE response_id IN ({})",
         in_list(response_ids.len(), 1)
     );

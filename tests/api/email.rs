@@ -127,6 +127,12 @@ struct Postfix {
 
 impl Postfix {
     fn start(switchboard: SocketAddr) -> Self {
+        Self::start_routing(free_port(), switchboard, &[])
+    }
+
+    /// As [`Postfix::start`], listening on `port`, and routing each of `routes` (domain, port)
+    /// to that loopback port too.
+    fn start_routing(port: u16, switchboard: SocketAddr, routes: &[(&str, u16)]) -> Self {
         let postfix = std::env::var("SWITCHBOARD_EMAIL_POSTFIX").unwrap_or_else(|_| {
             panic!("SWITCHBOARD_EMAIL_POSTFIX is not set: source scripts/peers/email.sh")
         });
@@ -139,7 +145,6 @@ impl Postfix {
         }
         let (ok, out) = run(Command::new("chown").arg("postfix").arg(d.join("data")));
         assert!(ok, "chown: {out}");
-        let port = free_port();
         let d = d.display();
         std::fs::write(
             dir.path().join("etc/main.cf"),
@@ -159,11 +164,11 @@ impl Postfix {
         )
         .unwrap();
         // The transport map: brackets, so no MX lookup.
-        std::fs::write(
-            dir.path().join("etc/transport"),
-            format!("agents.test smtp:[127.0.0.1]:{}\n", switchboard.port()),
-        )
-        .unwrap();
+        let mut transport = format!("agents.test smtp:[127.0.0.1]:{}\n", switchboard.port());
+        for (domain, port) in routes {
+            transport.push_str(&format!("{domain} smtp:[127.0.0.1]:{port}\n"));
+        }
+        std::fs::write(dir.path().join("etc/transport"), transport).unwrap();
         let mut master = format!("127.0.0.1:{port} inet n - n - - smtpd\n");
         for (name, kind, private, limit) in [
             ("pickup", "unix", "n", "1"),
@@ -1992,6 +1997,7 @@ async fn a_sender_over_its_rate_gets_451() {
 }
 
 mod blocks;
+mod bounces;
 mod durable;
 mod loops;
 mod multi_agent;

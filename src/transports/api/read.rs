@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::status::{Facts, derive};
 use super::wire::{
-    AgentList, Direction, MessageView, ReportList, ReportView, Status, StatusView, ThreadDetail,
-    ThreadEntry, ThreadPage, ThreadSummary,
+    AgentList, DeliveryFailure, Direction, MessageView, ReportList, ReportView, Status, StatusView,
+    ThreadDetail, ThreadEntry, ThreadPage, ThreadSummary,
 };
 use super::{ApiState, authorize};
 use crate::error::{Error, Result};
@@ -146,6 +146,8 @@ pub(super) struct Progress {
     dispatch_attempts: Option<i64>,
     response_id: Option<String>,
     delivery_attempts: Option<i64>,
+    /// What the remote side said of its failed delivery.
+    pub(super) delivery_failure: Option<DeliveryFailure>,
 }
 
 /// Looks up jobs by id.
@@ -212,10 +214,22 @@ pub(super) async fn progress(db: &Db, msgs: &[&MessageEntry]) -> Result<HashMap<
                 delivery_attempts: delivery
                     .map(|d| d.attempts)
                     .or_else(|| deliver.map(|j| j.attempts)),
+                delivery_failure: delivery.and_then(failure_of),
             };
             (m.id.clone(), p)
         })
         .collect())
+}
+
+/// What a failed delivery's record says the remote side said, if anything.
+fn failure_of(d: &threads::DeliveryRow) -> Option<DeliveryFailure> {
+    let f = DeliveryFailure {
+        status_code: d.status_code.clone(),
+        diagnostic: d.diagnostic.clone(),
+        remote_mta: d.remote_mta.clone(),
+        recipient: d.recipient.clone(),
+    };
+    (d.outcome != "delivered" && f != DeliveryFailure::default()).then_some(f)
 }
 
 /// A stored message or response as the API shows it: a message without its reply context,
@@ -290,6 +304,7 @@ async fn message_view(db: &Db, id: &str) -> Result<MessageView> {
         dispatch_attempts: p.dispatch_attempts,
         response_id: p.response_id,
         delivery_attempts: p.delivery_attempts,
+        delivery_failure: p.delivery_failure,
         deleted: m.deleted_at.is_some(),
         deleted_at: m.deleted_at.map(Timestamp::from_unix_millis),
     })

@@ -115,6 +115,10 @@ mod tests {
             outcome: outcome.into(),
             attempts: 1,
             finished_at: 0,
+            status_code: None,
+            diagnostic: None,
+            remote_mta: None,
+            recipient: None,
         }
     }
 

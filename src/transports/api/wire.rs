@@ -180,6 +180,10 @@ pub struct MessageView {
     pub response_id: Option<String>,
     /// Attempts at delivering the response, once known.
     pub delivery_attempts: Option<i64>,
+    /// What the remote side said when the response's delivery failed (`delivery_failed`), where
+    /// it said something: a bounce's report, for email. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_failure: Option<DeliveryFailure>,
     /// Its author deleted it: `message` keeps only its ids, addressing and sender, with no
     /// parts and no raw form. Absent when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -190,6 +194,24 @@ pub struct MessageView {
     /// The message as stored.
     #[schemars(with = "NormalizedMessage")]
     pub message: Value,
+}
+
+/// What the remote side said of a failed delivery (for email, the delivery status notification
+/// of a bounce, RFC 3464); each field absent when it did not say.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DeliveryFailure {
+    /// The enhanced status code (RFC 3463), e.g. `5.1.1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<String>,
+    /// The remote server's diagnostic, e.g. `550 5.1.1 <bob@example.com>: user unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostic: Option<String>,
+    /// The server that gave it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_mta: Option<String>,
+    /// The recipient it failed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipient: Option<String>,
 }
 
 /// One message or response of a thread.

@@ -412,8 +412,16 @@ fn check_parsed(mail: &ParsedMail) {
             one_line("an attachment name", name);
         }
     }
-    if let Some(dsn) = &mail.dsn {
-        one_line("a DSN's detail", &dsn.detail);
+    for r in mail.dsn.iter().flat_map(|d| &d.recipients) {
+        for field in [
+            &r.recipient,
+            &r.action,
+            &r.status,
+            &r.diagnostic,
+            &r.remote_mta,
+        ] {
+            one_line("a DSN's field", field);
+        }
     }
 }
 

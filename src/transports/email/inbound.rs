@@ -19,11 +19,11 @@ use super::smtp::{Rcpt, Reply, SessionEnvelope};
 use super::store;
 use super::wire::{self, BodyRef, Summary};
 use crate::agents::Agent;
-use crate::config::UnauthenticatedMail;
+use crate::config::{Notify, UnauthenticatedMail};
 use crate::error::OutboundError;
 use crate::message::{
-    Assurance, Audience, AuthMethod, BytesRef, ContentAddressedBytes, EvidenceSource, Extra,
-    FilePart, IdentityEvidence, MentionRelay, NormalizedMessage, Part, Proof, ReceivedVia,
+    Assurance, Audience, AuthMethod, BytesRef, ContentAddressedBytes, EventPart, EvidenceSource,
+    Extra, FilePart, IdentityEvidence, MentionRelay, NormalizedMessage, Part, Proof, ReceivedVia,
     RecipientCapabilities, RecipientFieldRelay, Sender, TransportProof,
 };
 use crate::moderation::Who;
@@ -158,30 +158,56 @@ impl Inbound {
         };
         let now = self.pipeline.clock().now_ms();
         for r in env.rcpts {
-            if let Rcpt::Bounce(response_id) = r
-                && let Some(dsn) = mail.dsn.as_ref().filter(|d| d.failed)
-            {
-                if let Some(digest) = response_id.strip_prefix(roles::BOUNCE_TAG) {
-                    // Not a reply's: a forward of role mail (there is no delivery to mark).
-                    tracing::warn!(digest, detail = %dsn.detail, "a forwarded role message bounced: check email.postmaster");
-                    continue;
-                }
-                if let Some(report) = response_id.strip_prefix(super::reports::BOUNCE_TAG) {
-                    tracing::warn!(report, detail = %dsn.detail, "a mailed report bounced: check moderation.reports_to");
-                    continue;
-                }
-                let db = self.pipeline.db();
-                match store::mark_bounced(db, response_id, &format!("bounced: {}", dsn.detail), now)
-                    .await
-                {
-                    Ok(changed) => {
-                        tracing::info!(response = %response_id, changed, "bounce recorded");
+            let Rcpt::Bounce(response_id) = r else {
+                continue;
+            };
+            let Some((report, failed)) =
+                mail.dsn.as_ref().and_then(|d| d.failure().map(|f| (d, f)))
+            else {
+                continue;
+            };
+            let detail = failed.detail();
+            if let Some(digest) = response_id.strip_prefix(roles::BOUNCE_TAG) {
+                // Not a reply's: a forward of role mail (there is no delivery to mark).
+                tracing::warn!(
+                    digest,
+                    detail,
+                    "a forwarded role message bounced: check email.postmaster"
+                );
+                continue;
+            }
+            if let Some(report) = response_id.strip_prefix(super::reports::BOUNCE_TAG) {
+                tracing::warn!(
+                    report,
+                    detail,
+                    "a mailed report bounced: check moderation.reports_to"
+                );
+                continue;
+            }
+            // The agent is told before the delivery is marked: a failure in between is retried
+            // by the sender, and the second telling is the same message (deduplicated).
+            let told = self.tell_bounce(env, raw, &parsed, &mail, response_id, failed);
+            let marked = async {
+                told.await?;
+                store::mark_bounced(
+                    self.pipeline.db(),
+                    response_id,
+                    failed,
+                    &report.reporting_mta,
+                    now,
+                )
+                .await
+            };
+            match marked.await {
+                Ok(changed) => {
+                    tracing::info!(response = %response_id, changed, detail, "bounce recorded");
+                    if changed {
                         metrics.delivery(NAME, "bounced");
                     }
-                    Err(e) => {
-                        tracing::error!(error = %e, "recording a bounce failed");
-                        return Reply::new(451, [4, 3, 0], "Try again later");
-                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "recording a bounce failed");
+                    return Reply::new(451, [4, 3, 0], "Try again later");
                 }
             }
         }
@@ -284,6 +310,88 @@ impl Inbound {
                 Reply::new(451, [4, 3, 0], "Try again later")
             }
         }
+    }
+
+    /// Tells the agent whose response `response_id` bounced, when it asked to be told
+    /// (`notify = ["delivery_failed"]`): an event message in the response's thread, from the
+    /// bounce's sender, never answered by mail (a bounce address stands for no one). The bounce
+    /// address is the credential here: only the servers the reply went through saw it, so the
+    /// agent's access rules are not asked, though a block of the sender still holds. Told once
+    /// per response.
+    async fn tell_bounce(
+        &self,
+        env: &SessionEnvelope<'_>,
+        raw: &[u8],
+        parsed: &mail_parser::Message<'_>,
+        mail: &ParsedMail,
+        response_id: &str,
+        failed: &wire::RecipientStatus,
+    ) -> crate::Result<()> {
+        let db = self.pipeline.db();
+        let Some(response) = crate::store::threads::entry(db, response_id).await? else {
+            return Ok(());
+        };
+        let agent = match self.pipeline.agents().get(&response.agent) {
+            Some(a) if response.transport == NAME && a.notified_of(Notify::DeliveryFailed) => a,
+            _ => return Ok(()),
+        };
+        let sent_as = format!("{response_id}@{}", self.mail_domain);
+        // The bounce read as an answer to the reply, so that it joins the reply's thread.
+        let about = ParsedMail {
+            message_id: mail.message_id.clone(),
+            from: mail.from.clone(),
+            subject: mail.subject.clone(),
+            in_reply_to: vec![sent_as.clone()],
+            ..ParsedMail::default()
+        };
+        let thread = self.thread(&agent, &about, &sent_as).await?;
+        let auth = self
+            .verifier
+            .verify(
+                raw,
+                parsed,
+                &Envelope {
+                    ip: env.peer.ip(),
+                    helo: env.helo,
+                    mail_from: env.mail_from,
+                },
+            )
+            .await;
+        let bounce = format!("{BOUNCE_PREFIX}{response_id}@{}", self.mail_domain);
+        let mut msg = self.normalize(
+            env,
+            raw.len(),
+            &about,
+            &auth,
+            &agent,
+            &thread,
+            &[],
+            None,
+            0,
+            &[bounce],
+        )?;
+        let outcome = [failed.status.as_str(), failed.diagnostic.as_str()]
+            .iter()
+            .filter(|f| !f.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" ");
+        msg.parts = vec![Part::Event(EventPart {
+            event: Notify::DeliveryFailed.as_str().to_owned(),
+            object: Some(response_id.to_owned()),
+            outcome: (!outcome.is_empty()).then_some(outcome),
+            extra: Extra::new(),
+        })];
+        if self
+            .pipeline
+            .blocked(Some(&agent.name), NAME, &Who::of(&msg.sender))
+            .is_some()
+        {
+            return Ok(());
+        }
+        let key = format!("bounce:{response_id}");
+        self.pipeline.ingest(NAME, &key, msg).await?;
+        Ok(())
     }
 
     /// Stores one copy of the message per agent of `agents`; `roles` are the role addresses

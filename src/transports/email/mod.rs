@@ -11,7 +11,8 @@
 //! ([`roles`]); reports of abuse are mailed to `moderation.reports_to` ([`reports`]).
 //! Outbound, [`EmailTransport`] renders the agent's response as a threaded reply from the
 //! message's reply context, signs it with DKIM and sends it through the configured relay
-//! ([`outbound`]).
+//! ([`outbound`]). A bounce of it is read into the delivery's record ([`wire::DeliveryReport`]);
+//! mail a person did not ask an agent for carries a one-click unsubscribe ([`unsubscribe`]).
 
 pub mod auth;
 pub mod connection;
@@ -27,6 +28,7 @@ pub mod roles;
 pub mod session;
 pub mod smtp;
 pub mod store;
+pub mod unsubscribe;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -151,6 +153,8 @@ pub struct EmailTransport {
     /// Agents that reply to unauthenticated senders too (lowercase names).
     reply_unauthenticated: std::collections::HashSet<String>,
     relay: Option<AsyncSmtpTransport<Tokio1Executor>>,
+    /// The public base URL, which one-click unsubscribe links are under.
+    public_base: String,
     /// `host:port` of the relay, when one is set (the remote-hosts page's name for it).
     relay_name: Option<String>,
     direct: Direct,
@@ -324,6 +328,9 @@ impl EmailTransport {
             display_names,
             reply_unauthenticated,
             relay: relay(&config.email, &hostname)?,
+            public_base: crate::site::Site::from_config(config)?
+                .base_url()
+                .to_owned(),
             relay_name: config
                 .email
                 .relay_host
@@ -569,6 +576,25 @@ impl Transport for EmailTransport {
         let message_id = format!("{}@{}", d.response.id, self.mail_domain);
         let thread_key = ctx.thread_key.as_str();
         let now = self.clock.now_ms();
+        let relay = crate::pipeline::relayed_from(&d.original);
+        // Mail the person did not ask this agent for (another agent's mention brought it into
+        // the thread) carries a one-click unsubscribe (RFC 8058), and goes nowhere once the
+        // address has used it.
+        let unsubscribe = match relay {
+            Some(_) => {
+                let address = to.address.to_lowercase();
+                let (token, gone) =
+                    store::unsubscribe_token(&self.db, &agent, &address, now).await?;
+                if gone {
+                    tracing::info!(response = %d.response.id, agent, "the recipient unsubscribed from this agent's mail: not sent");
+                    return Err(OutboundError::permanent(
+                        "the recipient unsubscribed from this agent's mail",
+                    ));
+                }
+                Some(format!("{}{}/{token}", self.public_base, unsubscribe::PATH))
+            }
+            None => None,
+        };
         let remembered: crate::Result<()> = async {
             let mut tx = self.db.begin().await?;
             store::remember(
@@ -587,7 +613,6 @@ impl Transport for EmailTransport {
         remembered?;
         let (text, html) = outbound::render_parts(&d.response.parts);
         let files = self.files(&d.response.parts).await;
-        let relay = crate::pipeline::relayed_from(&d.original);
         let cc = self.local_cc(relay.map(|(_, by)| by), d, &from);
         let mut parent_id = ctx.message_id.clone();
         let mut refs = ctx.references.clone();
@@ -622,15 +647,17 @@ impl Transport for EmailTransport {
         let chain = d.original.recipient_capabilities.agent_chain.unwrap_or(
             crate::message::AgentChain::first(crate::config::DEFAULT_MAX_HOPS),
         );
-        unsigned.splice(
-            0..0,
-            format!(
-                "{}: {}\r\n",
-                parse::CHAIN_HEADER,
-                parse::chain_header(chain)
-            )
-            .into_bytes(),
+        let mut head = format!(
+            "{}: {}\r\n",
+            parse::CHAIN_HEADER,
+            parse::chain_header(chain)
         );
+        if let Some(url) = &unsubscribe {
+            head.push_str(&format!(
+                "List-Unsubscribe: <{url}>\r\nList-Unsubscribe-Post: List-Unsubscribe=One-Click\r\n"
+            ));
+        }
+        unsigned.splice(0..0, head.into_bytes());
         let signed = self.sign(&unsigned, outbound::BodySigning::Relaxed).await?;
         let bounce = self.bounce_address(&d.response.id);
         let envelope = lettre::address::Envelope::new(
@@ -740,12 +767,16 @@ impl TransportModule for Email {
         ]
     }
 
-    /// Binds the SMTP listener.
+    /// Binds the SMTP listener; mounts the one-click unsubscribe URLs.
     async fn start(&self, pipeline: &Pipeline, shutdown: watch::Receiver<bool>) -> Result<Started> {
         let l = listener::listen(&self.config, pipeline.clone(), &self.roles, shutdown).await?;
+        let pipeline = pipeline.clone();
         Ok(Started {
             tasks: vec![l.task],
             listeners: vec![(listener::SMTP, l.addr)],
+            routes: Some(Arc::new(move |cfg: &mut actix_web::web::ServiceConfig| {
+                unsubscribe::routes(cfg, pipeline.clone());
+            })),
             ..Started::default()
         })
     }

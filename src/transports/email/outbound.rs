@@ -22,7 +22,7 @@ use crate::message::{Part, TextMime};
 pub const MAX_REFERENCES: usize = 50;
 
 /// The headers a DKIM signature covers (repeated names are not over-signed).
-pub const SIGNED_HEADERS: [&str; 10] = [
+pub const SIGNED_HEADERS: [&str; 12] = [
     "From",
     "To",
     "Subject",
@@ -33,6 +33,9 @@ pub const SIGNED_HEADERS: [&str; 10] = [
     "Auto-Submitted",
     "MIME-Version",
     "Content-Type",
+    // RFC 8058 §4: a one-click unsubscribe counts only under a signature that covers both.
+    "List-Unsubscribe",
+    "List-Unsubscribe-Post",
 ];
 
 /// Why a reply could not be built or signed.

@@ -7,8 +7,7 @@ use std::borrow::Cow;
 use base64::Engine as _;
 use mail_parser::{HeaderName, MessageParser, MimeHeaders, PartType};
 
-use super::wire::DeliveryStatus;
-pub use super::wire::{Dsn, Mailbox};
+pub use super::wire::{DeliveryReport, Mailbox};
 
 /// The most `Received` headers before a message is treated as looping.
 pub const MAX_RECEIVED: usize = 50;
@@ -92,8 +91,8 @@ pub struct ParsedMail {
     pub attachments: Vec<Attachment>,
     /// Why this message must never be answered (RFC 3834), if so.
     pub no_reply: Option<&'static str>,
-    /// A delivery status notification: `Some(failed)`, the final status of its first recipient.
-    pub dsn: Option<Dsn>,
+    /// A delivery status notification (RFC 3464): what it says of each recipient.
+    pub dsn: Option<DeliveryReport>,
     /// The agent conversation an answer to this mail continues, when another switchboard's
     /// agent sent it ([`CHAIN_HEADER`]).
     pub agent_chain: Option<crate::message::AgentChain>,
@@ -502,7 +501,7 @@ pub fn parse_with<'x>(
 }
 
 /// Reads the `message/delivery-status` part of a report, if there is one.
-fn dsn(msg: &mail_parser::Message<'_>) -> Option<Dsn> {
+fn dsn(msg: &mail_parser::Message<'_>) -> Option<DeliveryReport> {
     let ct = msg.content_type()?;
     if !(ct.ctype().eq_ignore_ascii_case("multipart")
         && ct
@@ -511,28 +510,15 @@ fn dsn(msg: &mail_parser::Message<'_>) -> Option<Dsn> {
     {
         return None;
     }
-    for part in &msg.parts {
-        let Some(pct) = part.content_type() else {
-            continue;
-        };
+    msg.parts.iter().find_map(|part| {
+        let pct = part.content_type()?;
         let is_status = pct.ctype().eq_ignore_ascii_case("message")
-            && pct
-                .subtype()
-                .is_some_and(|s| s.eq_ignore_ascii_case("delivery-status"));
-        if !is_status {
-            continue;
-        }
-        let text = String::from_utf8_lossy(part.contents()).replace("\r\n", "\n");
-        let status = DeliveryStatus::parse(&text);
-        return Some(Dsn {
-            failed: status.failed(),
-            detail: sanitize_line(&format!(
-                "{} {} {}",
-                status.action, status.status, status.diagnostic_code
-            )),
-        });
-    }
-    None
+            && pct.subtype().is_some_and(|s| {
+                s.eq_ignore_ascii_case("delivery-status")
+                    || s.eq_ignore_ascii_case("global-delivery-status")
+            });
+        is_status.then(|| DeliveryReport::parse(&String::from_utf8_lossy(part.contents())))
+    })
 }
 
 /// The new text of a reply: quoted lines, the attribution line above a quote
@@ -878,9 +864,70 @@ mod tests {
         );
         let p = parse(&raw, "", 10).unwrap();
         let d = p.dsn.unwrap();
-        assert!(d.failed);
-        assert!(d.detail.contains("5.1.1"), "{}", d.detail);
+        assert_eq!(d.reporting_mta, "mx.example.com");
+        let failed = d.failure().unwrap();
+        assert_eq!(
+            (failed.recipient.as_str(), failed.status.as_str()),
+            ("bob@example.com", "5.1.1")
+        );
+        assert_eq!(failed.diagnostic, "550 5.1.1 no such user");
         assert_eq!(p.no_reply, Some("null sender"));
+    }
+
+    #[test]
+    fn postfix_and_exim_bounces_are_read() {
+        let postfix = parse(
+            &crlf(include_str!(
+                "../../../tests/fixtures/email/dsn-postfix.eml"
+            )),
+            "",
+            10,
+        )
+        .unwrap();
+        let report = postfix.dsn.unwrap();
+        assert_eq!(report.reporting_mta, "mx.relay.test");
+        let failed = report.failure().unwrap();
+        assert_eq!(failed.recipient, "alice@example.com");
+        assert_eq!(failed.status, "5.1.1");
+        assert_eq!(failed.remote_mta, "in.example.com");
+        assert_eq!(
+            failed.diagnostic,
+            "550 5.1.1 <alice@example.com>: Recipient address rejected: User unknown in virtual mailbox table"
+        );
+        assert_eq!(postfix.no_reply, Some("null sender"));
+
+        let exim = parse(
+            &crlf(include_str!("../../../tests/fixtures/email/dsn-exim.eml")),
+            "",
+            10,
+        )
+        .unwrap();
+        let report = exim.dsn.unwrap();
+        assert_eq!(report.reporting_mta, "mail.example.net");
+        let failed = report.failure().unwrap();
+        assert_eq!(
+            (failed.recipient.as_str(), failed.status.as_str()),
+            ("bob@example.net", "5.0.0")
+        );
+        assert_eq!(failed.remote_mta, "mx.example.net");
+        assert_eq!(
+            failed.diagnostic,
+            "550 5.2.1 <bob@example.net>: mailbox disabled"
+        );
+        assert_eq!(
+            exim.references,
+            ["0193a1b2-0000-7000-8000-00000000cafe@agents.test"]
+        );
+    }
+
+    #[test]
+    fn a_delay_warning_is_no_failure() {
+        let raw = crlf(
+            "From: MAILER-DAEMON@mx.relay.test\nTo: bounces+r1@agents.test\nMessage-ID: <w@mx>\nMIME-Version: 1.0\nContent-Type: multipart/report; report-type=delivery-status; boundary=r\n\n--r\nContent-Type: message/delivery-status\n\nReporting-MTA: dns; mx.relay.test\n\nFinal-Recipient: rfc822; bob@example.com\nAction: delayed\nStatus: 4.4.1\nDiagnostic-Code: X-Postfix; connect to in.example.com[192.0.2.25]:25: Connection refused\nWill-Retry-Until: Sun, 4 Dec 2026 06:00:00 +0000\n--r--\n",
+        );
+        let report = parse(&raw, "", 10).unwrap().dsn.unwrap();
+        assert_eq!(report.recipients[0].action, "delayed");
+        assert!(report.failure().is_none());
     }
 
     #[test]

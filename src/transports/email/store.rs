@@ -6,6 +6,7 @@
 //! gets the ones it sends (rows that earlier versions wrote for received mail are still read).
 //! One index fewer per inbound message is one random-key B-tree page fewer to write.
 
+use super::wire::RecipientStatus;
 use crate::error::Result;
 use crate::store::{self as sql, Arg, Db, Tx};
 
@@ -108,16 +109,41 @@ pub async fn sent_message_id(db: &Db, response_id: &str) -> Result<Option<String
 }
 
 /// Marks the delivery of `response_id` as failed after a bounce (a delivery status notification
-/// to our VERP address). Returns whether a delivery record was changed.
+/// to our VERP address), with what the report says of the recipient that failed
+/// (`reporting_mta` stands in for a missing `Remote-MTA`). Returns whether a delivery record was
+/// changed: not when there is none, nor when it failed already (a second bounce of one reply
+/// changes nothing).
 ///
 /// # Errors
 /// Database errors.
-pub async fn mark_bounced(db: &Db, response_id: &str, detail: &str, now: i64) -> Result<bool> {
+pub async fn mark_bounced(
+    db: &Db,
+    response_id: &str,
+    failed: &RecipientStatus,
+    reporting_mta: &str,
+    now: i64,
+) -> Result<bool> {
+    let opt = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let remote = opt(&failed.remote_mta).or_else(|| opt(reporting_mta));
+    let (status, diagnostic, recipient) = (
+        opt(&failed.status),
+        opt(&failed.diagnostic),
+        opt(&failed.recipient),
+    );
     let n = db
         .execute(
-            "UPDATE deliveries SET outcome = 'failed', detail = $1, finished_at = $2 \
-             WHERE response_id = $3 AND transport = 'email'",
-            &[Arg::Text(detail), Arg::Int(now), Arg::Text(response_id)],
+            "UPDATE deliveries SET outcome = 'failed', detail = $1, finished_at = $2, \
+             status_code = $3, diagnostic = $4, remote_mta = $5, recipient = $6 \
+             WHERE response_id = $7 AND transport = 'email' AND outcome <> 'failed'",
+            &[
+                Arg::Text(&format!("bounced: {}", failed.detail())),
+                Arg::Int(now),
+                Arg::OptText(status.as_deref()),
+                Arg::OptText(diagnostic.as_deref()),
+                Arg::OptText(remote.as_deref()),
+                Arg::OptText(recipient.as_deref()),
+                Arg::Text(response_id),
+            ],
         )
         .await?;
     Ok(n > 0)
@@ -143,4 +169,68 @@ pub async fn delivery_outcome(
         )
         .await?;
     Ok(row.map(|r| (r.outcome, r.detail)))
+}
+
+/// What [`unsubscribe_token`] finds.
+#[derive(sqlx::FromRow, serde::Deserialize)]
+struct TokenRow {
+    token: String,
+    unsubscribed_at: Option<i64>,
+}
+
+/// The token of the List-Unsubscribe URL on `agent`'s unasked mail to `address`, made the first
+/// time it writes there, and whether the address has unsubscribed from it (then nothing more
+/// is sent).
+///
+/// # Errors
+/// Database errors.
+pub async fn unsubscribe_token(
+    db: &Db,
+    agent: &str,
+    address: &str,
+    now: i64,
+) -> Result<(String, bool)> {
+    let fresh = hex::encode(rand::random::<[u8; 16]>());
+    let rows: Vec<TokenRow> = db
+        .write_fetch_all(
+            "INSERT INTO email_unsubscribes (agent, address, token, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (agent, address) DO UPDATE SET agent = excluded.agent \
+             RETURNING token, unsubscribed_at",
+            &[
+                Arg::Text(agent),
+                Arg::Text(address),
+                Arg::Text(&fresh),
+                Arg::Int(now),
+            ],
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .next()
+        .map_or((fresh, false), |r| (r.token, r.unsubscribed_at.is_some())))
+}
+
+/// Who unsubscribed.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Deserialize)]
+pub struct Unsubscribed {
+    /// The agent (local name, lowercase).
+    pub agent: String,
+    /// The address that will get no more unasked mail from it.
+    pub address: String,
+}
+
+/// Records the one-click unsubscribe of `token` (once: a repeated one keeps the first time);
+/// `None` when no mail carried that token.
+///
+/// # Errors
+/// Database errors.
+pub async fn unsubscribe(db: &Db, token: &str, now: i64) -> Result<Option<Unsubscribed>> {
+    let rows: Vec<Unsubscribed> = db
+        .write_fetch_all(
+            "UPDATE email_unsubscribes SET unsubscribed_at = COALESCE(unsubscribed_at, $1) \
+             WHERE token = $2 RETURNING agent, address",
+            &[Arg::Int(now), Arg::Text(token)],
+        )
+        .await?;
+    Ok(rows.into_iter().next())
 }

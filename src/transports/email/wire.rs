@@ -103,53 +103,171 @@ impl BodyRef {
     }
 }
 
-/// The per-recipient fields of a delivery status notification that switchboard reads.
+/// The most recipients of one report that are read, and the longest field kept (characters):
+/// a report is the remote's text, not ours.
+const MAX_RECIPIENTS: usize = 100;
+const MAX_FIELD_CHARS: usize = 1_000;
+
+/// One recipient's block of a delivery status notification (RFC 3464 §2.3), the fields
+/// switchboard keeps; each missing one is empty. Address-typed fields lose their type
+/// (`rfc822; bob@example.com` is `bob@example.com`, `dns; mx.example.com` is
+/// `mx.example.com`); control characters become spaces.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DeliveryStatus {
-    /// `Action`, lowercased (`failed`, `delayed`, `delivered`, …).
+pub struct RecipientStatus {
+    /// `Final-Recipient` (else `Original-Recipient`).
+    pub recipient: String,
+    /// `Action`, lowercased (`failed`, `delayed`, `delivered`, `relayed`, `expanded`).
     pub action: String,
-    /// `Status` (`5.1.1`).
+    /// `Status`: the enhanced status code (`5.1.1`, RFC 3463), empty when it is not one.
     pub status: String,
-    /// `Diagnostic-Code`.
-    pub diagnostic_code: String,
+    /// `Diagnostic-Code` without its type: the remote server's reply (`550 5.1.1 …`).
+    pub diagnostic: String,
+    /// `Remote-MTA`: the server that gave the diagnostic.
+    pub remote_mta: String,
 }
 
-impl DeliveryStatus {
-    /// The fields of the first recipient block of a `message/delivery-status` part's `text`
-    /// (each the first line of its name; missing ones empty).
-    #[must_use]
-    pub fn parse(text: &str) -> Self {
-        let field = |name: &str| {
-            text.lines()
-                .find_map(|l| {
-                    let (n, v) = l.split_once(':')?;
-                    n.trim()
-                        .eq_ignore_ascii_case(name)
-                        .then(|| v.trim().to_owned())
-                })
-                .unwrap_or_default()
-        };
-        Self {
-            action: field("Action").to_ascii_lowercase(),
-            status: field("Status"),
-            diagnostic_code: field("Diagnostic-Code"),
-        }
-    }
-
-    /// Whether the delivery failed: the action is `failed` or the status permanent (5.x.x).
+impl RecipientStatus {
+    /// Whether the delivery to this recipient failed for good: the action is `failed`, or the
+    /// status is permanent (`5.x.x`) and the action says nothing else.
     #[must_use]
     pub fn failed(&self) -> bool {
-        self.action == "failed" || self.status.starts_with('5')
+        self.action == "failed" || (self.action.is_empty() && self.status.starts_with('5'))
+    }
+
+    /// One line for logs and the delivery record's detail.
+    #[must_use]
+    pub fn detail(&self) -> String {
+        [&self.action, &self.status, &self.diagnostic]
+            .iter()
+            .filter(|f| !f.is_empty())
+            .map(|f| f.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
-/// What a delivery status notification (RFC 3464) says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dsn {
-    /// `Action: failed` (or a 5.x.x status).
-    pub failed: bool,
-    /// `Status` and `Diagnostic-Code`, for operators.
-    pub detail: String,
+/// What a delivery status notification (RFC 3464) says: the `message/delivery-status` part's
+/// per-message fields, then one block per recipient.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeliveryReport {
+    /// `Reporting-MTA`: the server that wrote the report.
+    pub reporting_mta: String,
+    /// The recipients' blocks, in order.
+    pub recipients: Vec<RecipientStatus>,
+}
+
+impl DeliveryReport {
+    /// Reads the `message/delivery-status` part's `text`: folded lines unfolded, blocks parted by
+    /// blank lines, the first holding the per-message fields. Unknown fields are skipped, a
+    /// block without any recipient field is no recipient.
+    #[must_use]
+    pub fn parse(text: &str) -> Self {
+        let mut report = Self::default();
+        for (i, block) in blocks(text).into_iter().enumerate() {
+            let get = |name: &str| {
+                block
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                    .map_or("", |(_, v)| v.as_str())
+            };
+            if i == 0 && report.reporting_mta.is_empty() {
+                report.reporting_mta = untyped(get("Reporting-MTA"));
+            }
+            let recipient = match untyped(get("Final-Recipient")) {
+                r if r.is_empty() => untyped(get("Original-Recipient")),
+                r => r,
+            };
+            let action = get("Action").to_ascii_lowercase();
+            if recipient.is_empty() && action.is_empty() {
+                continue;
+            }
+            if report.recipients.len() == MAX_RECIPIENTS {
+                break;
+            }
+            let status = get("Status")
+                .split_whitespace()
+                .next()
+                .filter(|s| is_status_code(s))
+                .unwrap_or_default()
+                .to_owned();
+            report.recipients.push(RecipientStatus {
+                recipient,
+                action,
+                status,
+                diagnostic: untyped(get("Diagnostic-Code")),
+                remote_mta: untyped(get("Remote-MTA")),
+            });
+        }
+        report
+    }
+
+    /// The first recipient whose delivery failed for good, if one did.
+    #[must_use]
+    pub fn failure(&self) -> Option<&RecipientStatus> {
+        self.recipients.iter().find(|r| r.failed())
+    }
+}
+
+/// The blocks of a delivery-status body: each a list of (field name, unfolded value).
+fn blocks(text: &str) -> Vec<Vec<(String, String)>> {
+    let mut out: Vec<Vec<(String, String)>> = Vec::new();
+    let mut block: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() {
+            if !block.is_empty() {
+                out.push(std::mem::take(&mut block));
+            }
+            continue;
+        }
+        if line.starts_with([' ', '\t']) {
+            // A folded line continues the field before it.
+            if let Some((_, v)) = block.last_mut()
+                && v.chars().count() < MAX_FIELD_CHARS
+            {
+                v.push(' ');
+                v.push_str(line.trim());
+            }
+            continue;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            block.push((name.trim().to_owned(), value.trim().to_owned()));
+        }
+    }
+    if !block.is_empty() {
+        out.push(block);
+    }
+    out
+}
+
+/// A typed field's value without its type (`rfc822; a@b` is `a@b`; a value without a type is
+/// kept), on one line and at most [`MAX_FIELD_CHARS`] long.
+fn untyped(value: &str) -> String {
+    let v = match value.split_once(';') {
+        Some((kind, rest)) if !kind.trim().is_empty() && !kind.contains(char::is_whitespace) => {
+            rest
+        }
+        _ => value,
+    };
+    v.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_FIELD_CHARS)
+        .collect::<String>()
+        .trim()
+        .to_owned()
+}
+
+/// Whether `s` is an enhanced status code: class 2, 4 or 5, then two numbers of at most three
+/// digits (RFC 3463).
+fn is_status_code(s: &str) -> bool {
+    let mut parts = s.split('.');
+    let class_ok = parts.next().is_some_and(|c| matches!(c, "2" | "4" | "5"));
+    let rest: Vec<&str> = parts.collect();
+    class_ok
+        && rest.len() == 2
+        && rest
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -198,15 +316,50 @@ mod tests {
     }
 
     #[test]
-    fn a_delivery_status_fails_on_the_action_or_a_permanent_status() {
-        let failed = DeliveryStatus::parse(
-            "Final-Recipient: rfc822; x@y\nAction: Failed\nStatus: 5.1.1\nDiagnostic-Code: smtp; 550 no\n",
+    fn a_delivery_report_is_read_block_by_block_with_folded_lines() {
+        let r = DeliveryReport::parse(
+            "Reporting-MTA: dns; mx.b.example\nArrival-Date: Sun, 29 Nov 2026 10:00:00 +0000\n\n\
+             Final-Recipient: rfc822; x@b.example\nOriginal-Recipient: rfc822;X@b.example\n\
+             Action: Failed\nStatus: 5.1.1 (bad mailbox)\nRemote-MTA: dns; in.b.example\n\
+             Diagnostic-Code: smtp; 550 5.1.1 <x@b.example>:\n    Recipient address rejected\n\n\
+             Final-Recipient: rfc822;y@b.example\nAction: delayed\nStatus: 4.4.1\n",
         );
-        assert_eq!(failed.action, "failed");
-        assert_eq!(failed.status, "5.1.1");
-        assert_eq!(failed.diagnostic_code, "smtp; 550 no");
-        assert!(failed.failed());
-        assert!(!DeliveryStatus::parse("Action: delayed\nStatus: 4.4.1\n").failed());
-        assert!(DeliveryStatus::parse("Status: 5.0.0\n").failed());
+        assert_eq!(r.reporting_mta, "mx.b.example");
+        assert_eq!(r.recipients.len(), 2);
+        let x = &r.recipients[0];
+        assert_eq!(
+            (x.recipient.as_str(), x.action.as_str(), x.status.as_str()),
+            ("x@b.example", "failed", "5.1.1")
+        );
+        assert_eq!(x.remote_mta, "in.b.example");
+        assert_eq!(
+            x.diagnostic,
+            "550 5.1.1 <x@b.example>: Recipient address rejected"
+        );
+        assert!(x.failed());
+        assert_eq!(
+            x.detail(),
+            "failed 5.1.1 550 5.1.1 <x@b.example>: Recipient address rejected"
+        );
+        assert!(!r.recipients[1].failed(), "delayed is not failed");
+        assert_eq!(r.failure(), Some(x));
+    }
+
+    #[test]
+    fn a_delivery_status_fails_on_the_action_or_a_permanent_status_alone() {
+        let one = |t: &str| DeliveryReport::parse(t).recipients.remove(0);
+        assert!(one("Final-Recipient: rfc822; x@y\nStatus: 5.0.0\n").failed());
+        assert!(!one("Final-Recipient: rfc822; x@y\nAction: delayed\nStatus: 4.4.1\n").failed());
+        assert!(!one("Final-Recipient: rfc822; x@y\nAction: delivered\nStatus: 2.0.0\n").failed());
+        // Not a status code: kept out of the record.
+        assert_eq!(
+            one("Final-Recipient: x@y\nAction: failed\nStatus: 550\n").status,
+            ""
+        );
+        assert!(
+            DeliveryReport::parse("Reporting-MTA: dns; a\n")
+                .failure()
+                .is_none()
+        );
     }
 }

@@ -533,10 +533,25 @@ async fn message_page(
         let refs: Vec<&str> = job_ids.iter().map(String::as_str).collect();
         let jobs = jobs::get_many(&db, &refs).await?;
         let deliveries = threads::deliveries(&db, &response_id.iter().map(String::as_str).collect::<Vec<_>>()).await?;
-        let status = super::read::progress(&db, &[&m])
+        let (status, failure) = super::read::progress(&db, &[&m])
             .await?
             .remove(&m.id)
-            .map(|p| p.status);
+            .map(|p| (p.status, p.delivery_failure))
+            .unzip();
+        let failure = failure.flatten().map_or_else(String::new, |f| {
+            let row = |name: &str, id: &str, v: Option<&String>| {
+                v.map_or_else(String::new, |v| {
+                    format!("<tr><th>{name}</th><td id=\"{id}\">{}</td></tr>", esc(v))
+                })
+            };
+            format!(
+                "<h2>Delivery failure</h2><table id=\"delivery-failure\">{}{}{}{}</table>",
+                row("Status code", "failure-status", f.status_code.as_ref()),
+                row("Diagnostic", "failure-diagnostic", f.diagnostic.as_ref()),
+                row("Remote server", "failure-remote", f.remote_mta.as_ref()),
+                row("Recipient", "failure-recipient", f.recipient.as_ref()),
+            )
+        });
         let mut attempts = String::new();
         for j in &jobs {
             let _ = write!(
@@ -572,7 +587,7 @@ async fn message_page(
         let main = format!(
             "{deleted}<p>Status <span class=\"badge\" id=\"status\">{st}</span> · thread <a href=\"/console/threads/{th}\">{th}</a> · \
              {ev}</p><h2>Dispatch and delivery attempts</h2><table><tr><th>Job</th><th>State</th><th>Attempts</th>\
-             <th>Last error</th><th>Updated</th></tr>{attempts}</table>\
+             <th>Last error</th><th>Updated</th></tr>{attempts}</table>{failure}\
              <h2>NormalizedMessage</h2><pre id=\"normalized\">{msg}</pre><h2>Raw wire form</h2><pre id=\"raw\">{raw}</pre>{resp}",
             st = esc(status_json["status"].as_str().unwrap_or("")),
             th = esc(&m.thread_id),
