@@ -35,6 +35,7 @@ pub struct Metrics {
     connections: Family<Labels, Gauge>,
     connections_refused: Family<Labels, Counter>,
     refused: Family<Labels, Counter>,
+    mta_sts: Family<Labels, Counter>,
     attestations: Family<Labels, Counter>,
     policy_states: Family<Labels, Counter>,
     turns: Family<Labels, Counter>,
@@ -106,6 +107,7 @@ impl Metrics {
         let connections = Family::<Labels, Gauge>::default();
         let connections_refused = Family::<Labels, Counter>::default();
         let refused = Family::<Labels, Counter>::default();
+        let mta_sts = Family::<Labels, Counter>::default();
         let attestations = Family::<Labels, Counter>::default();
         let policy_states = Family::<Labels, Counter>::default();
         let turns = Family::<Labels, Counter>::default();
@@ -183,6 +185,11 @@ impl Metrics {
             refused.clone(),
         );
         registry.register(
+            "mta_sts_failures",
+            "Direct deliveries that fell short of the recipient domain's MTA-STS policy, by policy mode (enforce: not sent there; testing: sent anyway) and what failed (mx_mismatch, tls_failed)",
+            mta_sts.clone(),
+        );
+        registry.register(
             "attestations",
             "Forwarded identity assertions by outcome (verified, or the reason one was dropped)",
             attestations.clone(),
@@ -222,12 +229,23 @@ impl Metrics {
             connections,
             connections_refused,
             refused,
+            mta_sts,
             attestations,
             policy_states,
             open_fds,
             max_fds,
             resident_bytes,
         }
+    }
+
+    /// Counts a direct delivery that fell short of an MTA-STS policy in `mode`, and what failed.
+    pub fn mta_sts_failure(&self, mode: &str, failed: &str) {
+        self.mta_sts
+            .get_or_create(&vec![
+                ("mode", mode.to_owned()),
+                ("failed", failed.to_owned()),
+            ])
+            .inc();
     }
 
     /// Counts a message refused by an agent's access rules.

@@ -78,6 +78,16 @@ pub struct EmailConfig {
     pub direct_port: u16,
     /// MX answers known without DNS: domain → exchanges, most preferred first.
     pub dns_mx: BTreeMap<String, Vec<String>>,
+    /// Addresses known without DNS: host name → IP addresses (MX hosts and MTA-STS policy hosts
+    /// of direct delivery).
+    pub dns_hosts: BTreeMap<String, Vec<std::net::IpAddr>>,
+    /// Whether direct MX delivery honours the recipient domain's MTA-STS policy (RFC 8461).
+    pub mta_sts: bool,
+    /// Port of the HTTPS server an MTA-STS policy is fetched from (443; others only for tests).
+    pub mta_sts_port: u16,
+    /// A PEM file of certificate authorities trusted besides the public ones where direct
+    /// delivery checks certificates (MTA-STS policy hosts and MX hosts): a private PKI.
+    pub tls_roots_file: Option<String>,
     /// Where mail to the role addresses goes (`postmaster@`, `abuse@` and `dmarc@` of every
     /// served domain, and the bare `<Postmaster>`): an address (`ops@example.net`), to which it
     /// is forwarded, or the name of an agent (`helper`), which receives it ([`Postmaster`]).
@@ -125,6 +135,10 @@ impl Default for EmailConfig {
             relay_timeout_seconds: 60,
             direct_port: 25,
             dns_mx: BTreeMap::new(),
+            dns_hosts: BTreeMap::new(),
+            mta_sts: true,
+            mta_sts_port: 443,
+            tls_roots_file: None,
             postmaster: None,
         }
     }
@@ -135,6 +149,18 @@ impl EmailConfig {
     pub(super) fn check(&self, problems: &mut Vec<String>) {
         if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
             problems.push("email.tls_cert_file and email.tls_key_file: set both or neither".into());
+        }
+        if let Some(file) = &self.tls_roots_file {
+            match std::fs::read_to_string(file) {
+                Ok(text) if text.contains("-----BEGIN CERTIFICATE-----") => {}
+                Ok(_) => problems.push(format!(
+                    "email.tls_roots_file {file}: no PEM certificate in it"
+                )),
+                Err(e) => problems.push(format!("email.tls_roots_file {file}: {e}")),
+            }
+        }
+        if self.mta_sts_port == 0 {
+            problems.push("email.mta_sts_port: must not be 0".into());
         }
         if self.max_message_bytes == 0
             || self.max_recipients == 0

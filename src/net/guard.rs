@@ -93,8 +93,9 @@ pub fn check_url(url: &url::Url, allow_private: bool) -> Result<(), String> {
 /// Resolves names with the system resolver and drops forbidden addresses; a name with only
 /// forbidden addresses fails.
 #[derive(Debug)]
-pub(super) struct GuardedResolver {
-    pub(super) allow_private: bool,
+pub struct GuardedResolver {
+    /// Whether private and loopback addresses are allowed (`net.allow_private_addresses`).
+    pub allow_private: bool,
 }
 
 impl reqwest::dns::Resolve for GuardedResolver {

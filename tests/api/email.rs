@@ -82,16 +82,22 @@ impl Drop for Catcher {
 
 impl Catcher {
     fn start(p: &Peers, code: u16) -> Self {
-        let port = free_port();
+        Self::start_on(p, code, "127.0.0.1", free_port(), None)
+    }
+
+    /// A catcher on `host:port`, offering STARTTLS with `tls` (certificate and key files).
+    fn start_on(p: &Peers, code: u16, host: &str, port: u16, tls: Option<(&Path, &Path)>) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(&p.python)
-            .arg(p.scripts.join("catcher.py"))
+        let mut cmd = Command::new(&p.python);
+        cmd.arg(p.scripts.join("catcher.py"))
             .arg(port.to_string())
             .arg(dir.path())
             .arg(code.to_string())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .arg(host);
+        if let Some((cert, key)) = tls {
+            cmd.arg(cert).arg(key);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
@@ -2000,6 +2006,7 @@ mod blocks;
 mod bounces;
 mod durable;
 mod loops;
+mod mta_sts;
 mod multi_agent;
 mod policy;
 mod roles;

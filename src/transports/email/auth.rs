@@ -70,6 +70,10 @@ impl StaticTxt {
         let mut out = HashMap::new();
         for (name, value) in records {
             let key = fqdn(name);
+            if key.starts_with("_mta-sts.") {
+                // Read as text by MTA-STS (`super::mta_sts`), never by mail-auth.
+                continue;
+            }
             let bytes = value.as_bytes();
             let parsed = if key.contains("._domainkey.") {
                 DomainKey::parse(bytes).map(|k| Txt::DomainKey(Arc::new(k)))

@@ -20,6 +20,7 @@ pub mod connection;
 pub mod fuzzing;
 pub mod inbound;
 mod listener;
+pub mod mta_sts;
 pub mod outbound;
 pub mod parse;
 pub mod reply_context;
@@ -161,14 +162,31 @@ pub struct EmailTransport {
     metrics: Arc<crate::metrics::Metrics>,
 }
 
-/// Direct delivery to the recipient domain's MX hosts (when no relay is set).
+/// Direct delivery to the recipient domain's MX hosts (when no relay is set), under their
+/// MTA-STS policies ([`mta_sts`]).
 struct Direct {
     dns: mail_auth::MessageAuthenticator,
     mx: auth::StaticMx,
+    /// Addresses known without DNS (`email.dns_hosts`).
+    known: HashMap<String, Vec<std::net::IpAddr>>,
     port: u16,
     hostname: String,
     timeout: Duration,
     allow_private: bool,
+    /// The policies, unless `email.mta_sts` is off.
+    sts: Option<mta_sts::Sts>,
+    /// Certificate authorities trusted besides the public ones (`email.tls_roots_file`).
+    roots: Vec<lettre::transport::smtp::client::Certificate>,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// How one connection to an MX host does TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checked {
+    /// STARTTLS when offered, any certificate (RFC 7435).
+    Opportunistic,
+    /// STARTTLS required, with a certificate valid for the host's name (MTA-STS).
+    Required,
 }
 
 impl Direct {
@@ -205,6 +223,9 @@ impl Direct {
         if let Ok(ip) = host.parse() {
             return vec![ip];
         }
+        if let Some(ips) = self.known.get(&host.to_ascii_lowercase()) {
+            return ips.clone();
+        }
         type NoV4 =
             mail_auth::common::cache::NoCache<Box<str>, mail_auth::RecordSet<std::net::Ipv4Addr>>;
         type NoV6 =
@@ -221,41 +242,131 @@ impl Direct {
             .unwrap_or_default()
     }
 
-    /// Sends to the first MX host that takes the message; a 5xx from any of them ends it.
+    /// Sends to the first MX host that takes the message; a 5xx from any of them ends it. Under
+    /// an MTA-STS policy only the hosts it lists are tried, each over STARTTLS with a certificate
+    /// valid for its name; in `testing` mode a host that falls short is recorded and used as
+    /// without a policy, in `enforce` mode it is skipped (nothing left: retried later).
     async fn send(
         &self,
         domain: &str,
         envelope: &lettre::address::Envelope,
         bytes: &[u8],
     ) -> std::result::Result<(), OutboundError> {
+        let policy = match &self.sts {
+            Some(sts) => sts.policy(domain, &self.dns).await,
+            None => None,
+        };
+        let enforce = policy
+            .as_ref()
+            .is_some_and(|p| p.mode == mta_sts::Mode::Enforce);
         let mut last = OutboundError::temporary(format!("no MX host of {domain} answered"));
         for host in self.hosts(domain).await? {
+            let mut checked = policy.as_ref().map(|_| Checked::Required);
+            if let Some(p) = policy.as_ref().filter(|p| !p.allows(&host)) {
+                let why = format!(
+                    "MTA-STS ({}): MX {host} is not in {domain}'s policy",
+                    p.mode.as_str()
+                );
+                self.short_of(p.mode, "mx_mismatch", &why);
+                if enforce {
+                    last = OutboundError::temporary(why);
+                    continue;
+                }
+                checked = None;
+            }
             for ip in self.addresses(&host).await {
                 if !self.allow_private && crate::net::is_forbidden_ip(ip) {
                     last = OutboundError::permanent(format!("MX {host} is a private address"));
                     continue;
                 }
-                // Opportunistic STARTTLS, as MTAs do (RFC 7435): encrypt when offered, without
-                // insisting on a certificate the MX may not have.
-                let tls = lettre::transport::smtp::client::TlsParameters::builder(host.clone())
-                    .dangerous_accept_invalid_certs(true)
-                    .build()
-                    .map_err(|e| OutboundError::permanent(format!("TLS: {e}")))?;
-                let transport =
-                    AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(ip.to_string())
-                        .port(self.port)
-                        .hello_name(ClientId::Domain(self.hostname.clone()))
-                        .timeout(Some(self.timeout))
-                        .tls(Tls::Opportunistic(tls))
-                        .build();
-                match transport.send_raw(envelope, bytes).await {
-                    Ok(_) => return Ok(()),
-                    Err(e) if e.is_permanent() => return Err(outbound::classify(&e)),
-                    Err(e) => last = outbound::classify(&e),
+                let mut how = checked.unwrap_or(Checked::Opportunistic);
+                let result: std::result::Result<(), Attempt> = loop {
+                    match self.attempt(&host, ip, how, envelope, bytes).await {
+                        // Not a reply of the server's: no STARTTLS, or a certificate refused.
+                        Err(e) if how == Checked::Required && (e.is_tls() || e.is_client()) => {
+                            let mode = policy.as_ref().map_or(mta_sts::Mode::Testing, |p| p.mode);
+                            let why = format!(
+                                "MTA-STS ({}): TLS with MX {host} failed: {e}",
+                                mode.as_str()
+                            );
+                            self.short_of(mode, "tls_failed", &why);
+                            if enforce {
+                                break Err(OutboundError::temporary(why).into());
+                            }
+                            how = Checked::Opportunistic;
+                        }
+                        Err(e) => break Err(e.into()),
+                        Ok(()) => break Ok(()),
+                    }
+                };
+                match result {
+                    Ok(()) => return Ok(()),
+                    Err(Attempt::Smtp(e)) if e.is_permanent() => {
+                        return Err(outbound::classify(&e));
+                    }
+                    Err(Attempt::Smtp(e)) => last = outbound::classify(&e),
+                    Err(Attempt::Refused(e)) => last = e,
                 }
             }
         }
         Err(last)
+    }
+
+    /// One delivery attempt to `host` at `ip`, doing TLS as `how` says.
+    async fn attempt(
+        &self,
+        host: &str,
+        ip: std::net::IpAddr,
+        how: Checked,
+        envelope: &lettre::address::Envelope,
+        bytes: &[u8],
+    ) -> std::result::Result<(), lettre::transport::smtp::Error> {
+        let mut params = lettre::transport::smtp::client::TlsParameters::builder(host.to_owned());
+        let tls: fn(lettre::transport::smtp::client::TlsParameters) -> Tls = match how {
+            Checked::Opportunistic => {
+                params = params.dangerous_accept_invalid_certs(true);
+                Tls::Opportunistic
+            }
+            Checked::Required => {
+                for root in &self.roots {
+                    params = params.add_root_certificate(root.clone());
+                }
+                Tls::Required
+            }
+        };
+        let transport = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(ip.to_string())
+            .port(self.port)
+            .hello_name(ClientId::Domain(self.hostname.clone()))
+            .timeout(Some(self.timeout))
+            .tls(tls(params.build()?))
+            .build();
+        transport.send_raw(envelope, bytes).await.map(|_| ())
+    }
+
+    /// Records a delivery that fell short of a policy in `mode`.
+    fn short_of(&self, mode: mta_sts::Mode, failed: &str, why: &str) {
+        tracing::warn!(mode = mode.as_str(), failed, "{why}");
+        self.metrics.mta_sts_failure(mode.as_str(), failed);
+    }
+}
+
+/// Why an attempt at one MX address came to nothing.
+enum Attempt {
+    /// What the SMTP client said.
+    Smtp(lettre::transport::smtp::Error),
+    /// Refused under an enforced MTA-STS policy.
+    Refused(OutboundError),
+}
+
+impl From<lettre::transport::smtp::Error> for Attempt {
+    fn from(e: lettre::transport::smtp::Error) -> Self {
+        Self::Smtp(e)
+    }
+}
+
+impl From<OutboundError> for Attempt {
+    fn from(e: OutboundError) -> Self {
+        Self::Refused(e)
     }
 }
 
@@ -292,6 +403,105 @@ fn relay(cfg: &EmailConfig, hostname: &str) -> Result<Option<AsyncSmtpTransport<
     Ok(Some(b.build()))
 }
 
+/// Direct delivery as `config` sets it up: the MX and address tables known without DNS, the
+/// certificate authorities trusted besides the public ones, and the MTA-STS fetcher (its own
+/// HTTP client: no redirects, those authorities, policy hosts of `email.dns_hosts` resolved
+/// from there, others only to public addresses unless `net.allow_private_addresses`).
+fn direct(
+    config: &Config,
+    hostname: String,
+    metrics: Arc<crate::metrics::Metrics>,
+) -> Result<Direct> {
+    let email = &config.email;
+    let offline = email.dns == crate::config::DnsMode::Offline;
+    let pems = match &email.tls_roots_file {
+        Some(file) => {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| crate::Error::Config(format!("email.tls_roots_file {file}: {e}")))?;
+            let blocks = mta_sts::pem_blocks(&text);
+            if blocks.is_empty() {
+                return Err(crate::Error::Config(format!(
+                    "email.tls_roots_file {file}: no PEM certificate in it"
+                )));
+            }
+            blocks
+        }
+        None => Vec::new(),
+    };
+    let unusable = |e: &dyn std::fmt::Display| {
+        crate::Error::Config(format!(
+            "email.tls_roots_file: a certificate that does not read: {e}"
+        ))
+    };
+    let roots = pems
+        .iter()
+        .map(|p| {
+            lettre::transport::smtp::client::Certificate::from_pem(p.as_bytes())
+                .map_err(|e| unusable(&e))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let known: HashMap<String, Vec<std::net::IpAddr>> = email
+        .dns_hosts
+        .iter()
+        .map(|(h, ips)| (h.trim_end_matches('.').to_ascii_lowercase(), ips.clone()))
+        .collect();
+    let sts = if email.mta_sts {
+        let mut http = reqwest::Client::builder()
+            .user_agent(config.net.user_agent.clone())
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(5))
+            .dns_resolver(Arc::new(crate::net::GuardedResolver {
+                allow_private: config.net.allow_private_addresses,
+            }));
+        for p in &pems {
+            http = http.add_root_certificate(
+                reqwest::Certificate::from_pem(p.as_bytes()).map_err(|e| unusable(&e))?,
+            );
+        }
+        for (host, ips) in known.iter().filter(|(h, _)| h.starts_with("mta-sts.")) {
+            let addrs: Vec<std::net::SocketAddr> = ips
+                .iter()
+                .map(|ip| std::net::SocketAddr::new(*ip, email.mta_sts_port))
+                .collect();
+            http = http.resolve_to_addrs(host, &addrs);
+        }
+        let http = http
+            .build()
+            .map_err(|e| crate::Error::Startup(format!("MTA-STS HTTP client: {e}")))?;
+        let records = email
+            .dns_records
+            .iter()
+            .filter(|(name, _)| name.to_ascii_lowercase().starts_with("_mta-sts."))
+            .map(|(name, text)| {
+                (
+                    name.trim_end_matches('.').to_ascii_lowercase(),
+                    text.clone(),
+                )
+            })
+            .collect();
+        Some(mta_sts::Sts::new(
+            http,
+            email.mta_sts_port,
+            records,
+            offline,
+        ))
+    } else {
+        None
+    };
+    Ok(Direct {
+        dns: auth::authenticator(email.dns)?,
+        mx: auth::StaticMx::new(&email.dns_mx, offline),
+        known,
+        port: email.direct_port,
+        hostname,
+        timeout: Duration::from_secs(email.relay_timeout_seconds),
+        allow_private: config.net.allow_private_addresses,
+        sts,
+        roots,
+        metrics,
+    })
+}
+
 impl EmailTransport {
     /// From configuration.
     ///
@@ -317,6 +527,7 @@ impl EmailTransport {
             .filter(|a| a.email.as_ref().is_some_and(|e| e.reply_to_unauthenticated))
             .map(|a| a.name.to_lowercase())
             .collect();
+        let direct = direct(config, hostname.clone(), metrics.clone())?;
         Ok(Self {
             db,
             blobs,
@@ -337,17 +548,7 @@ impl EmailTransport {
                 .as_ref()
                 .map(|h| format!("{h}:{}", config.email.relay_port)),
             metrics,
-            direct: Direct {
-                dns: auth::authenticator(config.email.dns)?,
-                mx: auth::StaticMx::new(
-                    &config.email.dns_mx,
-                    config.email.dns == crate::config::DnsMode::Offline,
-                ),
-                port: config.email.direct_port,
-                hostname,
-                timeout: Duration::from_secs(config.email.relay_timeout_seconds),
-                allow_private: config.net.allow_private_addresses,
-            },
+            direct,
         })
     }
 

@@ -1,11 +1,15 @@
-"""An aiosmtpd server that stores every message it receives: catcher.py PORT DIR [CODE].
+"""An aiosmtpd server that stores every message it receives:
+catcher.py PORT DIR [CODE [HOST [CERT KEY]]].
 
 Each message becomes DIR/N.eml (the bytes as received) and DIR/N.env (MAIL FROM on the first
 line, then one RCPT TO per line). CODE (default 250) is the reply to DATA, so tests can make
-the catcher refuse (451 temporary, 550 permanent). Prints 'ready' once listening.
+the catcher refuse (451 temporary, 550 permanent). HOST is the address to listen on
+(127.0.0.1). With CERT and KEY it offers STARTTLS, and a message that came over TLS also gets
+DIR/N.tls. Prints 'ready' once listening.
 """
 import asyncio
 import os
+import ssl
 import sys
 
 from aiosmtpd.controller import Controller
@@ -27,6 +31,9 @@ class Handler:
             f.write(data)
         with open(base + ".env", "w") as f:
             f.write("\n".join([envelope.mail_from] + list(envelope.rcpt_tos)) + "\n")
+        if session.ssl is not None:
+            with open(base + ".tls", "w") as f:
+                f.write("tls\n")
         os.rename(base + ".tmp", base + ".eml")
         return "250 OK"
 
@@ -34,8 +41,20 @@ class Handler:
 def main():
     port, out = int(sys.argv[1]), sys.argv[2]
     code = int(sys.argv[3]) if len(sys.argv) > 3 else 250
+    host = sys.argv[4] if len(sys.argv) > 4 else "127.0.0.1"
+    tls = None
+    if len(sys.argv) > 6:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(sys.argv[5], sys.argv[6])
     os.makedirs(out, exist_ok=True)
-    ctl = Controller(Handler(out, code), hostname="127.0.0.1", port=port, enable_SMTPUTF8=True)
+    ctl = Controller(
+        Handler(out, code),
+        hostname=host,
+        port=port,
+        enable_SMTPUTF8=True,
+        tls_context=tls,
+        require_starttls=False,
+    )
     ctl.start()
     print("ready", flush=True)
     try:

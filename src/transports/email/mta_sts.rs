@@ -1,0 +1,367 @@
+//! MTA-STS (RFC 8461) for direct MX delivery: a recipient domain that publishes
+//! `_mta-sts.{domain} TXT "v=STSv1; id=…"` serves its policy at
+//! `https://mta-sts.{domain}/.well-known/mta-sts.txt` (a valid certificate, no redirects). The
+//! policy names the MX hosts allowed (`mx: mail.example.com`, `mx: *.example.net`) and a `mode`:
+//! under `enforce` mail goes only to a listed MX, over STARTTLS with a certificate valid for its
+//! name, or not at all (retried later); under `testing` it goes as usual and the failures are
+//! only recorded; `none` turns the policy off. A policy is kept for its `max_age` and fetched
+//! again when the TXT record's `id` changes; while the TXT record is missing or a fetch fails,
+//! the policy kept still holds.
+//!
+//! Parsing is pure ([`parse_policy`], [`record_id`], [`mx_matches`]); [`Sts`] fetches and keeps.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The largest policy body read (RFC 8461 §3.3 allows 64 KiB).
+const MAX_POLICY_BYTES: usize = 64 * 1024;
+
+/// The longest a policy is kept, whatever its `max_age` says (RFC 8461 §3.2: about a year).
+const MAX_AGE_CAP: u64 = 31_557_600;
+
+/// How long a policy fetch may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A policy's `mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Deliver only to a listed MX, over validated TLS.
+    Enforce,
+    /// Deliver as usual; record what would have failed.
+    Testing,
+    /// No policy.
+    None,
+}
+
+impl Mode {
+    /// Its name, as the policy and the logs write it.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Enforce => "enforce",
+            Self::Testing => "testing",
+            Self::None => "none",
+        }
+    }
+}
+
+/// A domain's policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// The `id` of the TXT record it was fetched under.
+    pub id: String,
+    /// What it asks.
+    pub mode: Mode,
+    /// The MX host patterns allowed, lowercase.
+    pub mx: Vec<String>,
+    /// How long it may be kept, in seconds.
+    pub max_age: u64,
+}
+
+impl Policy {
+    /// Whether `host` is one of the MX hosts it allows.
+    #[must_use]
+    pub fn allows(&self, host: &str) -> bool {
+        self.mx.iter().any(|p| mx_matches(p, host))
+    }
+}
+
+/// The `id` of an `_mta-sts` TXT record (`v=STSv1; id=20261129T000000;`), when it is one: the
+/// version first, an id of 1 to 32 letters and digits.
+#[must_use]
+pub fn record_id(txt: &str) -> Option<String> {
+    let mut fields = txt.split(';').map(str::trim).filter(|f| !f.is_empty());
+    if fields.next()? != "v=STSv1" {
+        return None;
+    }
+    fields
+        .find_map(|f| f.strip_prefix("id="))
+        .filter(|id| {
+            !id.is_empty() && id.len() <= 32 && id.bytes().all(|b| b.is_ascii_alphanumeric())
+        })
+        .map(str::to_owned)
+}
+
+/// Parses a policy body fetched under the TXT record `id` (RFC 8461 §3.2: `key: value` lines,
+/// `version: STSv1`, `mode`, `max_age`, and one `mx` line per pattern unless the mode is
+/// `none`; unknown keys are skipped).
+///
+/// # Errors
+/// What makes it no policy.
+pub fn parse_policy(id: &str, text: &str) -> Result<Policy, String> {
+    let (mut version, mut mode, mut max_age, mut mx) = (None, None, None, Vec::new());
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (key, value) = line
+            .split_once(':')
+            .ok_or_else(|| format!("a line without a colon: {line:?}"))?;
+        let value = value.trim();
+        match key.trim() {
+            "version" => version = Some(value.to_owned()),
+            "mode" => {
+                mode = Some(match value {
+                    "enforce" => Mode::Enforce,
+                    "testing" => Mode::Testing,
+                    "none" => Mode::None,
+                    other => return Err(format!("unknown mode {other:?}")),
+                });
+            }
+            "max_age" => {
+                max_age = Some(
+                    value
+                        .parse::<u64>()
+                        .map_err(|_| format!("max_age is not a number: {value:?}"))?,
+                );
+            }
+            "mx" => mx.push(value.trim_end_matches('.').to_ascii_lowercase()),
+            _ => {}
+        }
+    }
+    if version.as_deref() != Some("STSv1") {
+        return Err("no version: STSv1".into());
+    }
+    let mode = mode.ok_or("no mode")?;
+    let max_age = max_age.ok_or("no max_age")?.min(MAX_AGE_CAP);
+    if mx.is_empty() && mode != Mode::None {
+        return Err("no mx".into());
+    }
+    Ok(Policy {
+        id: id.to_owned(),
+        mode,
+        mx,
+        max_age,
+    })
+}
+
+/// Whether the MX `host` matches `pattern`: the same name, or for `*.example.com` a name of one
+/// more label under `example.com` (RFC 8461 §4.1).
+#[must_use]
+pub fn mx_matches(pattern: &str, host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host
+            .split_once('.')
+            .is_some_and(|(label, rest)| !label.is_empty() && rest == suffix),
+        None => host == pattern,
+    }
+}
+
+/// What was kept of a domain.
+#[derive(Debug, Clone)]
+struct Kept {
+    policy: Policy,
+    until: Instant,
+}
+
+/// Fetches and keeps the policies of recipient domains.
+pub struct Sts {
+    http: reqwest::Client,
+    port: u16,
+    /// `_mta-sts.{domain}` records known without DNS (`email.dns_records`).
+    records: HashMap<String, String>,
+    /// Whether names missing from `records` do not exist (`email.dns = "offline"`).
+    offline: bool,
+    kept: Mutex<HashMap<String, Kept>>,
+}
+
+impl std::fmt::Debug for Sts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sts")
+            .field("port", &self.port)
+            .field("offline", &self.offline)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sts {
+    /// A fetcher over `http` (no redirects, the roots trusted for direct delivery), asking
+    /// policy hosts on `port`, with the TXT `records` known without DNS.
+    #[must_use]
+    pub fn new(
+        http: reqwest::Client,
+        port: u16,
+        records: HashMap<String, String>,
+        offline: bool,
+    ) -> Self {
+        Self {
+            http,
+            port,
+            records,
+            offline,
+            kept: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The policy of `domain` that holds now, if it has one (`None` also for `mode: none`).
+    /// Fetch problems are logged; they leave the policy kept, if any, in force.
+    pub async fn policy(
+        &self,
+        domain: &str,
+        dns: &mail_auth::MessageAuthenticator,
+    ) -> Option<Arc<Policy>> {
+        let domain = domain.trim_end_matches('.').to_ascii_lowercase();
+        let now = Instant::now();
+        let kept = {
+            let mut map = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+            map.retain(|_, k| k.until > now);
+            map.get(&domain).cloned()
+        };
+        let id = self
+            .record(&domain, dns)
+            .await
+            .as_deref()
+            .and_then(record_id);
+        let policy = match (id, kept) {
+            // No record: a policy kept still holds (RFC 8461 §5.1).
+            (None, kept) => kept.map(|k| k.policy),
+            (Some(id), Some(k)) if k.policy.id == id => Some(k.policy),
+            (Some(id), kept) => match self.fetch(&domain, &id).await {
+                Ok(policy) => {
+                    let until = now + Duration::from_secs(policy.max_age);
+                    self.kept
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(
+                            domain.clone(),
+                            Kept {
+                                policy: policy.clone(),
+                                until,
+                            },
+                        );
+                    Some(policy)
+                }
+                Err(e) => {
+                    tracing::warn!(domain, error = %e, "MTA-STS policy not fetched; the one kept, if any, holds");
+                    kept.map(|k| k.policy)
+                }
+            },
+        };
+        policy.filter(|p| p.mode != Mode::None).map(Arc::new)
+    }
+
+    /// The text of `_mta-sts.{domain}`, if there is one.
+    async fn record(&self, domain: &str, dns: &mail_auth::MessageAuthenticator) -> Option<String> {
+        let name = format!("_mta-sts.{domain}");
+        if let Some(r) = self.records.get(&name) {
+            return Some(r.clone());
+        }
+        if self.offline {
+            return None;
+        }
+        let raw = dns.txt_raw_lookup(name.as_str()).await.ok()?;
+        Some(String::from_utf8_lossy(&raw).into_owned())
+    }
+
+    /// Fetches the policy of `domain` announced under `id`.
+    async fn fetch(&self, domain: &str, id: &str) -> Result<Policy, String> {
+        let port = if self.port == 443 {
+            String::new()
+        } else {
+            format!(":{}", self.port)
+        };
+        let url = format!("https://mta-sts.{domain}{port}/.well-known/mta-sts.txt");
+        let mut resp = self
+            .http
+            .get(&url)
+            .timeout(FETCH_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!("{url}: HTTP {}", resp.status()));
+        }
+        let text_plain = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim().to_ascii_lowercase().starts_with("text/plain"));
+        if !text_plain {
+            return Err(format!("{url}: not text/plain"));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| format!("{url}: {e}"))? {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_POLICY_BYTES {
+                return Err(format!("{url}: over {MAX_POLICY_BYTES} bytes"));
+            }
+        }
+        parse_policy(id, &String::from_utf8_lossy(&body)).map_err(|e| format!("{url}: {e}"))
+    }
+}
+
+/// The certificates of a PEM file's text, each as its own PEM block.
+#[must_use]
+pub fn pem_blocks(text: &str) -> Vec<String> {
+    const END: &str = "-----END CERTIFICATE-----";
+    text.split_inclusive(END)
+        .filter_map(|chunk| {
+            let start = chunk.find("-----BEGIN CERTIFICATE-----")?;
+            chunk.ends_with(END).then(|| chunk[start..].to_owned())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_is_read_as_rfc_8461_writes_it() {
+        let p = parse_policy(
+            "abc1",
+            "version: STSv1\r\nmode: enforce\r\nmx: mail.example.com\r\nmx: *.example.net\r\nmax_age: 604800\r\n",
+        )
+        .unwrap();
+        assert_eq!(p.mode, Mode::Enforce);
+        assert_eq!(p.mx, ["mail.example.com", "*.example.net"]);
+        assert_eq!(p.max_age, 604_800);
+        assert!(p.allows("MAIL.example.com."));
+        assert!(p.allows("mx1.example.net"));
+        assert!(!p.allows("a.b.example.net"), "one label only");
+        assert!(!p.allows("example.net"));
+        assert!(!p.allows("evil-mail.example.com"));
+        let capped = parse_policy(
+            "x",
+            "version: STSv1\nmode: testing\nmx: a\nmax_age: 99999999999\n",
+        );
+        assert_eq!(capped.unwrap().max_age, MAX_AGE_CAP);
+        assert_eq!(
+            parse_policy("x", "version: STSv1\nmode: none\nmax_age: 1\n").map(|p| p.mode),
+            Ok(Mode::None)
+        );
+        for bad in [
+            "mode: enforce\nmx: a\nmax_age: 1\n",
+            "version: STSv1\nmode: strict\nmx: a\nmax_age: 1\n",
+            "version: STSv1\nmode: enforce\nmax_age: 1\n",
+            "version: STSv1\nmode: enforce\nmx: a\n",
+            "version: STSv1\nmode: enforce\nmx: a\nmax_age: soon\n",
+            "<html>not a policy</html>",
+        ] {
+            assert!(parse_policy("x", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_versioned_record_with_an_id_announces_a_policy() {
+        assert_eq!(
+            record_id("v=STSv1; id=20261129T1;").as_deref(),
+            Some("20261129T1")
+        );
+        assert_eq!(record_id("v=STSv1;id=a1").as_deref(), Some("a1"));
+        assert_eq!(record_id("v=spf1 -all"), None);
+        assert_eq!(record_id("v=STSv1;"), None);
+        assert_eq!(record_id("v=STSv1; id=has-dash"), None);
+    }
+
+    #[test]
+    fn pem_files_split_into_their_certificates() {
+        let one = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----";
+        let two = format!("# a comment\n{one}\n\n{one}\n");
+        assert_eq!(pem_blocks(&two), [one, one]);
+        assert!(pem_blocks("nothing").is_empty());
+    }
+}
