@@ -15,7 +15,9 @@ use switchboard::message::NormalizedMessage;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::helpers::{Engine, RecordingAgent, TestApp, on_both_engines, spawn_app, wait_for};
+use crate::helpers::{
+    Engine, RecordingAgent, TestApp, TestDb, fresh_db, on_both_engines, spawn_on, wait_for,
+};
 
 const DOMAIN: &str = "agents.test";
 
@@ -347,7 +349,17 @@ async fn spawn_email_agents(
     agents: Vec<(String, Arc<dyn switchboard::agents::AgentBackend>)>,
     tweak: impl FnOnce(&mut switchboard::Config),
 ) -> (TestApp, SocketAddr) {
-    let app = spawn_app(engine, move |c, o| {
+    spawn_email_agents_on(fresh_db(engine).await, relay_port, agents, tweak).await
+}
+
+/// As [`spawn_email_agents`], on the database `db` (one a server used before, say).
+async fn spawn_email_agents_on(
+    db: TestDb,
+    relay_port: Option<u16>,
+    agents: Vec<(String, Arc<dyn switchboard::agents::AgentBackend>)>,
+    tweak: impl FnOnce(&mut switchboard::Config),
+) -> (TestApp, SocketAddr) {
+    let app = spawn_on(db, move |c, o| {
         c.email.domain = Some(DOMAIN.into());
         c.email.dns = DnsMode::Offline;
         dns_records(c);

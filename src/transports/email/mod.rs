@@ -251,9 +251,10 @@ impl Direct {
         domain: &str,
         envelope: &lettre::address::Envelope,
         bytes: &[u8],
+        now: i64,
     ) -> std::result::Result<(), OutboundError> {
         let policy = match &self.sts {
-            Some(sts) => sts.policy(domain, &self.dns).await,
+            Some(sts) => sts.policy(domain, &self.dns, now).await,
             None => None,
         };
         let enforce = policy
@@ -409,6 +410,7 @@ fn relay(cfg: &EmailConfig, hostname: &str) -> Result<Option<AsyncSmtpTransport<
 /// from there, others only to public addresses unless `net.allow_private_addresses`).
 fn direct(
     config: &Config,
+    db: &Db,
     hostname: String,
     metrics: Arc<crate::metrics::Metrics>,
 ) -> Result<Direct> {
@@ -480,6 +482,7 @@ fn direct(
             })
             .collect();
         Some(mta_sts::Sts::new(
+            db.clone(),
             http,
             email.mta_sts_port,
             records,
@@ -527,7 +530,7 @@ impl EmailTransport {
             .filter(|a| a.email.as_ref().is_some_and(|e| e.reply_to_unauthenticated))
             .map(|a| a.name.to_lowercase())
             .collect();
-        let direct = direct(config, hostname.clone(), metrics.clone())?;
+        let direct = direct(config, &db, hostname.clone(), metrics.clone())?;
         Ok(Self {
             db,
             blobs,
@@ -568,7 +571,11 @@ impl EmailTransport {
                 .await
                 .map(|_| ())
                 .map_err(|e| outbound::classify(&e)),
-            None => self.direct.send(domain, envelope, bytes).await,
+            None => {
+                self.direct
+                    .send(domain, envelope, bytes, self.clock.now_ms())
+                    .await
+            }
         };
         // Each relay, or each recipient domain without one, on the remote-hosts page.
         let failure = result.as_ref().err().map(ToString::to_string);

@@ -4,7 +4,8 @@
 //! policy names the MX hosts allowed (`mx: mail.example.com`, `mx: *.example.net`) and a `mode`:
 //! under `enforce` mail goes only to a listed MX, over STARTTLS with a certificate valid for its
 //! name, or not at all (retried later); under `testing` it goes as usual and the failures are
-//! only recorded; `none` turns the policy off. A policy is kept for its `max_age` and fetched
+//! only recorded; `none` turns the policy off. A policy is kept for its `max_age` (in memory,
+//! and in the database for every instance and across restarts, `email_mta_sts`) and fetched
 //! again when the TXT record's `id` changes; while the TXT record is missing or a fetch fails,
 //! the policy kept still holds.
 //!
@@ -12,7 +13,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::store::{Arg, Db};
 
 /// The largest policy body read (RFC 8461 §3.3 allows 64 KiB).
 const MAX_POLICY_BYTES: usize = 64 * 1024;
@@ -154,11 +157,21 @@ pub fn mx_matches(pattern: &str, host: &str) -> bool {
 #[derive(Debug, Clone)]
 struct Kept {
     policy: Policy,
-    until: Instant,
+    /// Until when (unix ms).
+    until: i64,
+}
+
+/// A policy kept in the database.
+#[derive(sqlx::FromRow, serde::Deserialize)]
+struct KeptRow {
+    policy_id: String,
+    body: String,
+    expires_at: i64,
 }
 
 /// Fetches and keeps the policies of recipient domains.
 pub struct Sts {
+    db: Db,
     http: reqwest::Client,
     port: u16,
     /// `_mta-sts.{domain}` records known without DNS (`email.dns_records`).
@@ -179,15 +192,18 @@ impl std::fmt::Debug for Sts {
 
 impl Sts {
     /// A fetcher over `http` (no redirects, the roots trusted for direct delivery), asking
-    /// policy hosts on `port`, with the TXT `records` known without DNS.
+    /// policy hosts on `port`, with the TXT `records` known without DNS, keeping policies in
+    /// `db` too.
     #[must_use]
     pub fn new(
+        db: Db,
         http: reqwest::Client,
         port: u16,
         records: HashMap<String, String>,
         offline: bool,
     ) -> Self {
         Self {
+            db,
             http,
             port,
             records,
@@ -196,19 +212,18 @@ impl Sts {
         }
     }
 
-    /// The policy of `domain` that holds now, if it has one (`None` also for `mode: none`).
-    /// Fetch problems are logged; they leave the policy kept, if any, in force.
+    /// The policy of `domain` that holds at `now` (unix ms), if it has one (`None` also for
+    /// `mode: none`). Fetch problems are logged; they leave the policy kept, if any, in force.
     pub async fn policy(
         &self,
         domain: &str,
         dns: &mail_auth::MessageAuthenticator,
+        now: i64,
     ) -> Option<Arc<Policy>> {
         let domain = domain.trim_end_matches('.').to_ascii_lowercase();
-        let now = Instant::now();
-        let kept = {
-            let mut map = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-            map.retain(|_, k| k.until > now);
-            map.get(&domain).cloned()
+        let kept = match self.kept_in_memory(&domain, now) {
+            Some(k) => Some(k),
+            None => self.kept_in_db(&domain, now).await,
         };
         let id = self
             .record(&domain, dns)
@@ -220,18 +235,11 @@ impl Sts {
             (None, kept) => kept.map(|k| k.policy),
             (Some(id), Some(k)) if k.policy.id == id => Some(k.policy),
             (Some(id), kept) => match self.fetch(&domain, &id).await {
-                Ok(policy) => {
-                    let until = now + Duration::from_secs(policy.max_age);
-                    self.kept
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(
-                            domain.clone(),
-                            Kept {
-                                policy: policy.clone(),
-                                until,
-                            },
-                        );
+                Ok((policy, body)) => {
+                    let max_age =
+                        i64::try_from(policy.max_age.saturating_mul(1000)).unwrap_or(i64::MAX);
+                    let until = now.saturating_add(max_age);
+                    self.keep(&domain, &policy, &body, until).await;
                     Some(policy)
                 }
                 Err(e) => {
@@ -241,6 +249,69 @@ impl Sts {
             },
         };
         policy.filter(|p| p.mode != Mode::None).map(Arc::new)
+    }
+
+    fn kept_in_memory(&self, domain: &str, now: i64) -> Option<Kept> {
+        let mut map = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        map.retain(|_, k| k.until > now);
+        map.get(domain).cloned()
+    }
+
+    /// The policy another instance, or this one before a restart, kept for `domain`.
+    async fn kept_in_db(&self, domain: &str, now: i64) -> Option<Kept> {
+        let row: Option<KeptRow> = self
+            .db
+            .fetch_optional(
+                "SELECT policy_id, body, expires_at FROM email_mta_sts WHERE domain = $1 AND expires_at > $2",
+                &[Arg::Text(domain), Arg::Int(now)],
+            )
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(domain, error = %e, "reading the MTA-STS policy kept failed");
+                None
+            });
+        let row = row?;
+        let policy = parse_policy(&row.policy_id, &row.body).ok()?;
+        let kept = Kept {
+            policy,
+            until: row.expires_at,
+        };
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(domain.to_owned(), kept.clone());
+        Some(kept)
+    }
+
+    /// Keeps `policy` (fetched as `body`) for `domain` until `until`, here and in the database.
+    async fn keep(&self, domain: &str, policy: &Policy, body: &str, until: i64) {
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                domain.to_owned(),
+                Kept {
+                    policy: policy.clone(),
+                    until,
+                },
+            );
+        let stored = self
+            .db
+            .execute(
+                "INSERT INTO email_mta_sts (domain, policy_id, body, expires_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (domain) DO UPDATE SET policy_id = excluded.policy_id, body = excluded.body, \
+                 expires_at = excluded.expires_at",
+                &[
+                    Arg::Text(domain),
+                    Arg::Text(&policy.id),
+                    Arg::Text(body),
+                    Arg::Int(until),
+                ],
+            )
+            .await;
+        if let Err(e) = stored {
+            tracing::warn!(domain, error = %e, "keeping the MTA-STS policy in the database failed");
+        }
     }
 
     /// The text of `_mta-sts.{domain}`, if there is one.
@@ -256,8 +327,8 @@ impl Sts {
         Some(String::from_utf8_lossy(&raw).into_owned())
     }
 
-    /// Fetches the policy of `domain` announced under `id`.
-    async fn fetch(&self, domain: &str, id: &str) -> Result<Policy, String> {
+    /// Fetches the policy of `domain` announced under `id`; with the body it was read from.
+    async fn fetch(&self, domain: &str, id: &str) -> Result<(Policy, String), String> {
         let port = if self.port == 443 {
             String::new()
         } else {
@@ -289,7 +360,9 @@ impl Sts {
                 return Err(format!("{url}: over {MAX_POLICY_BYTES} bytes"));
             }
         }
-        parse_policy(id, &String::from_utf8_lossy(&body)).map_err(|e| format!("{url}: {e}"))
+        let body = String::from_utf8_lossy(&body).into_owned();
+        let policy = parse_policy(id, &body).map_err(|e| format!("{url}: {e}"))?;
+        Ok((policy, body))
     }
 }
 

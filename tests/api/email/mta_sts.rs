@@ -65,34 +65,9 @@ fn policy(mode: &str, mx: &str) -> String {
     format!("version: STSv1\r\nmode: {mode}\r\nmx: {mx}\r\nmax_age: 86400\r\n")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn direct_delivery_honours_mta_sts_policies() {
-    let Some(p) = peers() else { return };
-    let port = free_port();
-    // The MX with STARTTLS on 127.0.0.1, the one without on 127.0.0.2, on one port.
-    let tls_mx = Catcher::start_on(
-        &p,
-        250,
-        "127.0.0.1",
-        port,
-        Some((&fixture("sts.crt"), &fixture("sts.key"))),
-    );
-    let plain_mx = Catcher::start_on(&p, 250, "127.0.0.2", port, None);
-    let (enforce, testing) = (
-        policy("enforce", "mx.example.com"),
-        policy("testing", "mx.plain.test"),
-    );
-    let server = PolicyServer::start(
-        &p,
-        &[
-            ("example.com", enforce.as_str()),
-            ("strict.test", &policy("enforce", "mx.strict.test")),
-            ("plain.test", &policy("enforce", "mx.plain.test")),
-            ("lax.test", testing.as_str()),
-        ],
-    );
-    let sts_port = server.port;
-    let (mut app, _helper, addr) = spawn_email(None, move |c| {
+/// The email configuration of the test's servers: MX hosts on `port`, policies on `sts_port`.
+fn configure(port: u16, sts_port: u16) -> impl FnOnce(&mut switchboard::Config) {
+    move |c| {
         let e = &mut c.email;
         e.direct_port = port;
         e.mta_sts_port = sts_port;
@@ -120,24 +95,57 @@ async fn direct_delivery_honours_mta_sts_policies() {
                     .insert(format!("_dmarc.{domain}"), "v=DMARC1; p=none".into());
             }
         }
-    })
+    }
+}
+
+/// Sends a message from `alice@{domain}` to echo.
+async fn mail_from(r: &mut Raw, domain: &str, n: usize) {
+    let from = format!("alice@{domain}");
+    transaction(r, &from, &["echo@agents.test"]).await;
+    r.send(
+        format!(
+            "From: Alice <{from}>\r\nTo: echo@agents.test\r\nSubject: sts\r\nMessage-ID: <sts{n}@{domain}>\r\n\r\nover MTA-STS\r\n.\r\n"
+        )
+        .as_bytes(),
+    )
     .await;
+    assert!(r.reply().await.starts_with("250"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_delivery_honours_mta_sts_policies() {
+    let Some(p) = peers() else { return };
+    let port = free_port();
+    // The MX with STARTTLS on 127.0.0.1, the one without on 127.0.0.2, on one port.
+    let tls_mx = Catcher::start_on(
+        &p,
+        250,
+        "127.0.0.1",
+        port,
+        Some((&fixture("sts.crt"), &fixture("sts.key"))),
+    );
+    let plain_mx = Catcher::start_on(&p, 250, "127.0.0.2", port, None);
+    let (enforce, testing) = (
+        policy("enforce", "mx.example.com"),
+        policy("testing", "mx.plain.test"),
+    );
+    let server = PolicyServer::start(
+        &p,
+        &[
+            ("example.com", enforce.as_str()),
+            ("strict.test", &policy("enforce", "mx.strict.test")),
+            ("plain.test", &policy("enforce", "mx.plain.test")),
+            ("lax.test", testing.as_str()),
+        ],
+    );
+    let (mut app, _helper, addr) = spawn_email(None, configure(port, server.port)).await;
 
     let mut r = Raw::connect(addr).await;
     for (i, domain) in ["example.com", "strict.test", "plain.test", "lax.test"]
         .iter()
         .enumerate()
     {
-        let from = format!("alice@{domain}");
-        transaction(&mut r, &from, &["echo@agents.test"]).await;
-        r.send(
-            format!(
-                "From: Alice <{from}>\r\nTo: echo@agents.test\r\nSubject: sts\r\nMessage-ID: <sts{i}@{domain}>\r\n\r\nover MTA-STS\r\n.\r\n"
-            )
-            .as_bytes(),
-        )
-        .await;
-        assert!(r.reply().await.starts_with("250"));
+        mail_from(&mut r, domain, i).await;
     }
 
     // Enforced and met: over TLS, to the listed MX.
@@ -196,5 +204,52 @@ async fn direct_delivery_honours_mta_sts_policies() {
     for domain in ["example.com", "strict.test", "plain.test", "lax.test"] {
         assert_eq!(server.fetches(&format!("mta-sts.{domain}")), 1, "{domain}");
     }
+
+    // Started again on the same database, with the policy server gone: the policies kept in
+    // the database still hold (without them strict.test's mail would now go to its MX).
     app.stop().await;
+    drop(server);
+    let db_url = app.db.url.clone();
+    let (mut again, addr) = super::spawn_email_agents_on(
+        crate::helpers::TestDb::url_only(db_url),
+        None,
+        vec![(
+            "helper".into(),
+            std::sync::Arc::new(crate::helpers::RecordingAgent::default()),
+        )],
+        configure(port, free_port()),
+    )
+    .await;
+    let mut r = Raw::connect(addr).await;
+    mail_from(&mut r, "strict.test", 9).await;
+    let db = again.open_db().await;
+    wait_for(
+        30,
+        "the new mail to strict.test refused by the kept policy",
+        || {
+            let db = db.clone();
+            async move {
+                let jobs = switchboard::store::jobs::list(&db, None, Some("deliver"), 50)
+                    .await
+                    .unwrap();
+                (jobs
+                    .iter()
+                    .filter(|j| {
+                        j.last_error
+                            .as_deref()
+                            .is_some_and(|e| e.contains("not in strict.test's policy"))
+                    })
+                    .count()
+                    >= 2)
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !tls_mx.dir.path().join("2.eml").exists(),
+        "strict.test still got nothing"
+    );
+    again.stop().await;
 }
