@@ -177,7 +177,7 @@ impl DeliveryReport {
                 r if r.is_empty() => untyped(get("Original-Recipient")),
                 r => r,
             };
-            let action = get("Action").to_ascii_lowercase();
+            let action = one_line(get("Action")).to_ascii_lowercase();
             if recipient.is_empty() && action.is_empty() {
                 continue;
             }
@@ -249,6 +249,11 @@ fn untyped(value: &str) -> String {
         }
         _ => value,
     };
+    one_line(v)
+}
+
+/// `v` on one line (control characters become spaces), at most [`MAX_FIELD_CHARS`] long.
+fn one_line(v: &str) -> String {
     v.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .take(MAX_FIELD_CHARS)
@@ -361,5 +366,8 @@ mod tests {
                 .failure()
                 .is_none()
         );
+        // Every field is one line, whatever the report holds.
+        let odd = one("Final-Recipient: rfc822; x@y\nAction: fai\u{1}\0led\n");
+        assert_eq!(odd.action, "fai  led");
     }
 }
