@@ -16,6 +16,11 @@ use crate::config::AccountRef;
 use crate::error::{Error, Result};
 use crate::transports::Parts;
 
+/// How long after a move an agent can move to another account: 30 days, as Mastodon allows,
+/// so that followers are not passed from account to account. Moving again to the same account
+/// (sending its followers the `Move` again) is always allowed.
+pub const MOVE_COOLDOWN_MS: i64 = 30 * 24 * 60 * 60 * 1000;
+
 /// What [`move_agent`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Moved {
@@ -128,11 +133,30 @@ pub async fn move_agent(parts: &Parts, agent: &str, to: &str) -> Result<Moved> {
              also_known_as), then move"
         )));
     }
+    let now = inner.clock.now_ms();
+    if let Some(last) = store::last_move(&inner.db, &agent.name).await?
+        && last.target != target
+        && now.saturating_sub(last.moved_at) < MOVE_COOLDOWN_MS
+    {
+        let when = |ms: i64| {
+            chrono::DateTime::from_timestamp_millis(ms)
+                .map(|d| d.format("%Y-%m-%d %H:%M UTC").to_string())
+                .unwrap_or_default()
+        };
+        return Err(Error::Invalid(format!(
+            "{} moved to {} on {}: it can move to another account from {} (30 days after a move, \
+             as Mastodon allows); moving again to {} resends the Move",
+            agent.name,
+            last.target,
+            when(last.moved_at),
+            when(last.moved_at.saturating_add(MOVE_COOLDOWN_MS)),
+            last.target,
+        )));
+    }
     resolve_aliases_of(inner, &agent.name).await;
     let published = Published::new(inner, &agent.name, Some(target.clone()));
     let doc =
         super::documents::actor_doc_of(inner, &agent, published.doc().properties(&from)).await?;
-    let now = inner.clock.now_ms();
     let inboxes = inner.follower_inboxes(&agent.name).await?;
     let activities = [
         super::profile::update_of(&from, doc, now),

@@ -721,6 +721,27 @@ struct MoveRow {
     target: String,
 }
 
+/// The last move of an agent.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Deserialize)]
+pub struct LastMove {
+    /// The actor IRI it moved to.
+    pub target: String,
+    /// When (unix ms).
+    pub moved_at: i64,
+}
+
+/// The last move recorded for `agent`, if it moved.
+///
+/// # Errors
+/// Database errors.
+pub async fn last_move(db: &Db, agent: &str) -> Result<Option<LastMove>> {
+    db.fetch_optional(
+        "SELECT target, moved_at FROM ap_moves WHERE agent = $1",
+        &[Arg::Text(agent)],
+    )
+    .await
+}
+
 /// Records in `tx` that `agent` moved to the actor `target`, in place of any earlier move.
 ///
 /// # Errors

@@ -47,6 +47,7 @@ async fn a_move_is_refused_unless_the_new_account_names_the_agent_then_sent_sign
     let s = setup(engine, move |c| {
         c.server.bind = bind;
         add_agent(c, "next", vec![format!("@echo@{domain}")]);
+        add_agent(c, "third", vec![format!("@echo@{domain}")]);
         add_agent(c, "other", Vec::new());
         *kept.lock().unwrap() = Some(c.clone());
     })
@@ -140,6 +141,20 @@ async fn a_move_is_refused_unless_the_new_account_names_the_agent_then_sent_sign
         .collect();
     assert_eq!(order, ["Update", "Move"]);
     assert_eq!(move_jobs(&db).await, 1, "one job for the one shared inbox");
+
+    // Within 30 days of a move, not elsewhere (though the account names echo too); to the same
+    // account again, the Move is sent again.
+    let e = move_agent(&parts, "echo", &format!("@third@{host}"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("30 days") && e.contains(&next), "{e}");
+    assert_eq!(move_jobs(&db).await, 1, "a refused move sends nothing");
+    let again = move_agent(&parts, "echo", &next).await.unwrap();
+    assert_eq!((again.to.as_str(), again.inboxes), (next.as_str(), 1));
+    assert_eq!(move_jobs(&db).await, 2);
+    let (_, _, doc) = get_ap(t, &echo).await;
+    assert_eq!(doc["movedTo"], next, "{doc}");
     parts.db.close().await;
     db.close().await;
 }
