@@ -150,14 +150,10 @@ impl EmailConfig {
         if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
             problems.push("email.tls_cert_file and email.tls_key_file: set both or neither".into());
         }
-        if let Some(file) = &self.tls_roots_file {
-            match std::fs::read_to_string(file) {
-                Ok(text) if text.contains("-----BEGIN CERTIFICATE-----") => {}
-                Ok(_) => problems.push(format!(
-                    "email.tls_roots_file {file}: no PEM certificate in it"
-                )),
-                Err(e) => problems.push(format!("email.tls_roots_file {file}: {e}")),
-            }
+        if let Some(file) = &self.tls_roots_file
+            && let Err(e) = crate::net::pem::certificates(file)
+        {
+            problems.push(format!("email.tls_roots_file {file}: {e}"));
         }
         if self.mta_sts_port == 0 {
             problems.push("email.mta_sts_port: must not be 0".into());

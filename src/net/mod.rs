@@ -15,6 +15,7 @@ pub mod date;
 pub mod gates;
 mod guard;
 mod hmac;
+pub mod pem;
 pub mod probe;
 pub mod proxy_protocol;
 pub mod sse;

@@ -28,13 +28,12 @@ pub struct Listener {
 
 fn tls_acceptor(cfg: &EmailConfig) -> Result<Option<tokio_rustls::TlsAcceptor>> {
     use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::PrivateKeyDer;
     use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let (Some(cert), Some(key)) = (&cfg.tls_cert_file, &cfg.tls_key_file) else {
         return Ok(None);
     };
-    let certs = CertificateDer::pem_file_iter(cert)
-        .and_then(Iterator::collect::<std::result::Result<Vec<_>, _>>)
+    let certs = crate::net::pem::certificates(cert)
         .map_err(|e| Error::Startup(format!("email.tls_cert_file {cert}: {e}")))?;
     let key = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| Error::Startup(format!("email.tls_key_file {key}: {e}")))?;

@@ -416,32 +416,11 @@ fn direct(
 ) -> Result<Direct> {
     let email = &config.email;
     let offline = email.dns == crate::config::DnsMode::Offline;
-    let pems = match &email.tls_roots_file {
-        Some(file) => {
-            let text = std::fs::read_to_string(file)
-                .map_err(|e| crate::Error::Config(format!("email.tls_roots_file {file}: {e}")))?;
-            let blocks = mta_sts::pem_blocks(&text);
-            if blocks.is_empty() {
-                return Err(crate::Error::Config(format!(
-                    "email.tls_roots_file {file}: no PEM certificate in it"
-                )));
-            }
-            blocks
-        }
+    let roots = match &email.tls_roots_file {
+        Some(file) => crate::net::pem::certificates(file)
+            .map_err(|e| crate::Error::Config(format!("email.tls_roots_file {file}: {e}")))?,
         None => Vec::new(),
     };
-    let unusable = |e: &dyn std::fmt::Display| {
-        crate::Error::Config(format!(
-            "email.tls_roots_file: a certificate that does not read: {e}"
-        ))
-    };
-    let roots = pems
-        .iter()
-        .map(|p| {
-            lettre::transport::smtp::client::Certificate::from_pem(p.as_bytes())
-                .map_err(|e| unusable(&e))
-        })
-        .collect::<Result<Vec<_>>>()?;
     let known: HashMap<String, Vec<std::net::IpAddr>> = email
         .dns_hosts
         .iter()
@@ -455,10 +434,10 @@ fn direct(
             .dns_resolver(Arc::new(crate::net::GuardedResolver {
                 allow_private: config.net.allow_private_addresses,
             }));
-        for p in &pems {
-            http = http.add_root_certificate(
-                reqwest::Certificate::from_pem(p.as_bytes()).map_err(|e| unusable(&e))?,
-            );
+        for der in &roots {
+            let cert = reqwest::Certificate::from_der(der)
+                .map_err(|e| crate::Error::Config(format!("email.tls_roots_file: {e}")))?;
+            http = http.add_root_certificate(cert);
         }
         for (host, ips) in known.iter().filter(|(h, _)| h.starts_with("mta-sts.")) {
             let addrs: Vec<std::net::SocketAddr> = ips
@@ -500,7 +479,11 @@ fn direct(
         timeout: Duration::from_secs(email.relay_timeout_seconds),
         allow_private: config.net.allow_private_addresses,
         sts,
-        roots,
+        roots: roots
+            .iter()
+            .map(|der| lettre::transport::smtp::client::Certificate::from_der(der.to_vec()))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| crate::Error::Config(format!("email.tls_roots_file: {e}")))?,
         metrics,
     })
 }

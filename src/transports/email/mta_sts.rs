@@ -366,18 +366,6 @@ impl Sts {
     }
 }
 
-/// The certificates of a PEM file's text, each as its own PEM block.
-#[must_use]
-pub fn pem_blocks(text: &str) -> Vec<String> {
-    const END: &str = "-----END CERTIFICATE-----";
-    text.split_inclusive(END)
-        .filter_map(|chunk| {
-            let start = chunk.find("-----BEGIN CERTIFICATE-----")?;
-            chunk.ends_with(END).then(|| chunk[start..].to_owned())
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,13 +416,5 @@ mod tests {
         assert_eq!(record_id("v=spf1 -all"), None);
         assert_eq!(record_id("v=STSv1;"), None);
         assert_eq!(record_id("v=STSv1; id=has-dash"), None);
-    }
-
-    #[test]
-    fn pem_files_split_into_their_certificates() {
-        let one = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----";
-        let two = format!("# a comment\n{one}\n\n{one}\n");
-        assert_eq!(pem_blocks(&two), [one, one]);
-        assert!(pem_blocks("nothing").is_empty());
     }
 }
