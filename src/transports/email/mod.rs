@@ -262,8 +262,9 @@ impl Direct {
             .is_some_and(|p| p.mode == mta_sts::Mode::Enforce);
         let mut last = OutboundError::temporary(format!("no MX host of {domain} answered"));
         for host in self.hosts(domain).await? {
-            let mut checked = policy.as_ref().map(|_| Checked::Required);
-            if let Some(p) = policy.as_ref().filter(|p| !p.allows(&host)) {
+            // The policy this host is held to: none where a testing policy does not list it.
+            let mut held = policy.as_deref();
+            if let Some(p) = held.filter(|p| !p.allows(&host)) {
                 let why = format!(
                     "MTA-STS ({}): MX {host} is not in {domain}'s policy",
                     p.mode.as_str()
@@ -273,40 +274,36 @@ impl Direct {
                     last = OutboundError::temporary(why);
                     continue;
                 }
-                checked = None;
+                held = None;
             }
             for ip in self.addresses(&host).await {
                 if !self.allow_private && crate::net::is_forbidden_ip(ip) {
                     last = OutboundError::permanent(format!("MX {host} is a private address"));
                     continue;
                 }
-                let mut how = checked.unwrap_or(Checked::Opportunistic);
-                let result: std::result::Result<(), Attempt> = loop {
-                    match self.attempt(&host, ip, how, envelope, bytes).await {
-                        // Not a reply of the server's: no STARTTLS, or a certificate refused.
-                        Err(e) if how == Checked::Required && (e.is_tls() || e.is_client()) => {
-                            let mode = policy.as_ref().map_or(mta_sts::Mode::Testing, |p| p.mode);
-                            let why = format!(
-                                "MTA-STS ({}): TLS with MX {host} failed: {e}",
-                                mode.as_str()
-                            );
-                            self.short_of(mode, "tls_failed", &why);
-                            if enforce {
-                                break Err(OutboundError::temporary(why).into());
-                            }
-                            how = Checked::Opportunistic;
-                        }
-                        Err(e) => break Err(e.into()),
-                        Ok(()) => break Ok(()),
+                let how = held.map_or(Checked::Opportunistic, |_| Checked::Required);
+                let mut sent = self.attempt(&host, ip, how, envelope, bytes).await;
+                // Not a reply of the server's: no STARTTLS, or a certificate refused.
+                if let (Some(p), Err(e)) = (held, &sent)
+                    && (e.is_tls() || e.is_client())
+                {
+                    let why = format!(
+                        "MTA-STS ({}): TLS with MX {host} failed: {e}",
+                        p.mode.as_str()
+                    );
+                    self.short_of(p.mode, "tls_failed", &why);
+                    if enforce {
+                        last = OutboundError::temporary(why);
+                        continue;
                     }
-                };
-                match result {
+                    sent = self
+                        .attempt(&host, ip, Checked::Opportunistic, envelope, bytes)
+                        .await;
+                }
+                match sent {
                     Ok(()) => return Ok(()),
-                    Err(Attempt::Smtp(e)) if e.is_permanent() => {
-                        return Err(outbound::classify(&e));
-                    }
-                    Err(Attempt::Smtp(e)) => last = outbound::classify(&e),
-                    Err(Attempt::Refused(e)) => last = e,
+                    Err(e) if e.is_permanent() => return Err(outbound::classify(&e)),
+                    Err(e) => last = outbound::classify(&e),
                 }
             }
         }
@@ -348,26 +345,6 @@ impl Direct {
     fn short_of(&self, mode: mta_sts::Mode, failed: &str, why: &str) {
         tracing::warn!(mode = mode.as_str(), failed, "{why}");
         self.metrics.mta_sts_failure(mode.as_str(), failed);
-    }
-}
-
-/// Why an attempt at one MX address came to nothing.
-enum Attempt {
-    /// What the SMTP client said.
-    Smtp(lettre::transport::smtp::Error),
-    /// Refused under an enforced MTA-STS policy.
-    Refused(OutboundError),
-}
-
-impl From<lettre::transport::smtp::Error> for Attempt {
-    fn from(e: lettre::transport::smtp::Error) -> Self {
-        Self::Smtp(e)
-    }
-}
-
-impl From<OutboundError> for Attempt {
-    fn from(e: OutboundError) -> Self {
-        Self::Refused(e)
     }
 }
 
