@@ -11,8 +11,9 @@
 //! ([`roles`]); reports of abuse are mailed to `moderation.reports_to` ([`reports`]).
 //! Outbound, [`EmailTransport`] renders the agent's response as a threaded reply from the
 //! message's reply context, signs it with DKIM and sends it through the configured relay
-//! ([`outbound`]), or straight to the recipient's MX hosts (`direct`). A bounce of it is read into the delivery's record ([`wire::DeliveryReport`]);
-//! mail a person did not ask an agent for carries a one-click unsubscribe ([`unsubscribe`]).
+//! ([`outbound`]), or straight to the recipient's MX hosts (`direct`). A bounce of it is read
+//! into the delivery's record ([`wire::DeliveryReport`]); mail a person did not ask an agent for
+//! carries a one-click unsubscribe ([`unsubscribe`]).
 
 pub mod auth;
 pub mod connection;
