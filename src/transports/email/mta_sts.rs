@@ -5,7 +5,8 @@
 //! under `enforce` mail goes only to a listed MX, over STARTTLS with a certificate valid for its
 //! name, or not at all (retried later); under `testing` it goes as usual and the failures are
 //! only recorded; `none` turns the policy off. A policy is kept for its `max_age` (in memory,
-//! and in the database for every instance and across restarts, `email_mta_sts`) and fetched
+//! and in the database, `email_mta_sts`, read once per process: for other instances and across
+//! restarts) and fetched
 //! again when the TXT record's `id` changes; while the TXT record is missing or a fetch fails,
 //! the policy kept still holds.
 //!
@@ -164,6 +165,7 @@ struct Kept {
 /// A policy kept in the database.
 #[derive(sqlx::FromRow, serde::Deserialize)]
 struct KeptRow {
+    domain: String,
     policy_id: String,
     body: String,
     expires_at: i64,
@@ -179,6 +181,8 @@ pub struct Sts {
     /// Whether names missing from `records` do not exist (`email.dns = "offline"`).
     offline: bool,
     kept: Mutex<HashMap<String, Kept>>,
+    /// Whether the policies kept in the database were read ([`Sts::load`]).
+    loaded: tokio::sync::OnceCell<()>,
 }
 
 impl std::fmt::Debug for Sts {
@@ -209,6 +213,7 @@ impl Sts {
             records,
             offline,
             kept: Mutex::new(HashMap::new()),
+            loaded: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -221,10 +226,8 @@ impl Sts {
         now: i64,
     ) -> Option<Arc<Policy>> {
         let domain = domain.trim_end_matches('.').to_ascii_lowercase();
-        let kept = match self.kept_in_memory(&domain, now) {
-            Some(k) => Some(k),
-            None => self.kept_in_db(&domain, now).await,
-        };
+        self.loaded.get_or_init(|| self.load(now)).await;
+        let kept = self.kept_in_memory(&domain, now);
         let id = self
             .record(&domain, dns)
             .await
@@ -257,30 +260,30 @@ impl Sts {
         map.get(domain).cloned()
     }
 
-    /// The policy another instance, or this one before a restart, kept for `domain`.
-    async fn kept_in_db(&self, domain: &str, now: i64) -> Option<Kept> {
-        let row: Option<KeptRow> = self
+    /// Reads into memory the policies kept in the database that hold at `now` (other instances',
+    /// and this one's before a restart): once, before the first direct delivery, so that a
+    /// delivery asks the database nothing.
+    async fn load(&self, now: i64) {
+        let rows: Vec<KeptRow> = self
             .db
-            .fetch_optional(
-                "SELECT policy_id, body, expires_at FROM email_mta_sts WHERE domain = $1 AND expires_at > $2",
-                &[Arg::Text(domain), Arg::Int(now)],
+            .fetch_all(
+                "SELECT domain, policy_id, body, expires_at FROM email_mta_sts WHERE expires_at > $1",
+                &[Arg::Int(now)],
             )
             .await
             .unwrap_or_else(|e| {
-                tracing::warn!(domain, error = %e, "reading the MTA-STS policy kept failed");
-                None
+                tracing::warn!(error = %e, "reading the MTA-STS policies kept failed");
+                Vec::new()
             });
-        let row = row?;
-        let policy = parse_policy(&row.policy_id, &row.body).ok()?;
-        let kept = Kept {
-            policy,
-            until: row.expires_at,
-        };
-        self.kept
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(domain.to_owned(), kept.clone());
-        Some(kept)
+        let mut map = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        for row in rows {
+            if let Ok(policy) = parse_policy(&row.policy_id, &row.body) {
+                map.entry(row.domain).or_insert(Kept {
+                    policy,
+                    until: row.expires_at,
+                });
+            }
+        }
     }
 
     /// Keeps `policy` (fetched as `body`) for `domain` until `until`, here and in the database.
