@@ -370,12 +370,7 @@ impl Inbound {
             0,
             &[bounce],
         )?;
-        let outcome = [failed.status.as_str(), failed.diagnostic.as_str()]
-            .iter()
-            .filter(|f| !f.is_empty())
-            .copied()
-            .collect::<Vec<_>>()
-            .join(" ");
+        let outcome = failed.reason();
         msg.parts = vec![Part::Event(EventPart {
             event: Notify::DeliveryFailed.as_str().to_owned(),
             object: Some(response_id.to_owned()),

@@ -134,16 +134,27 @@ impl RecipientStatus {
         self.action == "failed" || (self.action.is_empty() && self.status.starts_with('5'))
     }
 
-    /// One line for logs and the delivery record's detail.
+    /// Why, in one line: the status code and the diagnostic (what an agent is told).
+    #[must_use]
+    pub fn reason(&self) -> String {
+        joined(&[&self.status, &self.diagnostic])
+    }
+
+    /// One line for logs and the delivery record's detail: the action, then [`Self::reason`].
     #[must_use]
     pub fn detail(&self) -> String {
-        [&self.action, &self.status, &self.diagnostic]
-            .iter()
-            .filter(|f| !f.is_empty())
-            .map(|f| f.as_str())
-            .collect::<Vec<_>>()
-            .join(" ")
+        joined(&[&self.action, &self.status, &self.diagnostic])
     }
+}
+
+/// The fields that are not empty, separated by spaces.
+fn joined(fields: &[&str]) -> String {
+    fields
+        .iter()
+        .filter(|f| !f.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// What a delivery status notification (RFC 3464) says: the `message/delivery-status` part's
