@@ -17,17 +17,11 @@ pub const PATH: &str = "/email/unsubscribe";
 /// The largest POST body taken (a one-click body is a few dozen bytes).
 const MAX_BODY: usize = 4 * 1024;
 
-/// The state of the handlers.
-#[derive(Clone)]
-struct State {
-    pipeline: Pipeline,
-}
-
 /// Mounts `GET` and `POST {PATH}/{token}`.
 pub(super) fn routes(cfg: &mut web::ServiceConfig, pipeline: Pipeline) {
     cfg.service(
         web::resource(format!("{PATH}/{{token}}"))
-            .app_data(web::Data::new(State { pipeline }))
+            .app_data(web::Data::new(pipeline))
             .app_data(web::PayloadConfig::new(MAX_BODY))
             .route(web::get().to(page))
             .route(web::post().to(one_click)),
@@ -65,7 +59,7 @@ async fn page(path: web::Path<String>) -> HttpResponse {
 /// Records the opt-out: `200` once it is (again or for the first time), `404` for a token no
 /// mail carried, `400` for a body that is no one-click request.
 async fn one_click(
-    state: web::Data<State>,
+    pipeline: web::Data<Pipeline>,
     path: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
@@ -75,11 +69,9 @@ async fn one_click(
             .body("expected List-Unsubscribe=One-Click\n");
     }
     let token = path.into_inner();
-    let pipeline = state.pipeline.clone();
     let now = pipeline.clock().now_ms();
     let db = pipeline.db().clone();
-    let done = state
-        .pipeline
+    let done = pipeline
         .on_main(async move { store::unsubscribe(&db, &token, now).await })
         .await;
     match done {
