@@ -11,6 +11,12 @@ use crate::helpers::wait_for;
 
 const TOKEN: &str = "bounce-token";
 
+/// The read API's view of a message (`GET /api/v1/messages/{id}` at `url`).
+async fn message_view(http: &reqwest::Client, url: &str) -> Option<Value> {
+    let r = http.get(url).bearer_auth("test-token").send().await.ok()?;
+    r.json().await.ok()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postfix_bounce_is_recorded_with_its_status_and_told_to_the_agent() {
     let Some(p) = peers() else { return };
@@ -66,15 +72,7 @@ async fn a_postfix_bounce_is_recorded_with_its_status_and_told_to_the_agent() {
     let view: Value = wait_for(30, "the bounce in the read API", || {
         let (http, url) = (app.http.clone(), url.clone());
         async move {
-            let v: Value = http
-                .get(&url)
-                .bearer_auth("test-token")
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
+            let v = message_view(&http, &url).await?;
             (v["status"] == "delivery_failed").then_some(v)
         }
     })
@@ -154,16 +152,7 @@ async fn a_postfix_bounce_is_recorded_with_its_status_and_told_to_the_agent() {
     assert!(ok, "{out}");
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(seen(&helper).len(), 2, "told once");
-    let view: Value = app
-        .http
-        .get(&url)
-        .bearer_auth("test-token")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let view = message_view(&app.http, &url).await.unwrap();
     assert_eq!(
         view["delivery_failure"]["status_code"], "5.7.1",
         "the first report stands"
