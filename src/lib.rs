@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod hop;
 pub mod hosts;
 pub mod http;
 pub mod jws;

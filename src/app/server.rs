@@ -33,7 +33,7 @@ pub(super) fn public(
     pipeline: &Pipeline,
 ) -> Result<(actix_web::dev::Server, Admitted)> {
     let state = AppState {
-        pipeline: pipeline.clone(),
+        pipeline: pipeline.front(),
     };
     let metrics = Arc::clone(&pipeline.services().metrics);
     let srv = &config.server;
@@ -150,7 +150,7 @@ pub(super) fn private(
     pipeline: &Pipeline,
 ) -> Result<actix_web::dev::Server> {
     let state = AppState {
-        pipeline: pipeline.clone(),
+        pipeline: pipeline.front(),
     };
     Ok(HttpServer::new(move || {
         let (s, routes) = (state.clone(), routes.clone());

@@ -22,7 +22,7 @@ use serde_json::json;
 use tracing::Instrument as _;
 
 use crate::error::{Error, ErrorKind};
-use crate::pipeline::Pipeline;
+use crate::pipeline::Front;
 use crate::store::jobs;
 
 /// The HTTP status of an error class: the one mapping every HTTP-facing transport renders with
@@ -84,7 +84,7 @@ pub fn error_response(e: &Error) -> HttpResponse {
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// The pipeline.
-    pub pipeline: Pipeline,
+    pub pipeline: Front,
 }
 
 /// Configures the public app's own routes (health, readiness, media, policy landing pages) and
@@ -130,13 +130,15 @@ async fn readyz_private(state: web::Data<AppState>) -> HttpResponse {
 /// Whether the database answers and every migration is applied; `detail` adds, to a failure,
 /// the engine, where it is and the cause (the public listener says only what failed).
 async fn readiness(state: &AppState, detail: bool) -> HttpResponse {
-    let db = state.pipeline.db().clone();
-    let target = db.target().to_owned();
-    match state
+    let checked = state
         .pipeline
-        .on_main(async move { db.ready().await })
-        .await
-    {
+        .run(|p| async move {
+            let db = p.db();
+            Ok((db.target().to_owned(), db.ready().await))
+        })
+        .await;
+    let (target, ready) = checked.unwrap_or_else(|e| ("the main runtime".to_owned(), Err(e)));
+    match ready {
         Ok(true) => HttpResponse::Ok().content_type("text/plain").body("ready"),
         Ok(false) => HttpResponse::ServiceUnavailable()
             .content_type("text/plain")
@@ -173,15 +175,18 @@ async fn media(
     if !crate::blobs::is_digest(&digest) {
         return error_response(&Error::NotFound("no such media".into()));
     }
-    let blobs = state.pipeline.blobs().clone();
-    let granted = query
-        .is_some_and(|q| blobs.check(&digest, q.exp, &q.sig) == crate::blobs::MediaAccess::Granted);
-    if !granted {
+    let Some(web::Query(q)) = query else {
         return error_response(&Error::Forbidden);
-    }
+    };
     let found = state
         .pipeline
-        .on_main(async move { blobs.get(&digest).await })
+        .run(move |p| async move {
+            let blobs = p.blobs();
+            if blobs.check(&digest, q.exp, &q.sig) != crate::blobs::MediaAccess::Granted {
+                return Err(Error::Forbidden);
+            }
+            blobs.get(&digest).await
+        })
         .await;
     match found {
         Ok(Some((mime, data))) => HttpResponse::Ok()
@@ -252,10 +257,9 @@ pub fn configure_metrics(cfg: &mut web::ServiceConfig, state: AppState) {
 
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let m = state.pipeline.metrics();
-    let db = state.pipeline.db().clone();
     match state
         .pipeline
-        .on_main(async move { jobs::depth(&db).await })
+        .run(|p| async move { jobs::depth(p.db()).await })
         .await
     {
         Ok(counts) => {

@@ -98,11 +98,10 @@ async fn show(state: web::Data<AppState>, path: web::Path<String>) -> HttpRespon
     if !plausible(&token) {
         return unusable(&Error::NotFound("state".into()));
     }
-    let pipeline = state.pipeline.clone();
     let lookup = token.clone();
     let row = match state
         .pipeline
-        .on_main(async move { pipeline.policy_state(&lookup).await })
+        .run(move |p| async move { p.policy_state(&lookup).await })
         .await
     {
         Ok(Some(row)) => row,
@@ -161,10 +160,9 @@ async fn submit(state: web::Data<AppState>, path: web::Path<String>) -> HttpResp
     if !plausible(&token) {
         return unusable(&Error::NotFound("state".into()));
     }
-    let pipeline = state.pipeline.clone();
     match state
         .pipeline
-        .on_main(async move { pipeline.resolve_policy_link(&token).await })
+        .run(move |p| async move { p.resolve_policy_link(&token).await })
         .await
     {
         Ok(LinkOutcome::Resolved | LinkOutcome::AlreadyResolved) => page(

@@ -31,6 +31,8 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
+use crate::hop::OnMain;
+
 pub use caches::Caches;
 pub use chain::{inline_handles, relayed_from};
 pub use erase::EraseWrite;
@@ -577,23 +579,23 @@ impl Pipeline {
         .await
     }
 
-    /// Runs `fut` on the runtime the pipeline was built on and waits for it.
-    ///
-    /// HTTP handlers run on the server's own worker runtimes; database and outbound connections
-    /// opened there would be bound to those runtimes and break when they stop. Handlers that
-    /// touch the database go through here so every connection belongs to the main runtime.
-    ///
-    /// # Errors
-    /// The future's own error, or [`Error::Unavailable`] when the main runtime is shutting down.
-    pub async fn on_main<T: Send + 'static>(
-        &self,
-        fut: impl std::future::Future<Output = Result<T>> + Send + 'static,
-    ) -> Result<T> {
-        // In the caller's span, so what it does is logged and traced as the caller's.
-        self.main
-            .spawn(fut.in_current_span())
-            .await
-            .map_err(|_| Error::Unavailable)?
+    /// `value`, bound to the runtime the pipeline was built on: what an HTTP handler holds of
+    /// something that does I/O ([`crate::hop`]).
+    #[must_use]
+    pub fn on_main<S: Clone + Send + 'static>(&self, value: S) -> OnMain<S> {
+        OnMain::new(value, self.main.clone())
+    }
+
+    /// The pipeline as an HTTP handler holds it.
+    #[must_use]
+    pub fn front(&self) -> Front {
+        Front {
+            pipeline: self.on_main(self.clone()),
+            clock: self.core.clock.clone(),
+            metrics: Arc::clone(&self.core.metrics),
+            agents: Arc::clone(&self.core.agents),
+            blocks: Arc::clone(&self.core.blocks),
+        }
     }
 
     /// The handler of `dispatch` jobs.
@@ -654,6 +656,57 @@ impl Pipeline {
     #[must_use]
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.core.metrics
+    }
+}
+
+/// The pipeline as an HTTP handler holds it: what is kept in memory is read in place, anything
+/// that touches the database runs on the main runtime through [`Front::run`].
+#[derive(Debug, Clone)]
+pub struct Front {
+    pipeline: OnMain<Pipeline>,
+    clock: SharedClock,
+    metrics: Arc<Metrics>,
+    agents: Arc<AgentRegistry>,
+    blocks: Arc<crate::moderation::Blocks>,
+}
+
+impl Front {
+    /// Runs the future `f` makes of the pipeline on the main runtime and waits for it.
+    ///
+    /// # Errors
+    /// The future's own error, or [`Error::Unavailable`] when the main runtime is shutting
+    /// down.
+    pub async fn run<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Pipeline) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    {
+        self.pipeline.run(f).await
+    }
+
+    /// The clock.
+    #[must_use]
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    /// The metrics.
+    #[must_use]
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The agents.
+    #[must_use]
+    pub fn agents(&self) -> &Arc<AgentRegistry> {
+        &self.agents
+    }
+
+    /// The blocks in force.
+    #[must_use]
+    pub fn blocks(&self) -> Vec<crate::moderation::Block> {
+        self.blocks.list()
     }
 }
 

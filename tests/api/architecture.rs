@@ -226,3 +226,75 @@ fn the_scanner_resolves_paths_the_way_rust_does() {
     );
     assert!(code.contains("use c::d;"), "{code}");
 }
+
+/// The text between the braces of `struct {name}` (or the parentheses of a tuple struct)
+/// wherever the crate defines it.
+fn fields_of(code: &str, name: &str) -> Option<String> {
+    for (open, close) in [('{', '}'), ('(', ')')] {
+        let head = format!("struct {name} {open}");
+        let head_tuple = format!("struct {name}{open}");
+        let at = code.find(&head).or_else(|| code.find(&head_tuple));
+        if let Some(at) = at {
+            let rest = &code[at..];
+            let start = rest.find(open)? + 1;
+            let end = rest[start..].find(close)? + start;
+            return Some(rest[start..end].to_owned());
+        }
+    }
+    None
+}
+
+#[test]
+fn no_http_handler_state_holds_what_does_io_off_the_main_runtime() {
+    // What opens database or outbound connections: a handler may hold it only inside an
+    // `OnMain` (or the pipeline as a `Front`), whose futures run on the main runtime.
+    const FORBIDDEN: [&str; 9] = [
+        "Pipeline",
+        "Db",
+        "TaskEngine",
+        "Services",
+        "Core",
+        "Inner",
+        "ActivityPub",
+        "Queue",
+        "BlobStore",
+    ];
+    let code: String = modules().values().map(|t| code_of(t)).collect();
+    let states: BTreeSet<String> = code
+        .split("web::Data<")
+        .skip(1)
+        .filter_map(|piece| piece.split(['>', '<']).next())
+        .map(|t| t.rsplit("::").next().unwrap_or(t).trim().to_owned())
+        .collect();
+    assert!(
+        states.len() >= 6,
+        "the scan finds the handlers' states: {states:?}"
+    );
+    for state in &states {
+        let fields =
+            fields_of(&code, state).unwrap_or_else(|| panic!("no definition of {state} in src"));
+        for field in fields.split(',') {
+            let Some((_, ty)) = field.split_once(':') else {
+                continue;
+            };
+            // What an `OnMain` holds is reached on the main runtime only.
+            let held_here = ty.split("OnMain<").next().unwrap_or(ty);
+            for word in held_here.split(|c: char| !c.is_alphanumeric() && c != '_') {
+                assert!(
+                    !FORBIDDEN.contains(&word),
+                    "the handler state {state} holds a {word} ({}); hold it in an OnMain",
+                    ty.trim()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_handler_state_check_reads_fields_and_would_refuse_a_pipeline() {
+    let code = "pub struct S {\n    /// x\n    pub pipeline: Pipeline,\n    ok: Front,\n}\nstruct T(Arc<Inner>);\n";
+    let s = fields_of(code, "S").unwrap();
+    assert!(s.contains("pipeline: Pipeline") && s.contains("ok: Front"));
+    assert_eq!(fields_of(code, "T").as_deref(), Some("Arc<Inner>"));
+    assert_eq!(fields_of(code, "U"), None);
+}

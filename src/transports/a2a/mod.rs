@@ -193,8 +193,11 @@ async fn build_state(
     }
     let cards = dated;
     Ok(Arc::new(A2aState {
-        pipeline,
-        engine,
+        agents: Arc::clone(pipeline.agents()),
+        main: pipeline.on_main(server::Io {
+            pipeline: pipeline.clone(),
+            engine,
+        }),
         cfg: config.a2a.clone(),
         default_agent,
         max_body: config.server.max_body_bytes,

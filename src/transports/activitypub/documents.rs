@@ -7,7 +7,8 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 
 use super::mapping::{self, profile, str_of};
-use super::{HttpState, Inner, store};
+use super::public::Public;
+use super::{HttpState, Inner, Served, store};
 use crate::agents::Agent;
 use crate::error::Error;
 
@@ -55,7 +56,7 @@ struct WfQuery {
 }
 
 async fn webfinger(state: web::Data<HttpState>, q: web::Query<WfQuery>) -> HttpResponse {
-    let inner = &state.ap.inner;
+    let site = &state.site;
     let Some(resource) = q.resource.as_deref() else {
         return HttpResponse::BadRequest().json(json!({"error": "resource is required"}));
     };
@@ -65,35 +66,35 @@ async fn webfinger(state: web::Data<HttpState>, q: web::Query<WfQuery>) -> HttpR
         let acct = acct.trim_start_matches('@');
         acct.rsplit_once('@')
             .filter(|(_, d)| {
-                d.eq_ignore_ascii_case(&inner.domain)
-                    || d.eq_ignore_ascii_case(&inner.handle_domain)
+                d.eq_ignore_ascii_case(site.domain())
+                    || d.eq_ignore_ascii_case(site.handle_domain())
             })
-            .and_then(|(n, _)| inner.agents.get(n))
+            .and_then(|(n, _)| site.agents().get(n))
     } else {
-        inner.local_agent(resource)
+        site.local_agent(resource)
     };
     let Some(agent) = agent else {
-        if resource == inner.instance_actor() || resource == format!("acct:{0}@{0}", inner.domain) {
+        if resource == site.instance_actor() || resource == format!("acct:{0}@{0}", site.domain()) {
             return jrd(json!({
-                "subject": format!("acct:{0}@{0}", inner.domain),
-                "aliases": [inner.instance_actor()],
-                "links": [{"rel": "self", "type": AP_JSON, "href": inner.instance_actor()}],
+                "subject": format!("acct:{0}@{0}", site.domain()),
+                "aliases": [site.instance_actor()],
+                "links": [{"rel": "self", "type": AP_JSON, "href": site.instance_actor()}],
             }));
         }
         return not_found();
     };
-    let actor = inner.actor_url(&agent.name);
+    let actor = site.actor_url(&agent.name);
     let mut links = vec![
         json!({"rel": "self", "type": AP_JSON, "href": actor}),
         json!({"rel": "https://mentionable.dev/ns/rel/agent-card", "type": "application/json",
                "href": format!("{actor}/agent-card.json")}),
         json!({"rel": "http://webfinger.net/rel/profile-page", "type": "text/html", "href": actor}),
     ];
-    if let Some(mail) = &inner.mail_domain {
+    if let Some(mail) = site.mail_domain() {
         links.push(json!({"rel": "mailto", "href": format!("mailto:{}@{mail}", agent.name)}));
     }
     jrd(json!({
-        "subject": format!("acct:{}@{}", agent.name, inner.handle_domain),
+        "subject": format!("acct:{}@{}", agent.name, site.handle_domain()),
         "aliases": [actor],
         "links": links,
     }))
@@ -110,13 +111,13 @@ async fn nodeinfo_links(state: web::Data<HttpState>) -> HttpResponse {
     HttpResponse::Ok().json(json!({
         "links": [{
             "rel": "http://nodeinfo.diaspora.software/ns/schema/2.1",
-            "href": format!("{}/nodeinfo/2.1", state.ap.inner.base),
+            "href": format!("{}/nodeinfo/2.1", state.site.base()),
         }]
     }))
 }
 
 async fn nodeinfo(state: web::Data<HttpState>) -> HttpResponse {
-    let n = state.ap.inner.agents.all().len();
+    let n = state.site.agents().all().len();
     HttpResponse::Ok()
         .content_type(
             "application/json; profile=\"http://nodeinfo.diaspora.software/ns/schema/2.1#\"",
@@ -133,28 +134,30 @@ async fn nodeinfo(state: web::Data<HttpState>) -> HttpResponse {
                 "services": {"inbound": [], "outbound": []},
                 "openRegistrations": false,
                 "usage": {"users": {"total": n, "activeMonth": n, "activeHalfyear": n}},
-                "metadata": {"nodeName": state.ap.inner.domain},
+                "metadata": {"nodeName": state.site.domain()},
             })
             .to_string(),
         )
 }
 
-/// Runs a fallible database read on the main runtime.
-async fn on_main<T: Send + 'static>(
-    state: &HttpState,
-    fut: impl std::future::Future<Output = crate::Result<T>> + Send + 'static,
-) -> Result<T, HttpResponse> {
-    state.pipeline.on_main(fut).await.map_err(|e| {
+/// Runs a fallible read on the main runtime.
+async fn on_main<T, F, Fut>(state: &HttpState, f: F) -> Result<T, HttpResponse>
+where
+    T: Send + 'static,
+    F: FnOnce(Served) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = crate::Result<T>> + Send + 'static,
+{
+    state.main.run(f).await.map_err(|e| {
         tracing::warn!(error = %e, "ActivityPub document unavailable");
         crate::http::error_response(&e)
     })
 }
 
 async fn instance_actor(state: web::Data<HttpState>) -> HttpResponse {
-    let inner = std::sync::Arc::clone(&state.ap.inner);
-    let keys = inner.keys.clone();
-    let key = match on_main(&state, async move {
-        keys.rsa("ap:instance")
+    let key = match on_main(&state, |s| async move {
+        s.inner
+            .keys
+            .rsa("ap:instance")
             .await
             .map_err(|e| Error::Invalid(e.to_string()))
     })
@@ -163,16 +166,17 @@ async fn instance_actor(state: web::Data<HttpState>) -> HttpResponse {
         Ok(k) => k,
         Err(r) => return r,
     };
-    let id = inner.instance_actor();
+    let site = &state.site;
+    let id = site.instance_actor();
     ap(&json!({
         "@context": mapping::context(),
         "id": id,
         "type": "Application",
-        "preferredUsername": inner.domain,
+        "preferredUsername": site.domain(),
         "name": "switchboard",
-        "inbox": format!("{}/inbox", inner.base),
+        "inbox": format!("{}/inbox", site.base()),
         "outbox": format!("{id}/outbox"),
-        "endpoints": {"sharedInbox": format!("{}/inbox", inner.base)},
+        "endpoints": {"sharedInbox": format!("{}/inbox", site.base())},
         "manuallyApprovesFollowers": true,
         "publicKey": {"id": format!("{id}#main-key"), "owner": id, "publicKeyPem": key.public_key_pem()},
     }))
@@ -261,23 +265,22 @@ async fn actor(
     req: HttpRequest,
     path: web::Path<String>,
 ) -> HttpResponse {
-    let inner = std::sync::Arc::clone(&state.ap.inner);
-    let Some(agent) = inner.agents.get(&path.into_inner()) else {
+    let Some(agent) = state.site.agents().get(&path.into_inner()) else {
         return not_found();
     };
     if !wants_ap(&req) {
-        return profile_page(&inner, &agent);
+        return profile_page(&state.site, &agent);
     }
-    match on_main(&state, async move { actor_doc(&inner, &agent).await }).await {
+    match on_main(&state, |s| async move { actor_doc(&s.inner, &agent).await }).await {
         Ok(doc) => ap(&doc),
         Err(r) => r,
     }
 }
 
-fn profile_page(inner: &Inner, agent: &Agent) -> HttpResponse {
+fn profile_page(site: &Public, agent: &Agent) -> HttpResponse {
     use super::html::escape;
     let name = agent.display_name.as_deref().unwrap_or(&agent.name);
-    let actor = inner.actor_url(&agent.name);
+    let actor = site.actor_url(&agent.name);
     let page = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{n}</title>\
          <link rel=\"alternate\" type=\"application/activity+json\" href=\"{a}\"></head>\
@@ -286,7 +289,7 @@ fn profile_page(inner: &Inner, agent: &Agent) -> HttpResponse {
         n = escape(name),
         a = escape(&actor),
         u = escape(&agent.name),
-        d = escape(&inner.handle_domain),
+        d = escape(site.handle_domain()),
         s = escape(agent.summary.as_deref().unwrap_or_default()),
     );
     HttpResponse::Ok()
@@ -297,15 +300,15 @@ fn profile_page(inner: &Inner, agent: &Agent) -> HttpResponse {
 }
 
 async fn outbox(state: web::Data<HttpState>, path: web::Path<String>) -> HttpResponse {
-    let inner = std::sync::Arc::clone(&state.ap.inner);
-    let Some(agent) = inner.agents.get(&path.into_inner()) else {
+    let Some(agent) = state.site.agents().get(&path.into_inner()) else {
         return not_found();
     };
-    let (db, name) = (inner.db.clone(), agent.name.clone());
-    let rows = on_main(&state, async move {
+    let name = agent.name.clone();
+    let rows = on_main(&state, |s| async move {
+        let db = &s.inner.db;
         Ok((
-            store::outbox_count(&db, &name).await?,
-            store::outbox(&db, &name, 20).await?,
+            store::outbox_count(db, &name).await?,
+            store::outbox(db, &name, 20).await?,
         ))
     })
     .await;
@@ -324,7 +327,7 @@ async fn outbox(state: web::Data<HttpState>, path: web::Path<String>) -> HttpRes
             c
         })
         .collect();
-    let id = format!("{}/outbox", inner.actor_url(&agent.name));
+    let id = format!("{}/outbox", state.site.actor_url(&agent.name));
     ap(&json!({
         "@context": "https://www.w3.org/ns/activitystreams",
         "id": id,
@@ -335,19 +338,22 @@ async fn outbox(state: web::Data<HttpState>, path: web::Path<String>) -> HttpRes
 }
 
 async fn followers(state: web::Data<HttpState>, path: web::Path<String>) -> HttpResponse {
-    let inner = std::sync::Arc::clone(&state.ap.inner);
-    let Some(agent) = inner.agents.get(&path.into_inner()) else {
+    let Some(agent) = state.site.agents().get(&path.into_inner()) else {
         return not_found();
     };
-    let (db, name) = (inner.db.clone(), agent.name.clone());
-    let rows = match on_main(&state, async move { store::followers(&db, &name).await }).await {
+    let name = agent.name.clone();
+    let rows = match on_main(&state, |s| async move {
+        store::followers(&s.inner.db, &name).await
+    })
+    .await
+    {
         Ok(r) => r,
         Err(r) => return r,
     };
     let items: Vec<&str> = rows.iter().map(|r| r.actor.as_str()).collect();
     ap(&json!({
         "@context": "https://www.w3.org/ns/activitystreams",
-        "id": format!("{}/followers", inner.actor_url(&agent.name)),
+        "id": format!("{}/followers", state.site.actor_url(&agent.name)),
         "type": "OrderedCollection",
         "totalItems": items.len(),
         "orderedItems": items,
@@ -362,20 +368,20 @@ const CONTEXT_ITEMS: i64 = 500;
 /// or unlisted; followers-only and direct notes are never listed. 404 for an unknown id or one
 /// minted by another agent.
 async fn context(state: web::Data<HttpState>, path: web::Path<(String, String)>) -> HttpResponse {
-    let inner = std::sync::Arc::clone(&state.ap.inner);
     let (name, id) = path.into_inner();
-    let Some(agent) = inner.agents.get(&name) else {
+    let Some(agent) = state.site.agents().get(&name) else {
         return not_found();
     };
-    let (db, agent_name) = (inner.db.clone(), agent.name.clone());
-    let found = on_main(&state, async move {
-        let Some(c) = store::context(&db, &id).await? else {
+    let agent_name = agent.name.clone();
+    let found = on_main(&state, |s| async move {
+        let db = &s.inner.db;
+        let Some(c) = store::context(db, &id).await? else {
             return Ok(None);
         };
         if c.agent != agent_name {
             return Ok(None);
         }
-        let (total, items) = store::public_thread(&db, &c.thread_key, CONTEXT_ITEMS).await?;
+        let (total, items) = store::public_thread(db, &c.thread_key, CONTEXT_ITEMS).await?;
         Ok(Some((c.id, total, items)))
     })
     .await;
@@ -384,10 +390,10 @@ async fn context(state: web::Data<HttpState>, path: web::Path<(String, String)>)
         Ok(None) => return not_found(),
         Err(r) => return r,
     };
-    let actor = inner.actor_url(&agent.name);
+    let actor = state.site.actor_url(&agent.name);
     ap(&json!({
         "@context": "https://www.w3.org/ns/activitystreams",
-        "id": inner.context_url(&agent.name, &id),
+        "id": state.site.context_url(&agent.name, &id),
         "type": "OrderedCollection",
         "attributedTo": actor,
         "totalItems": total,
@@ -403,10 +409,10 @@ async fn visible_note(
     name: &str,
     id: &str,
 ) -> Result<Value, HttpResponse> {
-    let inner = std::sync::Arc::clone(&state.ap.inner);
-    let note_id = format!("{}/notes/{id}", inner.actor_url(name));
+    let note_id = format!("{}/notes/{id}", state.site.actor_url(name));
     let incoming = super::verify::Incoming::from_request(req);
-    on_main(state, async move {
+    on_main(state, |s| async move {
+        let inner = &s.inner;
         let Some(row) = store::object(&inner.db, &note_id).await? else {
             return Err(Error::NotFound("no such note".into()));
         };
@@ -418,7 +424,7 @@ async fn visible_note(
             return Ok(json!({"id": note_id, "type": "Tombstone", "@gone": true}));
         }
         if row.public == 0 {
-            let signer = super::verify::verify_http(&inner, &incoming, None)
+            let signer = super::verify::verify_http(inner, &incoming, None)
                 .await
                 .map_err(|_| Error::NotFound("no such note".into()))?;
             if !mapping::audience(&note, &Value::Null)

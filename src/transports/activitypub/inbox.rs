@@ -7,7 +7,6 @@
 //! duplicate, or deliberately ignored; 401 is only for authentication failures, 503 for trouble
 //! worth a retry.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -66,7 +65,7 @@ async fn agent_inbox(
     body: web::Bytes,
 ) -> HttpResponse {
     let name = path.into_inner();
-    if state.ap.inner.agents.get(&name).is_none() {
+    if state.site.agents().get(&name).is_none() {
         return render(Err(Reject::new(404, "no such agent")));
     }
     receive(&state, &req, body).await
@@ -97,43 +96,40 @@ fn render(r: Result<(), Reject>) -> HttpResponse {
 }
 
 async fn receive(state: &HttpState, req: &HttpRequest, body: web::Bytes) -> HttpResponse {
-    let inner = Arc::clone(&state.ap.inner);
     let activity: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return render(Err(Reject::invalid(format!("body is not JSON: {e}")))),
     };
-    if depth(&activity) > inner.cfg.max_json_depth {
+    let cfg = state.site.cfg();
+    if depth(&activity) > cfg.max_json_depth {
         return render(Err(Reject::invalid("JSON nested too deeply")));
     }
     let incoming = Incoming::from_request(req);
     // The host the activity claims to come from, for the record of refusals.
     let host = actor_of(&activity).and_then(mapping::host_of);
-    let pipeline = state.pipeline.clone();
-    let limit = Duration::from_millis(inner.cfg.processing_timeout_ms);
+    let limit = Duration::from_millis(cfg.processing_timeout_ms);
     let result = state
-        .pipeline
-        .on_main(async move {
-            match tokio::time::timeout(
+        .main
+        .run(move |s| async move {
+            let result = tokio::time::timeout(
                 limit,
-                process(&inner, &pipeline, &incoming, &body, activity),
+                process(&s.inner, &s.pipeline, &incoming, &body, activity),
             )
             .await
+            .unwrap_or_else(|_| Err(Reject::new(503, "processing took too long")));
+            if let (Err(r), Some(host)) = (&result, &host)
+                && (400..500).contains(&r.status)
             {
-                Ok(r) => Ok(r),
-                Err(_) => Ok(Err(Reject::new(503, "processing took too long"))),
+                s.pipeline.metrics().refused_from(
+                    host,
+                    &format!("{} {}", r.status, r.reason),
+                    s.pipeline.clock().now_ms(),
+                );
             }
+            Ok(result)
         })
         .await
         .unwrap_or_else(|e| Err(Reject::from(e)));
-    if let (Err(r), Some(host)) = (&result, &host)
-        && (400..500).contains(&r.status)
-    {
-        state.pipeline.metrics().refused_from(
-            host,
-            &format!("{} {}", r.status, r.reason),
-            state.pipeline.clock().now_ms(),
-        );
-    }
     render(result)
 }
 

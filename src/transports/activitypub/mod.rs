@@ -42,6 +42,7 @@ mod moderation;
 mod outbound;
 mod profile;
 pub mod proof;
+mod public;
 mod quotes;
 mod reject;
 pub mod reply_context;
@@ -68,6 +69,7 @@ use crate::blobs::BlobStore;
 use crate::clock::SharedClock;
 use crate::config::ActivityPubConfig;
 use crate::error::Result;
+use crate::hop::OnMain;
 use crate::keys::Keys;
 use crate::net::HttpClient;
 use crate::pipeline::{Pipeline, Transport};
@@ -267,8 +269,11 @@ impl TransportModule for ActivityPub {
         migration::resolve_aliases(&self.inner).await;
         profile::announce_changes(&self.inner).await?;
         let state = HttpState {
-            ap: self.clone(),
-            pipeline: pipeline.clone(),
+            site: public::Public::new(Arc::clone(&self.inner)),
+            main: pipeline.on_main(Served {
+                inner: Arc::clone(&self.inner),
+                pipeline: pipeline.clone(),
+            }),
         };
         let limit = self.inner.cfg.max_body_bytes;
         Ok(Started {
@@ -285,10 +290,18 @@ impl TransportModule for ActivityPub {
     }
 }
 
-/// State of the transport's HTTP handlers.
+/// State of the transport's HTTP handlers: names and settings read in place, everything that
+/// does I/O reached on the main runtime.
 #[derive(Debug, Clone)]
 struct HttpState {
-    ap: ActivityPub,
+    site: public::Public,
+    main: OnMain<Served>,
+}
+
+/// What the HTTP handlers do I/O with, on the main runtime.
+#[derive(Debug, Clone)]
+struct Served {
+    inner: Arc<Inner>,
     pipeline: Pipeline,
 }
 

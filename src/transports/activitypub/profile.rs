@@ -319,12 +319,12 @@ fn not_found() -> HttpResponse {
 
 /// The agent's `featured` collection: its pinned notes, embedded.
 async fn featured(state: web::Data<HttpState>, path: web::Path<String>) -> HttpResponse {
-    let inner = &state.ap.inner;
-    let Some(agent) = inner.agents.get(&path.into_inner()) else {
+    let site = &state.site;
+    let Some(agent) = site.agents().get(&path.into_inner()) else {
         return not_found();
     };
-    let actor = inner.actor_url(&agent.name);
-    let mut doc = map::featured(&actor, &inner.profile(&agent.name).cfg.pinned);
+    let actor = site.actor_url(&agent.name);
+    let mut doc = map::featured(&actor, &site.profile(&agent.name).cfg.pinned);
     if let Some(m) = doc.as_object_mut() {
         m.insert("@context".into(), mapping::context());
     }
@@ -333,13 +333,13 @@ async fn featured(state: web::Data<HttpState>, path: web::Path<String>) -> HttpR
 
 /// One pinned note, at its id.
 async fn pinned(state: web::Data<HttpState>, path: web::Path<(String, String)>) -> HttpResponse {
-    let inner = &state.ap.inner;
+    let site = &state.site;
     let (name, key) = path.into_inner();
-    let Some(agent) = inner.agents.get(&name) else {
+    let Some(agent) = site.agents().get(&name) else {
         return not_found();
     };
-    let actor = inner.actor_url(&agent.name);
-    let profile = inner.profile(&agent.name);
+    let actor = site.actor_url(&agent.name);
+    let profile = site.profile(&agent.name);
     let Some(text) = profile
         .cfg
         .pinned
@@ -358,9 +358,9 @@ async fn pinned(state: web::Data<HttpState>, path: web::Path<(String, String)>) 
 /// A profile image the agent's profile names, `{digest}.{extension}`, from the blob store, with
 /// its media type and cached for good (its URL changes with its content).
 async fn image(state: web::Data<HttpState>, path: web::Path<(String, String)>) -> HttpResponse {
-    let inner = Arc::clone(&state.ap.inner);
+    let site = &state.site;
     let (name, file) = path.into_inner();
-    let Some(agent) = inner.agents.get(&name) else {
+    let Some(agent) = site.agents().get(&name) else {
         return not_found();
     };
     let digest = file
@@ -368,17 +368,16 @@ async fn image(state: web::Data<HttpState>, path: web::Path<(String, String)>) -
         .map_or(file.as_str(), |(d, _)| d)
         .to_owned();
     // Only the images this profile names: the blob store holds attachments too.
-    if !inner
+    if !site
         .profile(&agent.name)
         .stored_digests()
         .contains(digest.as_str())
     {
         return not_found();
     }
-    let blobs = inner.blobs.clone();
     match state
-        .pipeline
-        .on_main(async move { blobs.get(&digest).await })
+        .main
+        .run(|s| async move { s.inner.blobs.get(&digest).await })
         .await
     {
         Ok(Some((mime, data))) => HttpResponse::Ok()

@@ -22,8 +22,8 @@ fn key_of(id: &str) -> String {
 }
 
 /// The IRI of `agent`'s authorization `key`.
-fn authorization_url(inner: &Inner, agent: &str, key: &str) -> String {
-    format!("{}/quote_authorizations/{key}", inner.actor_url(agent))
+fn authorization_url(actor: &str, key: &str) -> String {
+    format!("{actor}/quote_authorizations/{key}")
 }
 
 /// Answers a verified `QuoteRequest`: one for a note that is not one of our agents' (or is
@@ -98,7 +98,7 @@ pub(super) async fn on_quote_request(
         .to_owned();
     let key = key_of(id);
     let actor = inner.actor_url(&agent.name);
-    let result = allowed.then(|| authorization_url(inner, &agent.name, &key));
+    let result = allowed.then(|| authorization_url(&inner.actor_url(&agent.name), &key));
     let answer = quotes::answer(&actor, requester, activity, &key, result.as_deref());
     let now = inner.clock.now_ms();
     let mut tx = inner.db.begin().await?;
@@ -138,24 +138,20 @@ async fn authorization(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
-    let inner = std::sync::Arc::clone(&state.ap.inner);
     let (name, key) = path.into_inner();
-    let Some(agent) = inner.agents.get(&name) else {
+    let Some(agent) = state.site.agents().get(&name) else {
         return super::documents::not_found();
     };
-    let looked_up = {
-        let inner = std::sync::Arc::clone(&inner);
-        state
-            .pipeline
-            .on_main(async move {
-                let Some(q) = store::quote_authorization(&inner.db, &key).await? else {
-                    return Ok(None);
-                };
-                let note = store::object(&inner.db, &q.quoted).await?;
-                Ok(Some((key, q, note)))
-            })
-            .await
-    };
+    let looked_up = state
+        .main
+        .run(|s| async move {
+            let Some(q) = store::quote_authorization(&s.inner.db, &key).await? else {
+                return Ok(None);
+            };
+            let note = store::object(&s.inner.db, &q.quoted).await?;
+            Ok(Some((key, q, note)))
+        })
+        .await;
     let (key, q, note) = match looked_up {
         Ok(Some(found)) => found,
         Ok(None) => return super::documents::not_found(),
@@ -170,8 +166,9 @@ async fn authorization(
     if note.is_none_or(|n| n.deleted != 0) {
         return HttpResponse::Gone().finish();
     }
-    let id = authorization_url(&inner, &agent.name, &key);
-    let mut doc = quotes::authorization(&id, &inner.actor_url(&agent.name), &q.quoting, &q.quoted);
+    let actor = state.site.actor_url(&agent.name);
+    let id = authorization_url(&actor, &key);
+    let mut doc = quotes::authorization(&id, &actor, &q.quoting, &q.quoted);
     if let Some(m) = doc.as_object_mut() {
         m.insert("@context".into(), mapping::context());
     }

@@ -18,7 +18,7 @@ pub(super) async fn list_blocks(state: web::Data<ApiState>, req: HttpRequest) ->
         return error_response(&e);
     }
     HttpResponse::Ok().json(BlockList {
-        blocks: state.pipeline.blocks().list(),
+        blocks: state.pipeline.blocks(),
     })
 }
 
@@ -36,10 +36,9 @@ pub(super) async fn add_block(
         Ok(b) => b,
         Err(e) => return error_response(&Error::Invalid(format!("body: {e}"))),
     };
-    let pipeline = state.pipeline.clone();
     match state
         .pipeline
-        .on_main(async move { pipeline.add_block(&new).await })
+        .run(move |p| async move { p.add_block(&new).await })
         .await
     {
         Ok(block) => HttpResponse::Created().json(block),
@@ -63,12 +62,11 @@ pub(super) async fn remove_block(
             "error": "this block is in the configuration file; remove it there"
         }));
     }
-    let pipeline = state.pipeline.clone();
     let gone = state
         .pipeline
-        .on_main({
+        .run({
             let id = id.clone();
-            async move { pipeline.blocks().remove(pipeline.db(), &id).await }
+            move |p| async move { p.blocks().remove(p.db(), &id).await }
         })
         .await;
     match gone {

@@ -30,7 +30,7 @@ use crate::error::{Error, OutboundError, Result};
 use crate::http::error_response;
 use crate::message::NormalizedMessage;
 use crate::net::{HttpClient, HttpRequest as OutRequest, constant_time_eq, signed_headers};
-use crate::pipeline::{Delivery, Pipeline, Transport};
+use crate::pipeline::{Delivery, Front, Pipeline, Transport};
 use crate::store::threads;
 use wire::AgentView;
 
@@ -166,7 +166,7 @@ impl TransportModule for Api {
     async fn start(&self, pipeline: &Pipeline, _: watch::Receiver<bool>) -> Result<Started> {
         let console = console::Console::new(&self.config, &self.addresses, pipeline.clone())?;
         let state = ApiState {
-            pipeline: pipeline.clone(),
+            pipeline: pipeline.front(),
             token: self.token.clone(),
             agents: Arc::clone(&self.agents),
         };
@@ -204,7 +204,7 @@ impl TransportModule for Api {
 #[derive(Debug, Clone)]
 struct ApiState {
     /// Where messages go.
-    pipeline: Pipeline,
+    pipeline: Front,
     /// The bearer token; the API answers 404 without one.
     token: Option<Secret>,
     /// The configured agents as `GET /api/v1/agents` lists them.
@@ -280,21 +280,19 @@ async fn post_message(
     // A thread id this API returned continues its thread: messages are threaded by the key the
     // thread was opened with. (`api:…` is such a key already: the one a message opens when it
     // names none.)
-    let (db, given) = (state.pipeline.db().clone(), msg.thread_id.clone());
-    let found = if given.starts_with("api:") {
-        Ok(None)
-    } else {
-        state
-            .pipeline
-            .on_main(async move { threads::get(&db, &given).await })
-            .await
-    };
-    match found {
-        Ok(Some(t)) if t.transport == NAME => msg.thread_id = t.thread_key,
-        Ok(_) => {}
-        Err(e) => return error_response(&e),
-    }
-    match state.pipeline.ingest(NAME, &external_id, msg).await {
+    let ingested = state
+        .pipeline
+        .run(move |p| async move {
+            if !msg.thread_id.starts_with("api:")
+                && let Some(t) = threads::get(p.db(), &msg.thread_id).await?
+                && t.transport == NAME
+            {
+                msg.thread_id = t.thread_key;
+            }
+            p.ingest(NAME, &external_id, msg).await
+        })
+        .await;
+    match ingested {
         Ok(o) => HttpResponse::Accepted().json(wire::Accepted {
             id: o.message_id,
             thread_id: o.thread_id,

@@ -30,13 +30,13 @@ const MAX_ENTRIES: i64 = 1_000;
 async fn answer<T, F, Fut>(state: &ApiState, req: &HttpRequest, f: F) -> HttpResponse
 where
     T: serde::Serialize + Send + 'static,
-    F: FnOnce(Db) -> Fut,
+    F: FnOnce(Db) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<T>> + Send + 'static,
 {
     if let Err(e) = authorize(state, req) {
         return error_response(&e);
     }
-    match state.pipeline.on_main(f(state.pipeline.db().clone())).await {
+    match state.pipeline.run(move |p| f(p.db().clone())).await {
         Ok(v) => HttpResponse::Ok().json(v),
         Err(e) => error_response(&e),
     }
@@ -47,7 +47,7 @@ pub(super) async fn list_agents(state: web::Data<ApiState>, req: HttpRequest) ->
     let agents = AgentList {
         agents: state.agents.as_ref().clone(),
     };
-    answer(&state, &req, |_| async move { Ok(agents) }).await
+    answer(&state, &req, move |_| async move { Ok(agents) }).await
 }
 
 /// The query of `GET /api/v1/threads`.
@@ -89,7 +89,7 @@ pub(super) async fn list_threads(
     query: web::Query<ThreadQuery>,
 ) -> HttpResponse {
     let q = query.into_inner();
-    answer(&state, &req, |db| async move {
+    answer(&state, &req, move |db| async move {
         let limit = page_limit(q.limit)?;
         let before = q.cursor.as_deref().map(parse_cursor).transpose()?;
         let filter = ThreadFilter {
@@ -247,7 +247,7 @@ pub(super) async fn get_thread(
     path: web::Path<String>,
 ) -> HttpResponse {
     let id = path.into_inner();
-    answer(&state, &req, |db| async move {
+    answer(&state, &req, move |db| async move {
         let thread = threads::get(&db, &id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("no thread {id}")))?;
@@ -354,7 +354,7 @@ pub(super) async fn list_reports(
     query: web::Query<ReportQuery>,
 ) -> HttpResponse {
     let q = query.into_inner();
-    answer(&state, &req, |db| async move {
+    answer(&state, &req, move |db| async move {
         let limit = page_limit(q.limit)?;
         let rows = crate::store::reports::list(&db, q.agent.as_deref(), limit).await?;
         Ok(ReportList {
@@ -385,10 +385,11 @@ pub(super) async fn get_response(
     if let Err(e) = authorize(&state, &req) {
         return error_response(&e);
     }
-    let (db, id) = (state.pipeline.db().clone(), path.into_inner());
+    let id = path.into_inner();
     let found = state
         .pipeline
-        .on_main(async move {
+        .run(move |p| async move {
+            let db = p.db().clone();
             if let Some(row) = messages::response_to(&db, &id).await? {
                 return Ok(Found::Response(row.body));
             }

@@ -670,7 +670,7 @@ impl TransportModule for Email {
     /// Binds the SMTP listener; mounts the one-click unsubscribe URLs.
     async fn start(&self, pipeline: &Pipeline, shutdown: watch::Receiver<bool>) -> Result<Started> {
         let l = listener::listen(&self.config, pipeline.clone(), &self.roles, shutdown).await?;
-        let pipeline = pipeline.clone();
+        let pipeline = pipeline.front();
         Ok(Started {
             tasks: vec![l.task],
             listeners: vec![(listener::SMTP, l.addr)],

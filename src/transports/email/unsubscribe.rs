@@ -9,7 +9,7 @@
 use actix_web::{HttpResponse, web};
 
 use super::store;
-use crate::pipeline::Pipeline;
+use crate::pipeline::Front;
 
 /// Where the unsubscribe URLs are, under the public base URL.
 pub const PATH: &str = "/email/unsubscribe";
@@ -18,7 +18,7 @@ pub const PATH: &str = "/email/unsubscribe";
 const MAX_BODY: usize = 4 * 1024;
 
 /// Mounts `GET` and `POST {PATH}/{token}`.
-pub(super) fn routes(cfg: &mut web::ServiceConfig, pipeline: Pipeline) {
+pub(super) fn routes(cfg: &mut web::ServiceConfig, pipeline: Front) {
     cfg.service(
         web::resource(format!("{PATH}/{{token}}"))
             .app_data(web::Data::new(pipeline))
@@ -59,7 +59,7 @@ async fn page(path: web::Path<String>) -> HttpResponse {
 /// Records the opt-out: `200` once it is (again or for the first time), `404` for a token no
 /// mail carried, `400` for a body that is no one-click request.
 async fn one_click(
-    pipeline: web::Data<Pipeline>,
+    pipeline: web::Data<Front>,
     path: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
@@ -70,9 +70,8 @@ async fn one_click(
     }
     let token = path.into_inner();
     let now = pipeline.clock().now_ms();
-    let db = pipeline.db().clone();
     let done = pipeline
-        .on_main(async move { store::unsubscribe(&db, &token, now).await })
+        .run(move |p| async move { store::unsubscribe(p.db(), &token, now).await })
         .await;
     match done {
         Ok(Some(who)) => {

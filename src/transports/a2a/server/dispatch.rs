@@ -1,9 +1,7 @@
 //! The method table: authenticates the caller, checks the per-agent endpoint's policy, and
 //! runs the operation a call names.
 
-use std::sync::Arc;
-
-use super::A2aState;
+use super::Served;
 use super::call::{Call, Reply};
 use super::push_config::{create_push, delete_push, get_push, list_push};
 use super::send::send;
@@ -12,7 +10,7 @@ use crate::transports::a2a::wire::{
     METHOD_NOT_FOUND, RpcError, UNAUTHENTICATED, UNSUPPORTED_OPERATION,
 };
 
-pub(super) async fn dispatch(state: Arc<A2aState>, mut call: Call) -> Result<Reply, RpcError> {
+pub(super) async fn dispatch(state: Served, mut call: Call) -> Result<Reply, RpcError> {
     call.caller = state
         .authenticate(call.authorization.as_deref(), call.agent.as_deref())
         .await?;
@@ -44,7 +42,7 @@ pub(super) async fn dispatch(state: Arc<A2aState>, mut call: Call) -> Result<Rep
 /// `GetExtendedAgentCard`: the agent's extended card, to a caller whose credential the agent
 /// accepted. An agent without one declares `extendedAgentCard: false`, so the call is
 /// unsupported there (and at the hub, which speaks for several agents).
-fn extended_card(state: &A2aState, call: &Call) -> Result<serde_json::Value, RpcError> {
+fn extended_card(state: &Served, call: &Call) -> Result<serde_json::Value, RpcError> {
     let card = call
         .agent
         .as_deref()

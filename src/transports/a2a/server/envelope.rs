@@ -154,10 +154,10 @@ pub(super) fn call_of(
 /// HTTP+JSON every error has its HTTP status).
 pub(super) async fn answer(state: &web::Data<A2aState>, call: Call) -> HttpResponse {
     let (id, generation, binding) = (call.id.clone(), call.version, call.binding);
-    let st = state.clone().into_inner();
     let outcome = state
-        .pipeline
-        .on_main(async move { Ok(dispatch(st, call).await) })
+        .clone()
+        .into_inner()
+        .on_main(|served| async move { Ok(dispatch(served, call).await) })
         .await;
     let error_body = |e: &RpcError| match binding {
         Binding::JsonRpc => wire::error_envelope(&id, e, generation),

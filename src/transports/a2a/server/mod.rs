@@ -32,7 +32,9 @@ use super::auth::{Caller, Verifier};
 use super::card::RenderedCard;
 use super::tasks::TaskEngine;
 use super::wire::{self, RpcError};
+use crate::agents::AgentRegistry;
 use crate::config::{A2aAuthConfig, A2aConfig};
+use crate::hop::OnMain;
 use crate::moderation::Who;
 use crate::pipeline::Pipeline;
 use crate::trust::TrustVerifier;
@@ -40,10 +42,10 @@ use crate::trust::TrustVerifier;
 /// State of the A2A routes.
 #[derive(Debug)]
 pub struct A2aState {
-    /// Where messages go.
-    pub pipeline: Pipeline,
-    /// The task store.
-    pub engine: TaskEngine,
+    /// The agents (their names and addresses are read in place).
+    pub agents: Arc<AgentRegistry>,
+    /// The pipeline and the task store, reached on the main runtime.
+    pub main: OnMain<Io>,
     /// Settings.
     pub cfg: A2aConfig,
     /// The agent the hub answers for by default.
@@ -69,12 +71,35 @@ pub struct A2aState {
     pub web_domain: String,
 }
 
-impl A2aState {
-    fn policy(&self, agent: &str) -> &A2aAuthConfig {
-        static PUBLIC: A2aAuthConfig = A2aAuthConfig::Public;
-        self.policies.get(&agent.to_lowercase()).unwrap_or(&PUBLIC)
-    }
+/// What the A2A routes do I/O with.
+#[derive(Debug, Clone)]
+pub struct Io {
+    /// Where messages go.
+    pub pipeline: Pipeline,
+    /// The task store.
+    pub engine: TaskEngine,
+}
 
+/// A call being served on the main runtime: the routes' state (what it dereferences to) and
+/// what they do I/O with.
+#[derive(Debug, Clone)]
+pub(super) struct Served {
+    state: Arc<A2aState>,
+    /// Where messages go.
+    pub(super) pipeline: Pipeline,
+    /// The task store.
+    pub(super) engine: TaskEngine,
+}
+
+impl std::ops::Deref for Served {
+    type Target = A2aState;
+
+    fn deref(&self) -> &A2aState {
+        &self.state
+    }
+}
+
+impl Served {
     /// Refuses a caller the agent's policy does not admit (401), or that a block over its
     /// evidence's subject or issuer refuses (403, before any of its calls is served).
     fn admit(&self, caller: &Caller, agent: &str) -> Result<(), RpcError> {
@@ -96,6 +121,31 @@ impl A2aState {
                 format!("{agent} requires a bearer token from a trusted issuer"),
             ))
         }
+    }
+}
+
+impl A2aState {
+    /// Runs `call` on the main runtime, with what it does I/O with.
+    async fn on_main<T, F, Fut>(self: Arc<Self>, f: F) -> crate::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Served) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = crate::Result<T>> + Send + 'static,
+    {
+        let main = self.main.clone();
+        main.run(move |io| {
+            f(Served {
+                state: self,
+                pipeline: io.pipeline,
+                engine: io.engine,
+            })
+        })
+        .await
+    }
+
+    fn policy(&self, agent: &str) -> &A2aAuthConfig {
+        static PUBLIC: A2aAuthConfig = A2aAuthConfig::Public;
+        self.policies.get(&agent.to_lowercase()).unwrap_or(&PUBLIC)
     }
 
     /// The caller behind `authorization`: anonymous without one, else a verified principal.
@@ -176,7 +226,7 @@ async fn agent_rest(
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
     let (name, rest) = path.into_inner();
-    match state.pipeline.agents().get(&name) {
+    match state.agents.get(&name) {
         Some(a) => rest::serve_rest(state, req, body, Some(a.name.clone()), &rest).await,
         None => {
             let e = RpcError::new(wire::METHOD_NOT_FOUND, "no such agent");
@@ -224,10 +274,9 @@ async fn agent_card(
 }
 
 async fn jwks(state: web::Data<A2aState>) -> HttpResponse {
-    let keys = state.pipeline.keys().clone();
     match state
-        .pipeline
-        .on_main(async move { super::push::jwks(&keys).await })
+        .main
+        .run(|io| async move { super::push::jwks(io.pipeline.keys()).await })
         .await
     {
         Ok(doc) => HttpResponse::Ok()
@@ -249,7 +298,7 @@ async fn agent_rpc(
     path: web::Path<String>,
 ) -> HttpResponse {
     let name = path.into_inner();
-    match state.pipeline.agents().get(&name) {
+    match state.agents.get(&name) {
         Some(a) => serve(state, req, body, Some(a.name.clone())).await,
         None => HttpResponse::NotFound().json(json!({"error": "no such agent"})),
     }

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::A2aState;
+use super::Served;
 use super::call::{Call, param_str};
 use super::tasks::visible_task;
 use crate::error::Error;
@@ -81,7 +81,7 @@ fn render_push_config(cfg: &Value, version: Version) -> Value {
 
 /// Stores `cfg` for `row`'s task; its first notification is the event after `delivered_seq`.
 pub(super) async fn store_push_config(
-    state: &A2aState,
+    state: &Served,
     row: &TaskRow,
     cfg: &Value,
     delivered_seq: i64,
@@ -123,7 +123,7 @@ fn addressed_push_task(call: &Call) -> Result<String, RpcError> {
     }
 }
 
-pub(super) async fn create_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
+pub(super) async fn create_push(state: &Served, call: &Call) -> Result<Value, RpcError> {
     let task_id = push_task_id(call)?;
     let row = visible_task(state, call, &task_id).await?;
     let cfg = parse_push_config(&Value::Object(call.params.clone()), call.version, &row.id)?;
@@ -154,7 +154,7 @@ fn push_config_id(call: &Call) -> Result<String, RpcError> {
         .ok_or_else(|| RpcError::invalid_field(key, "is required"))
 }
 
-pub(super) async fn get_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
+pub(super) async fn get_push(state: &Served, call: &Call) -> Result<Value, RpcError> {
     let task_id = addressed_push_task(call)?;
     let row = visible_task(state, call, &task_id).await?;
     let id = match call.version {
@@ -177,7 +177,7 @@ pub(super) async fn get_push(state: &A2aState, call: &Call) -> Result<Value, Rpc
     Ok(render_push_config(&cfg, call.version))
 }
 
-pub(super) async fn list_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
+pub(super) async fn list_push(state: &Served, call: &Call) -> Result<Value, RpcError> {
     let task_id = addressed_push_task(call)?;
     let row = visible_task(state, call, &task_id).await?;
     let configs: Vec<Value> = sql::push_configs(state.engine.db(), &row.id)
@@ -193,7 +193,7 @@ pub(super) async fn list_push(state: &A2aState, call: &Call) -> Result<Value, Rp
     })
 }
 
-pub(super) async fn delete_push(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
+pub(super) async fn delete_push(state: &Served, call: &Call) -> Result<Value, RpcError> {
     let task_id = addressed_push_task(call)?;
     let row = visible_task(state, call, &task_id).await?;
     let id = push_config_id(call)?;

@@ -1,12 +1,11 @@
 //! SendMessage and SendStreamingMessage: a new task, a turn of a task waiting for input, or a
 //! retry of either, answered with the task, its stream, or the agent's direct message.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::A2aState;
+use super::Served;
 use super::call::{Call, Reply, param_usize};
 use super::push_config::{parse_push_config, store_push_config};
 use super::stream::open_stream;
@@ -111,11 +110,7 @@ pub(super) fn parse_message(call: &Call) -> Result<(WireMessage, Value), RpcErro
     Ok((msg, raw))
 }
 
-pub(super) async fn send(
-    state: &Arc<A2aState>,
-    call: Call,
-    streaming: bool,
-) -> Result<Reply, RpcError> {
+pub(super) async fn send(state: &Served, call: Call, streaming: bool) -> Result<Reply, RpcError> {
     let config = send_config(&call)?;
     let (msg, raw) = parse_message(&call)?;
     let owner = call.caller.owner.clone();
@@ -375,7 +370,7 @@ fn fingerprint(params: &serde_json::Map<String, Value>) -> String {
 /// `-32602` when the key started a task for a different request (the IETF Idempotency-Key
 /// draft's 422, in JSON-RPC terms).
 async fn started_by(
-    state: &Arc<A2aState>,
+    state: &Served,
     owner: &str,
     idempotency: Option<&(String, String, String)>,
 ) -> Result<Option<String>, RpcError> {
@@ -406,7 +401,7 @@ async fn started_by(
 /// Answers a send with the task: a stream from `row` on, the task right away, or the task
 /// once its turn ends.
 async fn finish_send(
-    state: &Arc<A2aState>,
+    state: &Served,
     call: &Call,
     config: &SendConfig,
     row: TaskRow,

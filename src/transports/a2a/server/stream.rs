@@ -1,14 +1,13 @@
 //! SSE answers: a task's stored events, in order, as `text/event-stream` frames (each with its
 //! sequence number as the event id), followed live until the task ends its turn.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::A2aState;
+use super::Served;
 use super::call::{Binding, Call, Reply};
 use crate::transports::a2a::tasks::ends_stream;
 use crate::transports::a2a::wire::{self, TaskState, Version};
@@ -20,7 +19,7 @@ fn sse_frame(seq: i64, envelope: &Value) -> Bytes {
 /// Streams the task's events after `from_seq` (after `first`, the task itself, when given)
 /// until the task ends its turn or the client goes away.
 pub(super) fn open_stream(
-    state: &Arc<A2aState>,
+    state: &Served,
     call: &Call,
     task_id: &str,
     from_seq: i64,

@@ -1,12 +1,10 @@
 //! The task operations: get, list (with page tokens), cancel and resubscribe, and the Task
 //! document as a caller sees it.
 
-use std::sync::Arc;
-
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::A2aState;
+use super::Served;
 use super::call::{Call, Reply, param_str, param_usize};
 use super::stream::open_stream;
 use crate::transports::a2a::store::{self as sql, TaskFilter, TaskRow};
@@ -55,7 +53,7 @@ pub(super) fn task_result(version: Version, task: &Value) -> Value {
 
 /// The task `id` if the caller may see it (others' tasks look not found).
 pub(super) async fn visible_task(
-    state: &A2aState,
+    state: &Served,
     call: &Call,
     id: &str,
 ) -> Result<TaskRow, RpcError> {
@@ -75,7 +73,7 @@ pub(super) async fn visible_task(
     }
 }
 
-pub(super) async fn get_task(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
+pub(super) async fn get_task(state: &Served, call: &Call) -> Result<Value, RpcError> {
     let id = param_str(&call.params, "id")?
         .ok_or_else(|| RpcError::invalid_field("id", "is required"))?;
     let history_length = param_usize(&call.params, "historyLength")?;
@@ -100,7 +98,7 @@ fn decode_cursor(s: &str) -> Option<(i64, String)> {
     Some((at.parse().ok()?, id.to_owned()))
 }
 
-pub(super) async fn list_tasks(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
+pub(super) async fn list_tasks(state: &Served, call: &Call) -> Result<Value, RpcError> {
     let p = &call.params;
     let page_size = match param_usize(p, "pageSize")? {
         None => 50,
@@ -185,7 +183,7 @@ pub(super) async fn list_tasks(state: &A2aState, call: &Call) -> Result<Value, R
     }))
 }
 
-pub(super) async fn cancel_task(state: &A2aState, call: &Call) -> Result<Value, RpcError> {
+pub(super) async fn cancel_task(state: &Served, call: &Call) -> Result<Value, RpcError> {
     let id = param_str(&call.params, "id")?
         .ok_or_else(|| RpcError::invalid_field("id", "is required"))?;
     visible_task(state, call, id).await?;
@@ -215,7 +213,7 @@ pub(super) async fn cancel_task(state: &A2aState, call: &Call) -> Result<Value, 
     })
 }
 
-pub(super) async fn subscribe(state: &Arc<A2aState>, call: &Call) -> Result<Reply, RpcError> {
+pub(super) async fn subscribe(state: &Served, call: &Call) -> Result<Reply, RpcError> {
     let id = param_str(&call.params, "id")?
         .ok_or_else(|| RpcError::invalid_field("id", "is required"))?;
     let row = visible_task(state, call, id).await?;

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::A2aState;
+use super::Served;
 use super::call::Call;
 use crate::error::Error;
 use crate::message::{
@@ -18,7 +18,7 @@ use crate::transports::a2a::wire::{self, RpcError, WireMessage};
 use crate::trust::Expected;
 
 /// The leading `@name` (or `@name@domain`) of the first text part, if it names a local agent.
-pub(super) fn addressed_agent(state: &A2aState, parts: &[Value]) -> Option<String> {
+pub(super) fn addressed_agent(state: &Served, parts: &[Value]) -> Option<String> {
     let text = parts
         .iter()
         .find_map(|p| p.get("text").and_then(Value::as_str))?;
@@ -27,7 +27,7 @@ pub(super) fn addressed_agent(state: &A2aState, parts: &[Value]) -> Option<Strin
 
 /// Every local agent the leading `@name` words of the first text part name, in order, each
 /// once (the run of handles ends at the first word that is not one).
-fn addressed_agents(state: &A2aState, parts: &[Value]) -> Vec<String> {
+fn addressed_agents(state: &Served, parts: &[Value]) -> Vec<String> {
     let Some(text) = parts
         .iter()
         .find_map(|p| p.get("text").and_then(Value::as_str))
@@ -47,7 +47,7 @@ fn addressed_agents(state: &A2aState, parts: &[Value]) -> Vec<String> {
 }
 
 /// The local agent `word` (`@name` or `@name@domain`, a trailing `,` or `:` allowed) names.
-fn local_agent(state: &A2aState, word: &str) -> Option<String> {
+fn local_agent(state: &Served, word: &str) -> Option<String> {
     let handle = word.strip_prefix('@')?;
     let (name, domain) = match handle.split_once('@') {
         Some((n, d)) => (n, Some(d)),
@@ -65,10 +65,7 @@ fn local_agent(state: &A2aState, word: &str) -> Option<String> {
 }
 
 /// Stores attachments and builds the contract parts.
-pub(super) async fn store_parts(
-    state: &A2aState,
-    parts: Vec<InPart>,
-) -> Result<Vec<Part>, RpcError> {
+pub(super) async fn store_parts(state: &Served, parts: Vec<InPart>) -> Result<Vec<Part>, RpcError> {
     let mut out = Vec::with_capacity(parts.len());
     for p in parts {
         match p {
@@ -150,7 +147,7 @@ pub(super) fn turn_key(task_id: &str, n: usize) -> String {
 /// The identity evidence the first turn of task `task_id` was stored with, which a
 /// continuation assertion on a later turn vouches for again. None when that turn is no longer
 /// stored or cannot be read (logged), so that continuations are then dropped.
-async fn opening_identities(state: &A2aState, task_id: &str) -> Vec<IdentityEvidence> {
+async fn opening_identities(state: &Served, task_id: &str) -> Vec<IdentityEvidence> {
     /// The part of a stored NormalizedMessage read here.
     #[derive(serde::Deserialize)]
     struct Opening {
@@ -184,7 +181,7 @@ async fn opening_identities(state: &A2aState, task_id: &str) -> Vec<IdentityEvid
 /// task `row`, so a continuation assertion for it is accepted, for the subject a subject
 /// assertion on the task's first turn vouched for.
 pub(super) async fn attach_attestations(
-    state: &A2aState,
+    state: &Served,
     call: &Call,
     msg: &WireMessage,
     row: &TaskRow,
@@ -227,7 +224,7 @@ pub(super) async fn attach_attestations(
 /// The NormalizedMessage of a turn of task `row`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn turn_message(
-    state: &A2aState,
+    state: &Served,
     call: &Call,
     msg: &WireMessage,
     raw: &Value,
@@ -292,7 +289,7 @@ pub(super) fn turn_message(
 
 /// At the hub, the further agents a message's leading handles name besides `agent` (A2A gives
 /// its caller one answer: the pipeline has them answer after `agent`, in one chain).
-fn also_addressed(state: &A2aState, call: &Call, msg: &WireMessage, agent: &str) -> Extra {
+fn also_addressed(state: &Served, call: &Call, msg: &WireMessage, agent: &str) -> Extra {
     let mut extra = Extra::new();
     if call.agent.is_some() {
         return extra;

@@ -12,7 +12,6 @@ use crate::moderation::{Block, BlockKind, BlockSource, NewBlock};
 
 /// `GET /console/blocks`.
 pub(super) async fn blocks_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
-    let pipeline = c.pipeline.clone();
     let mut agents = String::from("<option value=\"\">every agent</option>");
     for a in c.agents.iter() {
         let _ = write!(
@@ -21,7 +20,7 @@ pub(super) async fn blocks_page(c: web::Data<Console>, req: HttpRequest) -> Http
             n = esc(&a.name)
         );
     }
-    guarded(&c, &req, |_| async move {
+    guarded(&c, &req, move |pipeline| async move {
         let mut rows = String::new();
         for b in pipeline.blocks().list() {
             let remove = match b.source {
@@ -126,8 +125,7 @@ pub(super) async fn add_block(
     form: web::Form<BlockForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let pipeline = c.pipeline.clone();
-    guarded(&c, &req, |_| async move {
+    guarded(&c, &req, move |pipeline| async move {
         let kind = BlockKind::parse(&form.kind).ok_or_else(|| {
             Error::Invalid(format!(
                 "kind: {:?} is not sender, domain or issuer",
@@ -161,9 +159,8 @@ pub(super) async fn remove_block(
     form: web::Form<RemoveForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let pipeline = c.pipeline.clone();
-    guarded(&c, &req, |db| async move {
-        if !pipeline.blocks().remove(&db, &form.id).await? {
+    guarded(&c, &req, move |p| async move {
+        if !p.blocks().remove(p.db(), &form.id).await? {
             return Err(Error::NotFound(format!(
                 "no block {} added at run time",
                 form.id

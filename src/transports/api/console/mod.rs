@@ -25,9 +25,9 @@ use crate::error::{Error, Result};
 use crate::markdown::escape_html as esc;
 use crate::message::Timestamp;
 use crate::net::constant_time_eq;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Front, Pipeline};
 use crate::store::threads::{self, ThreadFilter};
-use crate::store::{Db, jobs, messages};
+use crate::store::{jobs, messages};
 
 const STYLE: &str = include_str!("style.css");
 const SCRIPT: &str = include_str!("console.js");
@@ -36,7 +36,7 @@ const COOKIE: &str = "switchboard_console";
 /// The console as the metrics listener serves it.
 #[derive(Debug, Clone)]
 pub struct Console {
-    pipeline: Pipeline,
+    pipeline: Front,
     token: Option<Secret>,
     /// Each agent: name, handle, email, card URL, backend kind.
     agents: std::sync::Arc<Vec<crate::ops::AgentAddresses>>,
@@ -56,7 +56,7 @@ impl Console {
             return Ok(None);
         }
         Ok(Some(Self {
-            pipeline,
+            pipeline: pipeline.front(),
             token: config.console.token.clone(),
             agents: std::sync::Arc::new(crate::ops::agent_addresses(config, addresses)?),
         }))
@@ -209,7 +209,7 @@ impl View {
 /// Checks the session, then runs `f` on the main runtime and renders its view.
 async fn guarded<F, Fut>(c: &Console, req: &HttpRequest, f: F) -> HttpResponse
 where
-    F: FnOnce(Db) -> Fut,
+    F: FnOnce(Pipeline) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<View>> + Send + 'static,
 {
     if !c.signed_in(req) {
@@ -219,7 +219,7 @@ where
             HttpResponse::Unauthorized().finish()
         };
     }
-    match c.pipeline.on_main(f(c.pipeline.db().clone())).await {
+    match c.pipeline.run(f).await {
         Ok(v) => v.render(),
         Err(e) => failure(&e),
     }
@@ -281,10 +281,10 @@ async fn counters(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
     if !c.signed_in(&req) {
         return HttpResponse::Unauthorized().finish();
     }
-    let db = c.pipeline.db().clone();
     let found = c
         .pipeline
-        .on_main(async move {
+        .run(|p| async move {
+            let db = p.db().clone();
             let mut out: HashMap<String, i64> = HashMap::new();
             for d in messages::counts(&db).await? {
                 let key = if d.direction == "in" {
@@ -314,7 +314,8 @@ async fn counters(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
 async fn agents_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
     let agents = std::sync::Arc::clone(&c.agents);
     let since = c.pipeline.clock().now_ms().saturating_sub(86_400_000);
-    guarded(&c, &req, |db| async move {
+    guarded(&c, &req, move |p| async move {
+        let db = p.db().clone();
         let activity: HashMap<String, threads::AgentActivity> = threads::agent_activity(&db)
             .await?
             .into_iter()
@@ -394,7 +395,8 @@ async fn threads_page(
     q: web::Query<ThreadsQuery>,
 ) -> HttpResponse {
     let q = q.into_inner();
-    guarded(&c, &req, |db| async move {
+    guarded(&c, &req, move |p| async move {
+        let db = p.db().clone();
         let filter = ThreadFilter {
             agent: q.agent.as_deref(),
             transport: q.transport.as_deref(),
@@ -459,7 +461,8 @@ async fn thread_page(
     path: web::Path<String>,
 ) -> HttpResponse {
     let id = path.into_inner();
-    guarded(&c, &req, |db| async move {
+    guarded(&c, &req, move |p| async move {
+        let db = p.db().clone();
         let thread = threads::get(&db, &id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("no thread {id}")))?;
@@ -520,7 +523,8 @@ async fn message_page(
     path: web::Path<String>,
 ) -> HttpResponse {
     let id = path.into_inner();
-    guarded(&c, &req, |db| async move {
+    guarded(&c, &req, move |p| async move {
+        let db = p.db().clone();
         let m = threads::entry(&db, &id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("no message {id}")))?;
@@ -608,7 +612,8 @@ async fn message_page(
 }
 
 async fn queue_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
-    guarded(&c, &req, |db| async move {
+    guarded(&c, &req, move |p| async move {
+        let db = p.db().clone();
         let mut counts = String::new();
         for n in jobs::counts(&db).await? {
             let _ = write!(
@@ -659,7 +664,8 @@ async fn queue_retry(
 ) -> HttpResponse {
     let now = c.pipeline.clock().now_ms();
     let id = form.into_inner().id;
-    guarded(&c, &req, |db| async move {
+    guarded(&c, &req, move |p| async move {
+        let db = p.db().clone();
         jobs::retry_dead(&db, Some(&id), now).await?;
         Ok(View::Redirect("/console/queue".into()))
     })
@@ -667,7 +673,8 @@ async fn queue_retry(
 }
 
 async fn queue_purge(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
-    guarded(&c, &req, |db| async move {
+    guarded(&c, &req, move |p| async move {
+        let db = p.db().clone();
         jobs::purge(&db, "dead").await?;
         Ok(View::Redirect("/console/queue".into()))
     })
@@ -690,7 +697,7 @@ async fn send_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
          <p><button type=\"submit\" id=\"send\">Send</button></p></form>\
          <p class=\"muted\">Sent through the operator API's transport as <code>console@localhost</code>, unverified.</p>"
     );
-    guarded(&c, &req, |_| async move {
+    guarded(&c, &req, move |_| async move {
         Ok(View::page(
             "Send a test message",
             "Send a test message",
@@ -727,7 +734,11 @@ async fn send(c: web::Data<Console>, req: HttpRequest, form: web::Form<SendForm>
         Ok(x) => x,
         Err(e) => return failure(&e),
     };
-    match c.pipeline.ingest(NAME, &external_id, msg).await {
+    match c
+        .pipeline
+        .run(move |p| async move { p.ingest(NAME, &external_id, msg).await })
+        .await
+    {
         Ok(o) => see_other(&format!("/console/messages/{}", o.message_id)),
         Err(e) => failure(&e),
     }
@@ -746,8 +757,8 @@ const REFUSALS_SHOWN: usize = 5;
 
 async fn hosts_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
     let hosts = std::sync::Arc::clone(c.pipeline.metrics());
-    let in_force = c.pipeline.blocks().list();
-    guarded(&c, &req, |_| async move {
+    let in_force = c.pipeline.blocks();
+    guarded(&c, &req, move |_| async move {
         let mut rows: std::collections::BTreeMap<String, HostRow> = Default::default();
         for source in hosts.hosts().sources() {
             for h in source.hosts().await? {
@@ -847,7 +858,8 @@ async fn hosts_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
 }
 
 async fn reports_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
-    guarded(&c, &req, |db| async move {
+    guarded(&c, &req, move |p| async move {
+        let db = p.db().clone();
         let mut body = String::new();
         for r in crate::store::reports::list(&db, None, 200).await? {
             let r = super::read::report_view(r);
