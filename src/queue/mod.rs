@@ -165,19 +165,6 @@ pub struct Enqueued {
     wake_in: Option<u64>,
 }
 
-impl Enqueued {
-    /// Jobs of `kind` that a committed transaction leased to this instance until `lease_until`,
-    /// for [`Queue::hand_over`] to give to its workers.
-    pub fn leased(kind: &'static str, jobs: Vec<JobRow>, lease_until: i64) -> Self {
-        Self {
-            kind,
-            leased: jobs.into_iter().map(|j| (j, lease_until)).collect(),
-            ready: false,
-            wake_in: None,
-        }
-    }
-}
-
 impl Queue {
     /// A queue over `db`, recording its jobs' outcomes in `metrics`; a fresh owner id
     /// identifies this instance's leases.

@@ -6,7 +6,6 @@
 
 use std::collections::HashSet;
 
-use super::jobs::JobRow;
 use super::{Arg, Db, Tx, rows};
 use crate::error::Result;
 
@@ -151,38 +150,26 @@ struct IdRow {
 /// kept waiting by its instance).
 #[derive(sqlx::FromRow, serde::Deserialize)]
 struct Woken {
-    id: String,
     state: String,
 }
 
 /// Ends `owner`'s runs of `keys` (thread, agent) in `tx`, the transaction that commits their
-/// outcome, and makes the dispatch job of the oldest message waiting for each due now.
-///
-/// One that is back in the table is leased to `owner` until `lease_until` and returned: the
-/// caller hands it to its own workers once `tx` commits (no claim, no notification; should
-/// this instance stop first, the lease expires and another takes it). A job still running
-/// (on its way back to the table to wait, on this instance or another) is made due too: should
-/// it be put back after this commits, its batch finds the run over and wakes it itself
-/// ([`wake_free`]); should it be being put back now, this waits for that and leases it.
+/// outcome, and makes the dispatch job of the oldest message waiting for each due now; returns
+/// whether any was in the table (notify the workers). A job still running (on its way back to
+/// the table to wait, on this instance or another) is changed too: should it be put back after
+/// this commits, its batch finds the run over and wakes it itself ([`wake_free`]); should it be
+/// being put back now, this waits for that and wakes it.
 ///
 /// # Errors
 /// Database errors.
-pub async fn release(
-    tx: &mut Tx,
-    owner: &str,
-    keys: &[(&str, &str)],
-    now: i64,
-    lease_until: i64,
-) -> Result<Vec<JobRow>> {
+pub async fn release(tx: &mut Tx, owner: &str, keys: &[(&str, &str)], now: i64) -> Result<bool> {
     if keys.is_empty() {
-        return Ok(Vec::new());
+        return Ok(false);
     }
     let (values, mut args) = rows(keys, |(t, a)| [Arg::Text(t), Arg::Text(a)]);
     let n = args.len();
     args.extend([Arg::Text(owner), Arg::Int(now)]);
     let (o, t) = (n + 1, n + 2);
-    // Made due first, in one statement that waits for a job being put back: its new state is
-    // what the lease below reads (a second update of a row in one statement is not allowed).
     let sql = format!(
         "WITH k(thread_id, agent) AS (VALUES {values}), \
          gone AS (DELETE FROM run_leases l USING k WHERE l.thread_id = k.thread_id AND l.agent = k.agent \
@@ -195,24 +182,7 @@ pub async fn release(
          RETURNING id, state"
     );
     let woken: Vec<Woken> = tx.fetch_all(&sql, &args).await?;
-    let back: Vec<&str> = woken
-        .iter()
-        .filter(|w| w.state == "ready")
-        .map(|w| w.id.as_str())
-        .collect();
-    if back.is_empty() {
-        return Ok(Vec::new());
-    }
-    let list = super::in_list(back.len(), 4);
-    let sql = format!(
-        "UPDATE jobs SET state = 'running', lease_owner = $1, lease_until = $2, \
-         attempts = attempts + 1, updated_at = $3 \
-         WHERE id IN ({list}) AND state = 'ready' \
-         RETURNING id, kind, payload, attempts, max_attempts"
-    );
-    let mut args = vec![Arg::Text(owner), Arg::Int(lease_until), Arg::Int(now)];
-    args.extend(back.iter().map(|id| Arg::Text(id)));
-    tx.fetch_all(&sql, &args).await
+    Ok(woken.iter().any(|w| w.state == "ready"))
 }
 
 /// Of the waiting dispatch jobs `ids`, put back in the table in `tx`, makes due now those whose

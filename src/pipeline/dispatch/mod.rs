@@ -228,8 +228,6 @@ impl JobHandler for DispatchHandler {
         .await;
 
         let now = core.clock.now_ms();
-        // How long a job leased for the next run is this instance's.
-        let next_until = self.defer_until();
         let leases: Vec<(&str, &str)> = taken
             .iter()
             .flatten()
@@ -258,20 +256,17 @@ impl JobHandler for DispatchHandler {
                     .collect(),
             );
             let applied = apply(core, &mut tx, &fx, &mut finished, now).await?;
-            // The runs end with the transaction; the oldest message that waited for each is
-            // leased here, to run next on this instance, and those whose run ended while they
-            // were on their way back to the table are woken.
-            let (next, woken) = if leased {
+            // The runs end with the transaction, and the messages that waited for them are woken.
+            let woken = if leased {
                 let waited: Vec<&str> = fx.waiting.iter().map(|&i| batch[i].id.as_str()).collect();
-                let next =
-                    crate::store::runs::release(&mut tx, owner, &leases, now, next_until).await?;
+                let ended = crate::store::runs::release(&mut tx, owner, &leases, now).await?;
                 let free = crate::store::runs::wake_free(&mut tx, &waited, now).await?;
-                if !free.is_empty() {
+                if ended || !free.is_empty() {
                     tx.notify(crate::queue::kinds::DISPATCH).await?;
                 }
-                (next, !free.is_empty())
+                ended || !free.is_empty()
             } else {
-                (Vec::new(), false)
+                false
             };
             // Until they are held, the threads written read their windows from the database.
             let writing = core.caches.writing(fx.answers.iter().flat_map(|a| {
@@ -279,10 +274,10 @@ impl JobHandler for DispatchHandler {
                     .chain(a.siblings.iter().map(|s| s.msg.thread_id.as_str()))
             }));
             core.queue.commit(tx, finished).await?;
-            Ok((fx, applied, writing, next, woken))
+            Ok((fx, applied, writing, woken))
         }
         .await;
-        let (fx, applied, writing, next, woken) = match committed {
+        let (fx, applied, writing, woken) = match committed {
             Ok(done) => done,
             Err(e) => {
                 // The next attempt need not wait for the leases to expire.
@@ -297,12 +292,6 @@ impl JobHandler for DispatchHandler {
             core.queue.wake(crate::queue::kinds::DISPATCH);
         }
         after_commit(core, fx, applied, batch, taken, now, writing).await;
-        // After the runs ended here, so the next ones can take them.
-        if !next.is_empty() {
-            let next =
-                crate::queue::Enqueued::leased(crate::queue::kinds::DISPATCH, next, next_until);
-            core.queue.hand_over(next);
-        }
         Ok(())
     }
 }
