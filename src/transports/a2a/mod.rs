@@ -194,10 +194,7 @@ async fn build_state(
     let cards = dated;
     Ok(Arc::new(A2aState {
         agents: Arc::clone(pipeline.agents()),
-        main: pipeline.on_main(server::Io {
-            pipeline: pipeline.clone(),
-            engine,
-        }),
+        main: pipeline.on_main((pipeline.clone(), engine)),
         cfg: config.a2a.clone(),
         default_agent,
         max_body: config.server.max_body_bytes,

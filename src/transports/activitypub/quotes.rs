@@ -98,7 +98,7 @@ pub(super) async fn on_quote_request(
         .to_owned();
     let key = key_of(id);
     let actor = inner.actor_url(&agent.name);
-    let result = allowed.then(|| authorization_url(&inner.actor_url(&agent.name), &key));
+    let result = allowed.then(|| authorization_url(&actor, &key));
     let answer = quotes::answer(&actor, requester, activity, &key, result.as_deref());
     let now = inner.clock.now_ms();
     let mut tx = inner.db.begin().await?;

@@ -389,11 +389,11 @@ pub(super) async fn get_response(
     let found = state
         .pipeline
         .run(move |p| async move {
-            let db = p.db().clone();
-            if let Some(row) = messages::response_to(&db, &id).await? {
+            let db = p.db();
+            if let Some(row) = messages::response_to(db, &id).await? {
                 return Ok(Found::Response(row.body));
             }
-            let view = message_view(&db, &id).await?;
+            let view = message_view(db, &id).await?;
             if matches!(
                 view.status.status,
                 Status::NoReply
@@ -407,7 +407,7 @@ pub(super) async fn get_response(
             }
             // The response may have been stored since the first look.
             Ok(match view.response_id {
-                Some(_) => messages::response_to(&db, &id)
+                Some(_) => messages::response_to(db, &id)
                     .await?
                     .map_or(Found::NotYet, |row| Found::Response(row.body)),
                 None => Found::NotYet,

@@ -44,8 +44,8 @@ use crate::trust::TrustVerifier;
 pub struct A2aState {
     /// The agents (their names and addresses are read in place).
     pub agents: Arc<AgentRegistry>,
-    /// The pipeline and the task store, reached on the main runtime.
-    pub main: OnMain<Io>,
+    /// The pipeline (where messages go) and the task store, reached on the main runtime.
+    pub main: OnMain<(Pipeline, TaskEngine)>,
     /// Settings.
     pub cfg: A2aConfig,
     /// The agent the hub answers for by default.
@@ -69,15 +69,6 @@ pub struct A2aState {
     /// The public host (with its port when not the default); an `@name@{this}` lead also
     /// names a local agent when handles are on another domain (`server.handle_domain`).
     pub web_domain: String,
-}
-
-/// What the A2A routes do I/O with.
-#[derive(Debug, Clone)]
-pub struct Io {
-    /// Where messages go.
-    pub pipeline: Pipeline,
-    /// The task store.
-    pub engine: TaskEngine,
 }
 
 /// A call being served on the main runtime: the routes' state (what it dereferences to) and
@@ -133,11 +124,11 @@ impl A2aState {
         Fut: std::future::Future<Output = crate::Result<T>> + Send + 'static,
     {
         let main = self.main.clone();
-        main.run(move |io| {
+        main.run(move |(pipeline, engine)| {
             f(Served {
                 state: self,
-                pipeline: io.pipeline,
-                engine: io.engine,
+                pipeline,
+                engine,
             })
         })
         .await
@@ -276,7 +267,7 @@ async fn agent_card(
 async fn jwks(state: web::Data<A2aState>) -> HttpResponse {
     match state
         .main
-        .run(|io| async move { super::push::jwks(io.pipeline.keys()).await })
+        .run(|(pipeline, _)| async move { super::push::jwks(pipeline.keys()).await })
         .await
     {
         Ok(doc) => HttpResponse::Ok()

@@ -284,9 +284,9 @@ async fn counters(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
     let found = c
         .pipeline
         .run(|p| async move {
-            let db = p.db().clone();
+            let db = p.db();
             let mut out: HashMap<String, i64> = HashMap::new();
-            for d in messages::counts(&db).await? {
+            for d in messages::counts(db).await? {
                 let key = if d.direction == "in" {
                     "inbound"
                 } else {
@@ -297,7 +297,7 @@ async fn counters(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
             for state in ["ready", "running", "dead"] {
                 out.insert(state.into(), 0);
             }
-            for j in jobs::depth(&db).await? {
+            for j in jobs::depth(db).await? {
                 *out.entry(j.state).or_default() += j.n;
             }
             Ok(out)
@@ -315,18 +315,18 @@ async fn agents_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
     let agents = std::sync::Arc::clone(&c.agents);
     let since = c.pipeline.clock().now_ms().saturating_sub(86_400_000);
     guarded(&c, &req, move |p| async move {
-        let db = p.db().clone();
-        let activity: HashMap<String, threads::AgentActivity> = threads::agent_activity(&db)
+        let db = p.db();
+        let activity: HashMap<String, threads::AgentActivity> = threads::agent_activity(db)
             .await?
             .into_iter()
             .map(|a| (a.agent.clone(), a))
             .collect();
-        let latency: HashMap<String, i64> = threads::agent_latency(&db, since)
+        let latency: HashMap<String, i64> = threads::agent_latency(db, since)
             .await?
             .into_iter()
             .map(|a| (a.agent, a.latency_ms))
             .collect();
-        let tokens: HashMap<String, (i64, i64)> = crate::store::usage::per_agent(&db, since)
+        let tokens: HashMap<String, (i64, i64)> = crate::store::usage::per_agent(db, since)
             .await?
             .into_iter()
             .map(|t| (t.agent, (t.prompt_tokens, t.completion_tokens)))
@@ -396,15 +396,15 @@ async fn threads_page(
 ) -> HttpResponse {
     let q = q.into_inner();
     guarded(&c, &req, move |p| async move {
-        let db = p.db().clone();
+        let db = p.db();
         let filter = ThreadFilter {
             agent: q.agent.as_deref(),
             transport: q.transport.as_deref(),
             before: None,
         };
-        let rows = threads::list(&db, filter, 100).await?;
+        let rows = threads::list(db, filter, 100).await?;
         let mut body = String::new();
-        for t in super::read::summaries(&db, &rows).await? {
+        for t in super::read::summaries(db, &rows).await? {
             let _ = write!(
                 body,
                 "<tr><td><a href=\"/console/threads/{id}\">{id}</a></td><td><span class=\"badge\">{tr}</span></td>\
@@ -462,11 +462,11 @@ async fn thread_page(
 ) -> HttpResponse {
     let id = path.into_inner();
     guarded(&c, &req, move |p| async move {
-        let db = p.db().clone();
-        let thread = threads::get(&db, &id)
+        let db = p.db();
+        let thread = threads::get(db, &id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("no thread {id}")))?;
-        let rows = threads::entries(&db, &id, 1_000).await?;
+        let rows = threads::entries(db, &id, 1_000).await?;
         let mut body = format!(
             "<p><span class=\"badge\">{}</span> opened {}</p>",
             esc(&thread.transport),
@@ -524,20 +524,20 @@ async fn message_page(
 ) -> HttpResponse {
     let id = path.into_inner();
     guarded(&c, &req, move |p| async move {
-        let db = p.db().clone();
-        let m = threads::entry(&db, &id)
+        let db = p.db();
+        let m = threads::entry(db, &id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("no message {id}")))?;
         let mut body: Value = serde_json::from_str(&m.body).map_err(Error::corrupt)?;
         crate::message::NormalizedMessage::strip_stored(&mut body);
-        let response = threads::responses_to(&db, &[m.id.as_str()]).await?.pop();
+        let response = threads::responses_to(db, &[m.id.as_str()]).await?.pop();
         let response_id = response.as_ref().map(|r| r.id.clone());
         let mut job_ids = vec![format!("dispatch:{}", m.id)];
         job_ids.extend(response_id.iter().map(|r| format!("deliver:{r}")));
         let refs: Vec<&str> = job_ids.iter().map(String::as_str).collect();
-        let jobs = jobs::get_many(&db, &refs).await?;
-        let deliveries = threads::deliveries(&db, &response_id.iter().map(String::as_str).collect::<Vec<_>>()).await?;
-        let (status, failure) = super::read::progress(&db, &[&m])
+        let jobs = jobs::get_many(db, &refs).await?;
+        let deliveries = threads::deliveries(db, &response_id.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+        let (status, failure) = super::read::progress(db, &[&m])
             .await?
             .remove(&m.id)
             .map(|p| (p.status, p.delivery_failure))
@@ -613,9 +613,9 @@ async fn message_page(
 
 async fn queue_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
     guarded(&c, &req, move |p| async move {
-        let db = p.db().clone();
+        let db = p.db();
         let mut counts = String::new();
-        for n in jobs::counts(&db).await? {
+        for n in jobs::counts(db).await? {
             let _ = write!(
                 counts,
                 "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -625,7 +625,7 @@ async fn queue_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
             );
         }
         let mut dead = String::new();
-        for j in jobs::list(&db, Some("dead"), None, 200).await? {
+        for j in jobs::list(db, Some("dead"), None, 200).await? {
             let _ = write!(
                 dead,
                 "<tr data-job=\"{id}\"><td>{id}</td><td>{kind}</td><td>{a}</td><td>{err}</td><td>{at}</td>\
@@ -665,8 +665,8 @@ async fn queue_retry(
     let now = c.pipeline.clock().now_ms();
     let id = form.into_inner().id;
     guarded(&c, &req, move |p| async move {
-        let db = p.db().clone();
-        jobs::retry_dead(&db, Some(&id), now).await?;
+        let db = p.db();
+        jobs::retry_dead(db, Some(&id), now).await?;
         Ok(View::Redirect("/console/queue".into()))
     })
     .await
@@ -674,8 +674,8 @@ async fn queue_retry(
 
 async fn queue_purge(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
     guarded(&c, &req, move |p| async move {
-        let db = p.db().clone();
-        jobs::purge(&db, "dead").await?;
+        let db = p.db();
+        jobs::purge(db, "dead").await?;
         Ok(View::Redirect("/console/queue".into()))
     })
     .await
@@ -859,9 +859,9 @@ async fn hosts_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
 
 async fn reports_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
     guarded(&c, &req, move |p| async move {
-        let db = p.db().clone();
+        let db = p.db();
         let mut body = String::new();
-        for r in crate::store::reports::list(&db, None, 200).await? {
+        for r in crate::store::reports::list(db, None, 200).await? {
             let r = super::read::report_view(r);
             let objects: Vec<String> = r
                 .objects
