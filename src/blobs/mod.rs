@@ -138,15 +138,21 @@ impl BlobStore {
     /// As [`BlobStore::refresh_urls`], for parts shared with others (a history turn): copied
     /// only when they refer to stored bytes.
     pub fn refresh_shared_urls(&self, parts: &mut std::sync::Arc<Vec<Part>>) {
-        let refers = parts.iter().any(|p| match p {
-            Part::File(_) => true,
-            Part::Artifact(a) => a.bytes_ref.is_some(),
-            _ => false,
-        });
-        if refers {
+        if refers(parts) {
             self.refresh_urls(std::sync::Arc::make_mut(parts).as_mut_slice());
         }
     }
+}
+
+/// Whether any of `parts` may refer to stored bytes (a file, an artifact with bytes): what a
+/// copy shared with others is copied for before its URLs are refreshed.
+#[must_use]
+pub fn refers(parts: &[Part]) -> bool {
+    parts.iter().any(|p| match p {
+        Part::File(_) => true,
+        Part::Artifact(a) => a.bytes_ref.is_some(),
+        _ => false,
+    })
 }
 
 /// Bytes checked and named, waiting to be stored with what refers to them.

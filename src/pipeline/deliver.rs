@@ -73,7 +73,11 @@ impl DeliverHandler {
             attempt.received_at = Some(original.received_at);
             let mut response = response;
             self.0.blobs.refresh_urls(&mut response.parts);
-            self.0.blobs.refresh_urls(&mut original.parts);
+            if crate::blobs::refers(&original.parts) {
+                self.0
+                    .blobs
+                    .refresh_urls(&mut Arc::make_mut(&mut original).parts);
+            }
             let transport = self.0.transports.get(&row.transport).ok_or_else(|| {
                 OutboundError::permanent(format!("no transport named {:?}", row.transport))
             })?;

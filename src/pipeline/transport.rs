@@ -20,8 +20,8 @@ pub struct Delivery {
     pub attempt: i64,
     /// What the agent said.
     pub response: NormalizedResponse,
-    /// What it answers.
-    pub original: NormalizedMessage,
+    /// What it answers (shared with the turn that answered it).
+    pub original: std::sync::Arc<NormalizedMessage>,
     /// The response woke sibling agents (it mentioned them): their answers follow in the same
     /// thread. A transport that gives its caller one answer (A2A) holds this one back until the
     /// chain's last answer.

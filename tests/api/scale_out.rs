@@ -70,7 +70,7 @@ async fn two_instances_drain_one_queue_exactly_once() {
         .delivered()
         .into_iter()
         .chain(b.transport.delivered())
-        .map(|d| d.original.id)
+        .map(|d| d.original.id.clone())
         .collect();
     assert_eq!(delivered.len(), N, "each response was delivered once");
     assert_eq!(delivered.iter().collect::<HashSet<_>>().len(), N);

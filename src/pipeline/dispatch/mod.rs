@@ -90,11 +90,12 @@ pub(super) fn lookup<'a>(
         .ok_or_else(|| OutboundError::permanent(format!("message {id} is not stored")))
 }
 
-/// The stored message of `row` (a corrupt one fails its job for good).
+/// The stored message of `row`, shared with what holds it (a corrupt one fails its job for
+/// good).
 pub(super) fn message(
     row: &StoredMessage,
-) -> std::result::Result<NormalizedMessage, OutboundError> {
-    row.message().map_err(OutboundError::from)
+) -> std::result::Result<Arc<NormalizedMessage>, OutboundError> {
+    row.shared_message().map_err(OutboundError::from)
 }
 
 /// The stored response of `row`, like [`message`].

@@ -4,6 +4,7 @@
 //! transport where both can), and the response made ready to store: policy states minted,
 //! sibling agents found, the body serialised.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::Instrument as _;
@@ -129,20 +130,26 @@ impl DispatchHandler {
             .await?
         };
         let mut trimmed = self.0.history.apply(turns);
-        // Stored references keep the digest only: mint URLs valid from now.
-        self.0.blobs.refresh_urls(&mut msg.parts);
+        // Stored references keep the digest only: mint URLs valid from now. (The message is
+        // shared with the caches: it is copied only where it changes.)
+        if crate::blobs::refers(&msg.parts) {
+            self.0
+                .blobs
+                .refresh_urls(&mut Arc::make_mut(&mut msg).parts);
+        }
         let original = self
             .0
             .transports
             .get(&row.transport)
             .filter(|t| t.delivers_in_transaction())
-            .map(|_| msg.clone());
+            .map(|_| Arc::clone(&msg));
         // The messages the turn takes in open it, oldest first.
         let absorbed_ids: Vec<String> = absorbed.iter().map(|a| a.id.clone()).collect();
         if !absorbed.is_empty() {
             let mut parts: Vec<crate::message::Part> =
                 absorbed.into_iter().flat_map(|a| a.parts).collect();
             self.0.blobs.refresh_urls(&mut parts);
+            let msg = Arc::make_mut(&mut msg);
             parts.append(&mut msg.parts);
             msg.parts = parts;
             tracing::debug!(
@@ -154,6 +161,7 @@ impl DispatchHandler {
             self.0.blobs.refresh_shared_urls(&mut turn.parts);
         }
         if !trimmed.turns.is_empty() {
+            let msg = Arc::make_mut(&mut msg);
             msg.history = Some(trimmed.turns);
             msg.history_cache_breakpoint_after = trimmed.cache_breakpoint_after;
         }
@@ -179,7 +187,7 @@ impl DispatchHandler {
                 // before the final response is stored.
                 Some(transport) => {
                     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ResponseEvent>();
-                    let original = msg.clone();
+                    let original = Arc::clone(&msg);
                     let forward = tokio::spawn(async move {
                         while let Some(ev) = rx.recv().await {
                             if let Err(e) = transport.progress(&original, &ev).await {

@@ -50,10 +50,9 @@ impl crate::store::recent::Weight for TaskRow {
 
 /// Remembers `row` as this instance wrote it, unless a newer version is remembered already
 /// (writers remember after their commits, not necessarily in commit order).
-fn remember(recent: &Recent, row: &TaskRow) {
-    recent.put_unless(&row.id, row.clone(), |held, new| {
-        held.last_seq > new.last_seq
-    });
+fn remember(recent: &Recent, row: TaskRow) {
+    let id = row.id.clone();
+    recent.put_unless(&id, row, |held, new| held.last_seq > new.last_seq);
 }
 
 /// Logs an internal error and hides it from the caller.
@@ -299,8 +298,10 @@ impl TaskEngine {
     /// starts their pushes.
     pub(super) fn committed(&self, writes: TaskWrites) {
         for row in writes.rows {
-            remember(&self.recent, &row);
-            self.watchers.changed(&row.id);
+            // Remembered before its watchers wake, so that they read it.
+            let id = row.id.clone();
+            remember(&self.recent, row);
+            self.watchers.changed(&id);
         }
         for p in writes.pushes {
             self.queue.hand_over(p);
@@ -557,7 +558,7 @@ impl crate::pipeline::IngestWrite for NewTask {
 
     fn committed(&mut self) {
         if matches!(self.created, Some(Created::New)) {
-            remember(&self.engine.recent, &self.row);
+            remember(&self.engine.recent, self.row.clone());
         }
         if let Some(p) = self.pushes.take() {
             self.engine.queue.hand_over(p);
@@ -627,7 +628,7 @@ impl crate::store::GroupCommit for Writer {
                 let row = &p.update.row;
                 let ok = written.contains(&row.id);
                 if ok {
-                    remember(&self.recent, row);
+                    remember(&self.recent, row.clone());
                     self.watchers.changed(&row.id);
                 }
                 ok
@@ -763,11 +764,11 @@ mod tests {
     fn an_older_version_never_replaces_a_newer_one() {
         let recent = Recent::new(RECENT_MAX, RECENT_BYTES, RECENT_ROW_MAX);
         // The turn's answer is remembered first (its commit came later, on another thread)...
-        remember(&recent, &row(3, TaskState::Completed));
+        remember(&recent, row(3, TaskState::Completed));
         // ...then the task as created: it must not hide the answer.
-        remember(&recent, &row(1, TaskState::Working));
+        remember(&recent, row(1, TaskState::Working));
         assert_eq!(recent.get("t").map(|r| r.last_seq), Some(3));
-        remember(&recent, &row(4, TaskState::Completed));
+        remember(&recent, row(4, TaskState::Completed));
         assert_eq!(recent.get("t").map(|r| r.last_seq), Some(4));
     }
 }

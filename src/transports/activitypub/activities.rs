@@ -217,7 +217,7 @@ async fn refusal_reply(
         job_id: format!("refusal:{}", response.id),
         attempt: 1,
         response,
-        original: msg,
+        original: std::sync::Arc::new(msg),
     };
     if let Err(e) = inner.send_reply(&delivery).await {
         tracing::warn!(agent = %agent.name, error = %e, "refusal reply not sent");
