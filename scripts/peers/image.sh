@@ -93,7 +93,9 @@ _sb_image_stand_in() {
     -) ;;
     "") return 0 ;; # a real image, pulled into the storage
   esac
-  if [ "$repo" = rust ] && ! rustc -vV | grep -q "^release: $release\(\.\|$\)"; then
+  # (Read whole: `grep -q` would stop reading early, and rustc, its next line refused, fail
+  # the pipeline under pipefail.)
+  if [ "$repo" = rust ] && ! [[ "$(rustc -vV | sed -n 's/^release: //p')" =~ ^$release(\.|$) ]]; then
     echo "image leg: the stand-in for $name needs this machine's Rust to be $release, not $(rustc -V)" >&2
     return 1
   fi
