@@ -135,24 +135,44 @@ impl BlobStore {
         for_each_content_ref(parts, |c| c.url = Some(self.url(&c.digest)));
     }
 
-    /// As [`BlobStore::refresh_urls`], for parts shared with others (a history turn): copied
-    /// only when they refer to stored bytes.
-    pub fn refresh_shared_urls(&self, parts: &mut std::sync::Arc<Vec<Part>>) {
-        if refers(parts) {
-            self.refresh_urls(std::sync::Arc::make_mut(parts).as_mut_slice());
+    /// As [`BlobStore::refresh_urls`], for parts shared with others (a history turn's, or a
+    /// message held in the caches): copied only when they refer to stored bytes.
+    pub fn refresh_shared_urls<T: HasParts + Clone>(&self, shared: &mut std::sync::Arc<T>) {
+        let refers = shared.parts().iter().any(|p| match p {
+            Part::File(_) => true,
+            Part::Artifact(a) => a.bytes_ref.is_some(),
+            _ => false,
+        });
+        if refers {
+            self.refresh_urls(std::sync::Arc::make_mut(shared).parts_mut());
         }
     }
 }
 
-/// Whether any of `parts` may refer to stored bytes (a file, an artifact with bytes): what a
-/// copy shared with others is copied for before its URLs are refreshed.
-#[must_use]
-pub fn refers(parts: &[Part]) -> bool {
-    parts.iter().any(|p| match p {
-        Part::File(_) => true,
-        Part::Artifact(a) => a.bytes_ref.is_some(),
-        _ => false,
-    })
+/// What carries parts whose URLs [`BlobStore::refresh_shared_urls`] refreshes.
+pub trait HasParts {
+    /// The parts.
+    fn parts(&self) -> &[Part];
+    /// The parts, to change.
+    fn parts_mut(&mut self) -> &mut [Part];
+}
+
+impl HasParts for Vec<Part> {
+    fn parts(&self) -> &[Part] {
+        self
+    }
+    fn parts_mut(&mut self) -> &mut [Part] {
+        self
+    }
+}
+
+impl HasParts for crate::message::NormalizedMessage {
+    fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+    fn parts_mut(&mut self) -> &mut [Part] {
+        &mut self.parts
+    }
 }
 
 /// Bytes checked and named, waiting to be stored with what refers to them.

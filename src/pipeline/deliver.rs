@@ -73,11 +73,7 @@ impl DeliverHandler {
             attempt.received_at = Some(original.received_at);
             let mut response = response;
             self.0.blobs.refresh_urls(&mut response.parts);
-            if crate::blobs::refers(&original.parts) {
-                self.0
-                    .blobs
-                    .refresh_urls(&mut Arc::make_mut(&mut original).parts);
-            }
+            self.0.blobs.refresh_shared_urls(&mut original);
             let transport = self.0.transports.get(&row.transport).ok_or_else(|| {
                 OutboundError::permanent(format!("no transport named {:?}", row.transport))
             })?;

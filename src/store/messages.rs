@@ -47,21 +47,12 @@ pub enum Parsed {
 }
 
 impl StoredMessage {
-    /// The stored body as a message: a copy of the value it was written from when held, parsed
-    /// otherwise.
+    /// The stored body as a message: shared with the value it was written from when held (copy
+    /// it with [`std::sync::Arc::make_mut`] to change it), parsed otherwise.
     ///
     /// # Errors
     /// [`crate::error::Error::Corrupt`] when the body does not parse.
-    pub fn message(&self) -> Result<crate::message::NormalizedMessage> {
-        self.shared_message().map(std::sync::Arc::unwrap_or_clone)
-    }
-
-    /// The stored body as a message, shared with the value it was written from when held
-    /// (copy it with [`std::sync::Arc::make_mut`] to change it), parsed otherwise.
-    ///
-    /// # Errors
-    /// [`crate::error::Error::Corrupt`] when the body does not parse.
-    pub fn shared_message(&self) -> Result<std::sync::Arc<crate::message::NormalizedMessage>> {
+    pub fn message(&self) -> Result<std::sync::Arc<crate::message::NormalizedMessage>> {
         match &self.parsed {
             Some(Parsed::Message(m)) => Ok(std::sync::Arc::clone(m)),
             _ => crate::message::NormalizedMessage::from_stored_json(&self.body)

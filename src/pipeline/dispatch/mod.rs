@@ -95,7 +95,7 @@ pub(super) fn lookup<'a>(
 pub(super) fn message(
     row: &StoredMessage,
 ) -> std::result::Result<Arc<NormalizedMessage>, OutboundError> {
-    row.shared_message().map_err(OutboundError::from)
+    row.message().map_err(OutboundError::from)
 }
 
 /// The stored response of `row`, like [`message`].

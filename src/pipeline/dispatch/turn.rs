@@ -132,11 +132,7 @@ impl DispatchHandler {
         let mut trimmed = self.0.history.apply(turns);
         // Stored references keep the digest only: mint URLs valid from now. (The message is
         // shared with the caches: it is copied only where it changes.)
-        if crate::blobs::refers(&msg.parts) {
-            self.0
-                .blobs
-                .refresh_urls(&mut Arc::make_mut(&mut msg).parts);
-        }
+        self.0.blobs.refresh_shared_urls(&mut msg);
         let original = self
             .0
             .transports
