@@ -110,19 +110,24 @@ pub async fn update_tasks(
             Arg::Int(*expected),
         ]
     });
-    // VALUES columns are named column1… on both engines.
-    let rows: Vec<Id> = tx
-        .fetch_all(
-            &format!(
-                "UPDATE a2a_tasks AS t SET state = v.column2, turn_message_id = v.column3, \
-                 wire_message_id = v.column4, last_response_id = v.column5, body = v.column6, \
-                 last_seq = v.column7, status_at = v.column8 \
-                 FROM (VALUES {values}) AS v \
-                 WHERE t.id = v.column1 AND t.last_seq = v.column9 RETURNING id"
-            ),
-            &args,
+    let sql = if changes.len() == 1 {
+        // One task (a change made inside a dispatch): a plain update by key, without the
+        // temporary table SQLite builds for a VALUES list.
+        "UPDATE a2a_tasks SET state = $2, turn_message_id = $3, wire_message_id = $4, \
+         last_response_id = $5, body = $6, last_seq = $7, status_at = $8 \
+         WHERE id = $1 AND last_seq = $9 RETURNING id"
+            .to_owned()
+    } else {
+        // VALUES columns are named column1… on both engines.
+        format!(
+            "UPDATE a2a_tasks AS t SET state = v.column2, turn_message_id = v.column3, \
+             wire_message_id = v.column4, last_response_id = v.column5, body = v.column6, \
+             last_seq = v.column7, status_at = v.column8 \
+             FROM (VALUES {values}) AS v \
+             WHERE t.id = v.column1 AND t.last_seq = v.column9 RETURNING id"
         )
-        .await?;
+    };
+    let rows: Vec<Id> = tx.fetch_all(&sql, &args).await?;
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
 
@@ -174,29 +179,25 @@ pub async fn get_task_in(tx: &mut Tx, id: &str) -> Result<Option<TaskRow>> {
     .await
 }
 
-/// The tasks in one of `states` whose owner and current turn's wire id are one of `turns`
-/// (`(owner, wire message id)`), read inside the transaction that creates new tasks.
+/// The tasks in one of `states` of `owner` whose current turn's wire id is `wire_message_id`,
+/// newest first, read inside the transaction that creates a new task.
 ///
 /// # Errors
 /// Database errors.
 pub async fn tasks_by_wire_message(
     tx: &mut Tx,
-    turns: &[(&str, &str)],
+    owner: &str,
+    wire_message_id: &str,
     states: &[&str],
 ) -> Result<Vec<TaskRow>> {
-    if turns.is_empty() {
-        return Ok(Vec::new());
-    }
-    let pairs = sql::values_list(turns.len(), 2, 1);
-    let list = sql::in_list(states.len(), turns.len() * 2 + 1);
-    let mut args: Vec<Arg<'_>> = turns
-        .iter()
-        .flat_map(|(owner, id)| [Arg::Text(owner), Arg::Text(id)])
-        .collect();
+    let list = sql::in_list(states.len(), 3);
+    let mut args = vec![Arg::Text(owner), Arg::Text(wire_message_id)];
     args.extend(states.iter().map(|s| Arg::Text(s)));
+    // Plain equalities, not a `(owner, wire_message_id) IN (VALUES …)` list: SQLite builds
+    // a temporary table for such a list at every call.
     tx.fetch_all(
         &format!(
-            "SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE (owner, wire_message_id) IN (VALUES {pairs}) \
+            "SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE owner = $1 AND wire_message_id = $2 \
              AND state IN ({list}) ORDER BY created_at DESC"
         ),
         &args,

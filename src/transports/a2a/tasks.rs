@@ -507,8 +507,9 @@ impl crate::pipeline::IngestWrite for NewTask {
         self.created = None;
         self.pushes = None;
         let running = [TaskState::Submitted.v1(), TaskState::Working.v1()];
-        let turn = [(self.row.owner.as_str(), self.row.wire_message_id.as_str())];
-        let known = sql::tasks_by_wire_message(tx, &turn, &running).await?;
+        let known =
+            sql::tasks_by_wire_message(tx, &self.row.owner, &self.row.wire_message_id, &running)
+                .await?;
         if let Some(k) = known
             .into_iter()
             .find(|k| self.any_agent || k.agent.eq_ignore_ascii_case(&self.row.agent))
