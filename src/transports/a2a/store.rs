@@ -110,13 +110,13 @@ pub async fn update_tasks(
             Arg::Int(*expected),
         ]
     });
-    let sql = if changes.len() == 1 {
-        // One task (a change made inside a dispatch): a plain update by key, without the
-        // temporary table SQLite builds for a VALUES list.
+    let sql: std::borrow::Cow<'static, str> = if changes.len() == 1 {
+        // One task (every change made inside a dispatch, and the writer's batches of one): a
+        // plain update by key, without the temporary table SQLite builds for a VALUES list.
         "UPDATE a2a_tasks SET state = $2, turn_message_id = $3, wire_message_id = $4, \
          last_response_id = $5, body = $6, last_seq = $7, status_at = $8 \
          WHERE id = $1 AND last_seq = $9 RETURNING id"
-            .to_owned()
+            .into()
     } else {
         // VALUES columns are named column1… on both engines.
         format!(
@@ -126,6 +126,7 @@ pub async fn update_tasks(
              FROM (VALUES {values}) AS v \
              WHERE t.id = v.column1 AND t.last_seq = v.column9 RETURNING id"
         )
+        .into()
     };
     let rows: Vec<Id> = tx.fetch_all(&sql, &args).await?;
     Ok(rows.into_iter().map(|r| r.id).collect())
