@@ -2,6 +2,7 @@
 //! commit), so throughput is not one fsync per message; each caller is answered only after the
 //! commit that holds its message.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
@@ -11,8 +12,8 @@ use crate::config::QueueMode;
 use crate::error::{Error, Result};
 use crate::message::NormalizedMessage;
 use crate::queue::{Enqueued, kinds};
-use crate::store::Tx;
 use crate::store::messages::{self, ExternalKey, NewMessage, Parsed};
+use crate::store::{Backend, Tx};
 
 /// The most messages committed together.
 const MAX_BATCH: usize = 256;
@@ -149,6 +150,8 @@ pub(super) async fn writer(core: Arc<Core>, rx: mpsc::Receiver<Pending>) {
 /// with the message it was written from) and their dispatch jobs to start.
 pub(super) struct Stored {
     messages: Vec<crate::store::messages::StoredMessage>,
+    /// The runs the messages dispatched now are on their way to ([`super::runs::Runs::expect`]).
+    expected: Vec<(super::runs::Key, i64)>,
     /// The threads the batch created.
     opened: Vec<String>,
     /// Dispatch jobs to start now, and those a debounce holds back.
@@ -194,6 +197,7 @@ impl crate::store::GroupCommit for Ingest {
         let opened: Vec<&str> = then.opened.iter().map(String::as_str).collect();
         core.caches.hold(then.messages, &opened);
         drop(then.writing);
+        core.runs.expect(then.expected);
         for enqueued in then.dispatch {
             core.queue.hand_over(enqueued);
         }
@@ -504,17 +508,39 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
         }
     }
     let mut dispatch = Vec::with_capacity(plan.jobs.len());
+    let mut expected = Vec::new();
     for (delay, jobs) in plan.jobs {
-        let rows = DispatchJob::rows(jobs.into_iter())?;
-        dispatch.push(if delay == 0 {
-            core.queue
-                .enqueue(&mut tx, kinds::DISPATCH, &rows, now)
-                .await?
+        if delay > 0 {
+            let rows = DispatchJob::rows(jobs.into_iter())?;
+            dispatch.push(
+                core.queue
+                    .enqueue_later(&mut tx, kinds::DISPATCH, &rows, now, delay)
+                    .await?,
+            );
+            continue;
+        }
+        // The messages dispatched now keep their places in their threads until their
+        // dispatch takes them ([`super::runs::Runs::expect`]): on SQLite, whose runs are this
+        // process's alone, and when no other worker can claim the jobs first.
+        let all = jobs.len() == messages.len();
+        let ids: HashSet<String> = if all {
+            HashSet::new()
         } else {
-            core.queue
-                .enqueue_later(&mut tx, kinds::DISPATCH, &rows, now, delay)
-                .await?
-        });
+            jobs.iter().map(|j| j.message_id.clone()).collect()
+        };
+        let rows = DispatchJob::rows(jobs.into_iter())?;
+        let enqueued = core
+            .queue
+            .enqueue(&mut tx, kinds::DISPATCH, &rows, now)
+            .await?;
+        if enqueued.leased_here() && core.db.backend() == Backend::Sqlite {
+            expected = messages
+                .iter()
+                .filter(|m| all || ids.contains(&m.id))
+                .map(|m| ((m.thread_id.clone(), m.agent.clone()), m.seq))
+                .collect();
+        }
+        dispatch.push(enqueued);
     }
     // A newer message interrupts its thread's run wherever it is in flight: here once the
     // batch is answered ([`Ingest::then`]), on the other instances by notification.
@@ -532,6 +558,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
     tx.commit().await?;
     let stored = Stored {
         messages,
+        expected,
         opened: plan.opened,
         dispatch,
         writing,

@@ -3,8 +3,10 @@
 //! run: its job is kept, still leased to this instance ([`Runs::park`]), and once the run ends
 //! the oldest message waiting for the thread goes back to the workers ([`Runs::next_parked`]),
 //! ahead of messages that arrived after it ([`Runs::wait`]); the others wait for the runs before
-//! them. Nothing of this touches the database beyond renewing the kept job's lease. A run can be
-//! interrupted ([`Runs::interrupt`]) by a newer message of its thread.
+//! them. A message this process stores and dispatches at once holds its place from its commit
+//! ([`Runs::expect`]), so that its thread's next message, picked up by another worker, cannot
+//! run first. Nothing of this touches the database beyond renewing the kept job's lease. A run
+//! can be interrupted ([`Runs::interrupt`]) by a newer message of its thread.
 //!
 //! The registry is per process. On PostgreSQL, which several instances may share, a run taken
 //! here is also leased in the database ([`crate::store::runs`]), and a message whose thread is
@@ -112,16 +114,34 @@ impl Runs {
         })
     }
 
-    /// Records that the message of `seq` waits for its turn in `key`, at most for `longest`.
+    /// Records that the message of `seq` waits for its turn in `key`, at most for `longest`
+    /// from now (a place it holds already is kept at least as long).
     pub(super) fn wait(&self, key: Key, seq: i64, longest: Duration) {
         let mut map = lock(&self.inner);
+        Self::hold_place(&mut map, key, seq, Instant::now() + longest);
+    }
+
+    /// Records that the messages just stored, whose dispatch jobs this process's workers are
+    /// about to run, are on their way to their threads: until each one's dispatch reaches
+    /// [`Runs::take`] (for [`WAITERS_GRACE`] at the longest), no newer message of its thread
+    /// takes the thread before it, even when a worker that got the newer job first is quicker.
+    pub(super) fn expect(&self, stored: impl IntoIterator<Item = (Key, i64)>) {
+        let until = Instant::now() + WAITERS_GRACE;
+        let mut map = lock(&self.inner);
+        for (key, seq) in stored {
+            Self::hold_place(&mut map, key, seq, until);
+        }
+    }
+
+    fn hold_place(map: &mut HashMap<Key, Slot>, key: Key, seq: i64, until: Instant) {
         let slot = map.entry(key).or_default();
-        if !slot.waiting.iter().any(|w| w.seq == seq) {
-            slot.waiting.push(Waiter {
+        match slot.waiting.iter_mut().find(|w| w.seq == seq) {
+            Some(w) => w.until = w.until.max(until),
+            None => slot.waiting.push(Waiter {
                 seq,
-                until: Instant::now() + longest,
+                until,
                 parked: None,
-            });
+            }),
         }
     }
 
@@ -263,6 +283,43 @@ mod tests {
         // A waiter that does not come back within its time gives its place up.
         runs.wait(key("u"), 1, Duration::ZERO);
         assert!(runs.take(key("u"), 5).is_some());
+    }
+
+    #[test]
+    fn a_message_stored_first_takes_its_thread_first_whichever_dispatch_comes_first() {
+        let runs = Runs::default();
+        runs.expect([(key("t"), 1), (key("t"), 2), (key("u"), 3)]);
+        assert!(
+            runs.take(key("t"), 2).is_none(),
+            "1 was stored first and has not run yet"
+        );
+        runs.wait(key("t"), 2, Duration::from_secs(60));
+        runs.park(key("t"), 2, job("job-2"), 9);
+        assert!(runs.take(key("u"), 3).is_some(), "other threads are free");
+        let first = runs.take(key("t"), 1).unwrap();
+        assert!(runs.next_parked(&key("t")).is_none(), "1 runs");
+        drop(first);
+        assert_eq!(runs.next_parked(&key("t")).unwrap().0.id, "job-2");
+        assert!(runs.take(key("t"), 2).is_some());
+        // A place kept for a message whose dispatch never comes is given up after the grace.
+        runs.expect([(key("v"), 1)]);
+        lock(&runs.inner)
+            .get_mut(&key("v"))
+            .unwrap()
+            .waiting
+            .iter_mut()
+            .for_each(|w| w.until = Instant::now());
+        assert!(runs.take(key("v"), 2).is_some());
+    }
+
+    #[test]
+    fn waiting_again_never_shortens_a_place() {
+        let runs = Runs::default();
+        let run = runs.take(key("t"), 1).unwrap();
+        runs.wait(key("t"), 2, Duration::from_secs(60));
+        runs.wait(key("t"), 2, Duration::ZERO);
+        drop(run);
+        assert!(runs.take(key("t"), 3).is_none(), "2 keeps its place");
     }
 
     #[tokio::test]

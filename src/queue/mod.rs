@@ -165,6 +165,15 @@ pub struct Enqueued {
     wake_in: Option<u64>,
 }
 
+impl Enqueued {
+    /// Whether its jobs were committed leased to this instance: no worker but this instance's
+    /// can start them, and only once they are handed over.
+    #[must_use]
+    pub fn leased_here(&self) -> bool {
+        !self.leased.is_empty()
+    }
+}
+
 impl Queue {
     /// A queue over `db`, recording its jobs' outcomes in `metrics`; a fresh owner id
     /// identifies this instance's leases.
