@@ -23,6 +23,15 @@ use crate::metrics::Metrics;
 use crate::store::jobs::{self, Finish, JobRow, NewJob};
 use crate::store::{Db, NOTIFY_CHANNEL, Tx};
 
+/// How long a worker waits for its batch before it leaves the batch to finish on its own and
+/// claims the next one: a batch held up by slow work (an agent that takes its time, a server
+/// slow to take a delivery) does not hold back the jobs behind it.
+const SLOW_BATCH: Duration = Duration::from_millis(500);
+
+/// The batches a worker leaves to finish on their own at once, at most; past it, the worker
+/// waits for the batch at hand.
+const MAX_SLOW_BATCHES: usize = 8;
+
 pub mod listen;
 
 pub use listen::Listener;
@@ -534,8 +543,10 @@ impl Queue {
         Ok(())
     }
 
-    /// Starts `workers` claim loops for `kind`. They stop claiming when `shutdown` turns true and
-    /// return once their current batch is finished.
+    /// Starts `workers` claim loops for `kind`. A loop whose batch waits on slow work for
+    /// longer than [`SLOW_BATCH`] leaves it to finish on its own and claims the next (up to
+    /// [`MAX_SLOW_BATCHES`] such batches at once). They stop claiming when `shutdown` turns true
+    /// and return once every batch they started is finished.
     pub fn spawn_workers(
         self: &Arc<Self>,
         kind: &'static str,
@@ -568,9 +579,16 @@ impl Queue {
         let waker = self.waker(kind);
         let poll = Duration::from_millis(self.cfg.poll_interval_ms);
         let mut last_claim = Instant::now();
+        // Batches still waiting on slow work, left to finish on their own.
+        let mut slow = tokio::task::JoinSet::new();
         loop {
+            while let Some(ended) = slow.try_join_next() {
+                if let Err(e) = ended {
+                    tracing::error!(kind, error = %e, "a job batch ended abnormally");
+                }
+            }
             if *shutdown.borrow() {
-                return;
+                break;
             }
             // Jobs committed by the tasks that run next join this batch (see
             // `store::group_commit`).
@@ -582,16 +600,21 @@ impl Queue {
                         // More may be waiting: let another idle worker help.
                         waker.notify_one();
                     }
-                    if let Err(e) = handler.handle(&self.owner, &batch).await {
-                        // The commit failed, so nothing of the batch took effect: hand the jobs
-                        // back (after a pause) rather than leave them leased until expiry.
-                        let retry_at = self
-                            .clock
-                            .now_ms()
-                            .saturating_add(i64::try_from(poll.as_millis()).unwrap_or(i64::MAX));
-                        let released =
-                            jobs::release_many(&self.db, &batch, &self.owner, retry_at).await;
-                        tracing::error!(kind, error = %e, released = ?released.ok(), "job batch failed; it will run again");
+                    let mut run =
+                        Box::pin(Arc::clone(&self).run_batch(kind, Arc::clone(&handler), batch));
+                    let failed = if slow.len() >= MAX_SLOW_BATCHES {
+                        run.await
+                    } else {
+                        tokio::select! {
+                            failed = &mut run => failed,
+                            () = tokio::time::sleep(SLOW_BATCH) => {
+                                tracing::debug!(kind, "a batch waits on slow work: claiming the next one meanwhile");
+                                slow.spawn(run);
+                                false
+                            }
+                        }
+                    };
+                    if failed {
                         tokio::time::sleep(poll).await;
                     }
                     continue;
@@ -605,6 +628,33 @@ impl Queue {
                 _ = shutdown.changed() => {}
             }
         }
+        while let Some(ended) = slow.join_next().await {
+            if let Err(e) = ended {
+                tracing::error!(kind, error = %e, "a job batch ended abnormally");
+            }
+        }
+    }
+
+    /// Runs `batch` through `handler`; whether it failed. When the batch's commit failed,
+    /// nothing of it took effect: its jobs are handed back, due after a poll interval, rather
+    /// than left leased until expiry.
+    async fn run_batch(
+        self: Arc<Self>,
+        kind: &'static str,
+        handler: Arc<dyn JobHandler>,
+        batch: Vec<JobRow>,
+    ) -> bool {
+        let Err(e) = handler.handle(&self.owner, &batch).await else {
+            return false;
+        };
+        let poll = Duration::from_millis(self.cfg.poll_interval_ms);
+        let retry_at = self
+            .clock
+            .now_ms()
+            .saturating_add(i64::try_from(poll.as_millis()).unwrap_or(i64::MAX));
+        let released = jobs::release_many(&self.db, &batch, &self.owner, retry_at).await;
+        tracing::error!(kind, error = %e, released = ?released.ok(), "job batch failed; it will run again");
+        true
     }
 
     /// The next batch for a worker of `kind`: jobs handed over first, else jobs claimed from the

@@ -314,6 +314,33 @@ async fn a_followup_runs_after_the_answer_and_other_threads_do_not_wait(engine: 
 }
 on_both_engines!(a_followup_runs_after_the_answer_and_other_threads_do_not_wait);
 
+async fn slow_calls_on_every_worker_do_not_hold_back_another_thread(engine: Engine) {
+    // Two threads' slow calls, one on each of the two dispatch workers, and then a third
+    // thread's message: it is answered while both still run.
+    let (mut t, agent) = app(engine, 0, QueueMode::Followup).await;
+    let to = t.agent("paced");
+    t.ingest("w-1", from(ALICE, &to, "first", "slow one")).await;
+    agent.wait_calls(1).await;
+    t.ingest("w-2", from(BOB, &to, "second", "slow two")).await;
+    agent.wait_calls(2).await;
+    t.ingest("w-3", from(ALICE, &to, "third", "quick")).await;
+    let calls = agent.wait_calls(3).await;
+    let quick = calls
+        .iter()
+        .find(|c| text_of(&c.msg.parts) == "quick")
+        .unwrap();
+    assert!(
+        calls
+            .iter()
+            .filter(|c| text_of(&c.msg.parts).starts_with("slow"))
+            .all(|c| c.finished.is_none_or(|done| quick.started < done)),
+        "the third thread's call started before either slow call finished"
+    );
+    assert_eq!(calls.len(), 3);
+    t.stop().await;
+}
+on_both_engines!(slow_calls_on_every_worker_do_not_hold_back_another_thread);
+
 async fn collect_runs_only_the_latest_of_what_waited(engine: Engine) {
     let (mut t, agent) = app(engine, 0, QueueMode::Collect).await;
     let to = t.agent("paced");
