@@ -543,10 +543,10 @@ impl Queue {
         Ok(())
     }
 
-    /// Starts `workers` claim loops for `kind`. A loop whose batch waits on slow work for
-    /// longer than [`SLOW_BATCH`] leaves it to finish on its own and claims the next (up to
-    /// [`MAX_SLOW_BATCHES`] such batches at once). They stop claiming when `shutdown` turns true
-    /// and return once every batch they started is finished.
+    /// Starts `workers` claim loops for `kind`. A loop whose batch waits on slow work for over
+    /// half a second leaves it to finish on its own and claims the next (up to 8 such batches at
+    /// once). They stop claiming when `shutdown` turns true and return once every batch they
+    /// started is finished.
     pub fn spawn_workers(
         self: &Arc<Self>,
         kind: &'static str,
