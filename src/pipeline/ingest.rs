@@ -2,7 +2,6 @@
 //! commit), so throughput is not one fsync per message; each caller is answered only after the
 //! commit that holds its message.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
@@ -510,33 +509,25 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
     let mut dispatch = Vec::with_capacity(plan.jobs.len());
     let mut expected = Vec::new();
     for (delay, jobs) in plan.jobs {
-        if delay > 0 {
-            let rows = DispatchJob::rows(jobs.into_iter())?;
-            dispatch.push(
-                core.queue
-                    .enqueue_later(&mut tx, kinds::DISPATCH, &rows, now, delay)
-                    .await?,
-            );
-            continue;
-        }
+        let rows = DispatchJob::rows(jobs.iter())?;
+        let enqueued = if delay == 0 {
+            core.queue
+                .enqueue(&mut tx, kinds::DISPATCH, &rows, now)
+                .await?
+        } else {
+            core.queue
+                .enqueue_later(&mut tx, kinds::DISPATCH, &rows, now, delay)
+                .await?
+        };
         // The messages dispatched now keep their places in their threads until their
         // dispatch takes them ([`super::runs::Runs::expect`]): on SQLite, whose runs are this
-        // process's alone, and when no other worker can claim the jobs first.
-        let all = jobs.len() == messages.len();
-        let ids: HashSet<String> = if all {
-            HashSet::new()
-        } else {
-            jobs.iter().map(|j| j.message_id.clone()).collect()
-        };
-        let rows = DispatchJob::rows(jobs.into_iter())?;
-        let enqueued = core
-            .queue
-            .enqueue(&mut tx, kinds::DISPATCH, &rows, now)
-            .await?;
-        if enqueued.leased_here() && core.db.backend() == Backend::Sqlite {
+        // process's alone, and when no other worker can claim the jobs first. Jobs and
+        // messages are both in the batch's order.
+        if delay == 0 && enqueued.leased_here() && core.db.backend() == Backend::Sqlite {
+            let mut started = jobs.iter().map(|j| j.message_id.as_str()).peekable();
             expected = messages
                 .iter()
-                .filter(|m| all || ids.contains(&m.id))
+                .filter(|m| started.next_if_eq(&m.id.as_str()).is_some())
                 .map(|m| ((m.thread_id.clone(), m.agent.clone()), m.seq))
                 .collect();
         }

@@ -125,9 +125,12 @@ impl DispatchJob {
     ///
     /// # Errors
     /// [`Error::Corrupt`] when a payload cannot be serialised.
-    pub(crate) fn rows(jobs: impl Iterator<Item = Self>) -> Result<Vec<(String, String)>> {
+    pub(crate) fn rows<J: std::borrow::Borrow<Self>>(
+        jobs: impl Iterator<Item = J>,
+    ) -> Result<Vec<(String, String)>> {
         jobs.map(|j| {
-            let payload = serde_json::to_string(&j)?;
+            let j = j.borrow();
+            let payload = serde_json::to_string(j)?;
             Ok((format!("dispatch:{}", j.message_id), payload))
         })
         .collect::<std::result::Result<Vec<_>, serde_json::Error>>()

@@ -32,6 +32,13 @@ const SLOW_BATCH: Duration = Duration::from_millis(500);
 /// waits for the batch at hand.
 const MAX_SLOW_BATCHES: usize = 8;
 
+/// Logs a batch left to finish on its own that panicked or was cut off.
+fn log_abnormal_end<T>(kind: &str, ended: std::result::Result<T, tokio::task::JoinError>) {
+    if let Err(e) = ended {
+        tracing::error!(kind, error = %e, "a job batch ended abnormally");
+    }
+}
+
 pub mod listen;
 
 pub use listen::Listener;
@@ -583,9 +590,7 @@ impl Queue {
         let mut slow = tokio::task::JoinSet::new();
         loop {
             while let Some(ended) = slow.try_join_next() {
-                if let Err(e) = ended {
-                    tracing::error!(kind, error = %e, "a job batch ended abnormally");
-                }
+                log_abnormal_end(kind, ended);
             }
             if *shutdown.borrow() {
                 break;
@@ -629,9 +634,7 @@ impl Queue {
             }
         }
         while let Some(ended) = slow.join_next().await {
-            if let Err(e) = ended {
-                tracing::error!(kind, error = %e, "a job batch ended abnormally");
-            }
+            log_abnormal_end(kind, ended);
         }
     }
 
