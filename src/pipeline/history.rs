@@ -69,8 +69,10 @@ pub type Turns = crate::store::recent::Recent<Held, i64>;
 /// here instead of asking the database, whose readers must read the index pages again after
 /// every commit. A thread is known *whole* once it was created here or its `seq`s were read
 /// once; until then what is noted of it is only a part, and the database is asked. Bounded in
-/// `seq`s held; when full it starts over. With PostgreSQL, where other instances store turns
-/// too, it holds nothing and the database is always asked.
+/// memory, each thread weighed with its entry and id as well as its `seq`s (a workload of
+/// one-turn threads holds far more threads than turns); when full it starts over. With
+/// PostgreSQL, where other instances store turns too, it holds nothing and the database is
+/// always asked.
 #[derive(Debug)]
 pub struct ThreadSeqs {
     inner: Option<Arc<std::sync::Mutex<ThreadsInner>>>,
@@ -82,7 +84,8 @@ struct ThreadsInner {
     /// Threads a transaction is writing turns to, and how many such transactions: until their
     /// rows are noted, their windows are read from the database ([`ThreadSeqs::writing`]).
     writing: std::collections::HashMap<String, usize, foldhash::fast::RandomState>,
-    held: usize,
+    /// What `by_thread` weighs ([`THREAD_BYTES`], [`SEQ_BYTES`]).
+    bytes: usize,
     /// How many times it started over: a read begun before then may lack turns noted since
     /// and forgotten.
     restarts: u64,
@@ -91,8 +94,33 @@ struct ThreadsInner {
 impl ThreadsInner {
     fn start_over(&mut self) {
         self.by_thread.clear();
-        self.held = 0;
+        self.bytes = 0;
         self.restarts += 1;
+    }
+
+    /// Starts over if full, before more is added (so it holds at most one addition more than
+    /// [`THREADS_HELD_BYTES`]).
+    fn make_room(&mut self) {
+        if self.bytes >= THREADS_HELD_BYTES {
+            self.start_over();
+        }
+    }
+
+    /// Applies `f` to the entry of `thread_id`, made (and weighed) if it is new.
+    fn with_entry<R>(&mut self, thread_id: &str, f: impl FnOnce(&mut ThreadEntry) -> R) -> R {
+        if let Some(entry) = self.by_thread.get_mut(thread_id) {
+            return f(entry);
+        }
+        self.bytes += THREAD_BYTES + thread_id.len();
+        f(self.by_thread.entry(thread_id.to_owned()).or_default())
+    }
+
+    /// Adds `seq` to the thread's entry, unless the thread is too long to hold.
+    fn insert(&mut self, thread_id: &str, seq: i64) {
+        let added = self.with_entry(thread_id, |e| !e.long && e.insert(seq));
+        if added {
+            self.bytes += SEQ_BYTES;
+        }
     }
 }
 
@@ -106,8 +134,17 @@ struct ThreadEntry {
     long: bool,
 }
 
-/// The most `seq`s [`ThreadSeqs`] holds (8 bytes each): a million turns.
-const THREAD_SEQS: usize = 1 << 20;
+/// What [`ThreadSeqs`] holds at most, weighed as [`THREAD_BYTES`] and [`SEQ_BYTES`] say: some
+/// 70,000 one-turn threads, or a million turns of long ones.
+const THREADS_HELD_BYTES: usize = 16 << 20;
+
+/// What a thread held weighs besides its id's characters and its `seq`s: its map entry, the
+/// table's spare room and the allocations of its id and `seq` vector (about 215 bytes measured
+/// for a thread of a 26-character id and one or two `seq`s).
+const THREAD_BYTES: usize = 176;
+
+/// What a `seq` held weighs: 8 bytes, and the room its vector grew into.
+const SEQ_BYTES: usize = 12;
 
 /// The longest thread whose `seq`s are read into [`ThreadSeqs`].
 const LONGEST_HELD: usize = 1 << 16;
@@ -134,14 +171,19 @@ struct Window {
 }
 
 impl ThreadEntry {
-    fn insert(&mut self, seq: i64) {
+    /// Adds `seq` in its place; whether it was not there yet.
+    fn insert(&mut self, seq: i64) -> bool {
         match self.seqs.last() {
-            Some(&last) if last < seq => self.seqs.push(seq),
-            None => self.seqs.push(seq),
-            _ => {
-                if let Err(at) = self.seqs.binary_search(&seq) {
+            Some(&last) if last >= seq => match self.seqs.binary_search(&seq) {
+                Ok(_) => false,
+                Err(at) => {
                     self.seqs.insert(at, seq);
+                    true
                 }
+            },
+            _ => {
+                self.seqs.push(seq);
+                true
             }
         }
     }
@@ -234,19 +276,13 @@ impl ThreadSeqs {
         let Some(mut inner) = self.lock() else {
             return;
         };
-        if inner.held + rows.len() > THREAD_SEQS {
-            inner.start_over();
-        }
+        inner.make_room();
         for id in opened {
-            inner.by_thread.entry((*id).to_owned()).or_default().whole = true;
+            inner.with_entry(id, |e| e.whole = true);
         }
         for row in rows {
-            let entry = inner.by_thread.entry(row.thread_id.clone()).or_default();
-            if !entry.long {
-                entry.insert(row.seq);
-            }
+            inner.insert(&row.thread_id, row.seq);
         }
-        inner.held += rows.len();
     }
 
     /// Forgets the turn `seq` of `thread_id` (it was erased).
@@ -258,7 +294,7 @@ impl ThreadSeqs {
             && let Ok(at) = entry.seqs.binary_search(&seq)
         {
             entry.seqs.remove(at);
-            inner.held = inner.held.saturating_sub(1);
+            inner.bytes = inner.bytes.saturating_sub(SEQ_BYTES);
         }
     }
 
@@ -293,21 +329,20 @@ impl ThreadSeqs {
         if inner.restarts != mark {
             return;
         }
+        inner.make_room();
         if seqs.len() > LONGEST_HELD {
-            let entry = inner.by_thread.entry(thread_id.to_owned()).or_default();
-            entry.long = true;
-            entry.seqs = Vec::new();
+            let dropped = inner.with_entry(thread_id, |e| {
+                e.long = true;
+                std::mem::take(&mut e.seqs).len()
+            });
+            inner.bytes = inner.bytes.saturating_sub(dropped * SEQ_BYTES);
             return;
         }
-        if inner.held + seqs.len() > THREAD_SEQS {
-            inner.start_over();
-        }
-        let entry = inner.by_thread.entry(thread_id.to_owned()).or_default();
-        for &seq in seqs {
-            entry.insert(seq);
-        }
-        entry.whole = true;
-        inner.held += seqs.len();
+        let added = inner.with_entry(thread_id, |e| {
+            e.whole = true;
+            seqs.iter().filter(|&&seq| e.insert(seq)).count()
+        });
+        inner.bytes += added * SEQ_BYTES;
     }
 }
 
@@ -680,6 +715,46 @@ mod tests {
             .collect();
         threads.note(&many, &[]);
         assert_eq!(held(&threads, "t", 100, 2, 3).later, None);
+    }
+
+    #[test]
+    fn one_turn_threads_are_bounded_by_what_they_weigh_not_by_their_turns() {
+        let threads = ThreadSeqs::new(true);
+        let inner = || threads.inner.as_ref().unwrap().lock().unwrap();
+        // A uuid's length, as thread ids have.
+        let id = |n: usize| format!("{n:036}");
+        let most = THREADS_HELD_BYTES / (THREAD_BYTES + 36 + SEQ_BYTES) + 64;
+        for n in 0..3 * most {
+            let row = row(&id(n), n as i64);
+            threads.note(std::slice::from_ref(&row), &[row.thread_id.as_str()]);
+            assert!(inner().by_thread.len() <= most, "{n}");
+        }
+        assert!(inner().restarts >= 2, "it started over");
+        // It starts over whole: a thread held since is known whole, one from before unknown.
+        let last = 3 * most - 1;
+        assert_eq!(
+            held(&threads, &id(last), i64::MAX, 1, 20).seqs,
+            vec![last as i64]
+        );
+        assert!(matches!(threads.window(&id(0), 5, 1, 20), Lookup::Unknown));
+        // What it weighs follows what it holds; forgetting every turn leaves the threads' entries.
+        let held_now: Vec<(String, Vec<i64>)> = inner()
+            .by_thread
+            .iter()
+            .map(|(t, e)| (t.clone(), e.seqs.clone()))
+            .collect();
+        let weighed: usize = held_now
+            .iter()
+            .map(|(t, s)| THREAD_BYTES + t.len() + SEQ_BYTES * s.len())
+            .sum();
+        assert_eq!(inner().bytes, weighed);
+        for (t, seqs) in &held_now {
+            for &s in seqs {
+                threads.forget(t, s);
+            }
+        }
+        let entries: usize = held_now.iter().map(|(t, _)| THREAD_BYTES + t.len()).sum();
+        assert_eq!(inner().bytes, entries);
     }
 
     #[test]
