@@ -8,7 +8,7 @@
 //! while this worker still holds its lease and tells the handler which jobs it may apply, and
 //! commits through [`Queue::commit`], which records the job (and delivery) metrics of every kind.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -473,8 +473,9 @@ impl Queue {
 
     /// Finishes a handled batch in `tx`, the transaction that also commits the batch's effects:
     /// each job whose result is `Ok` is done, each other one retried or dead per its error (see
-    /// [`Queue::finish_for_error`]), all only where `owner` still holds the lease. Done jobs are
-    /// marked in one statement. The answer says, job by job, how it ended (nothing for a job
+    /// [`Queue::finish_for_error`]), all only where `owner` still holds the lease. Jobs that end
+    /// alike (done, or kept to the same lease, or waiting until the same time) are recorded in
+    /// one statement. The answer says, job by job, how it ended (nothing for a job
     /// whose lease was lost: its effects must not be applied), and gathers the metrics that
     /// [`Queue::commit`] records once `tx` has committed.
     ///
@@ -488,44 +489,43 @@ impl Queue {
         results: &[A],
         now: i64,
     ) -> Result<Finished> {
-        let done: Vec<&str> = batch
+        let ends: Vec<Finish> = batch
             .iter()
             .zip(results)
-            .filter(|(_, r)| {
-                r.error().is_none() && r.deferred_until().is_none() && r.waiting_until().is_none()
-            })
-            .map(|(j, _)| j.id.as_str())
-            .collect();
-        let owned = jobs::finish_done_many(tx, &done, owner, now).await?;
-        let mut ends = Vec::with_capacity(batch.len());
-        for (job, result) in batch.iter().zip(results) {
-            let end = match result.error() {
-                None => {
-                    let kept = match (result.deferred_until(), result.waiting_until()) {
-                        (Some(lease_until), _) => Some(Finish::Deferred { lease_until }),
-                        (None, Some(run_at)) => Some(Finish::Waiting { run_at }),
-                        (None, None) => None,
-                    };
-                    match kept {
-                        Some(finish) => jobs::finish(tx, &job.id, owner, &finish, now)
-                            .await?
-                            .then_some(finish),
-                        None => owned.contains(&job.id).then_some(Finish::Done),
-                    }
-                }
+            .map(|(job, result)| match result.error() {
+                None => match (result.deferred_until(), result.waiting_until()) {
+                    (Some(lease_until), _) => Finish::Deferred { lease_until },
+                    (None, Some(run_at)) => Finish::Waiting { run_at },
+                    (None, None) => Finish::Done,
+                },
                 Some(e) => {
                     tracing::warn!(job = %job.id, kind = %job.kind, attempt = job.attempts, error = %e, "job failed");
-                    let finish = self.finish_for_error(job, e);
-                    jobs::finish(tx, &job.id, owner, &finish, now)
-                        .await?
-                        .then_some(finish)
+                    self.finish_for_error(job, e)
                 }
-            };
-            if end.is_none() {
-                tracing::warn!(job = %job.id, kind = %job.kind, "lease lost; another worker owns this job");
+            })
+            .collect();
+        let mut alike: Vec<(&Finish, Vec<&str>)> = Vec::new();
+        for (job, end) in batch.iter().zip(&ends) {
+            match alike.iter_mut().find(|(f, _)| *f == end) {
+                Some((_, ids)) => ids.push(&job.id),
+                None => alike.push((end, vec![job.id.as_str()])),
             }
-            ends.push(end);
         }
+        let mut held = HashSet::with_capacity(batch.len());
+        for (end, ids) in &alike {
+            held.extend(jobs::finish_many(tx, ids, owner, end, now).await?);
+        }
+        let ends: Vec<Option<Finish>> = batch
+            .iter()
+            .zip(ends)
+            .map(|(job, end)| {
+                let held = held.contains(&job.id);
+                if !held {
+                    tracing::warn!(job = %job.id, kind = %job.kind, "lease lost; another worker owns this job");
+                }
+                held.then_some(end)
+            })
+            .collect();
         Ok(Finished {
             kind: batch.first().map(|j| j.kind.clone()).unwrap_or_default(),
             ends,

@@ -125,6 +125,127 @@ async fn a_job_counted_as_a_delivery_attempt_counts_its_outcome() {
     }
 }
 
+/// Jobs that end alike are recorded together, each still as it ended: done, kept leased,
+/// waiting until its own time, retried; a job another worker took meanwhile is left as it is.
+#[tokio::test]
+async fn jobs_that_end_alike_are_recorded_together_each_as_it_ended() {
+    enum End {
+        Done,
+        Kept(i64),
+        Waits(i64),
+        Fails(OutboundError),
+    }
+    impl Attempted for End {
+        fn error(&self) -> Option<&OutboundError> {
+            match self {
+                Self::Fails(e) => Some(e),
+                _ => None,
+            }
+        }
+        fn deferred_until(&self) -> Option<i64> {
+            match self {
+                Self::Kept(t) => Some(*t),
+                _ => None,
+            }
+        }
+        fn waiting_until(&self) -> Option<i64> {
+            match self {
+                Self::Waits(t) => Some(*t),
+                _ => None,
+            }
+        }
+    }
+    #[derive(sqlx::FromRow, serde::Deserialize, Debug, PartialEq)]
+    struct Row {
+        state: String,
+        attempts: i64,
+        run_at: i64,
+        lease_until: Option<i64>,
+        lease_owner: Option<String>,
+    }
+    let (q, db, _) = queue().await;
+    let batch = claimed(&q, &db, kinds::DISPATCH, 8).await;
+    let now = SystemClock.now_ms();
+    let (kept, soon, later) = (now + 60_000, now + 1_000, now + 2_000);
+    let results = vec![
+        End::Done,
+        End::Kept(kept),
+        End::Waits(soon),
+        End::Done,
+        End::Kept(kept),
+        End::Waits(later),
+        End::Waits(soon),
+        End::Fails(OutboundError::temporary("try later")),
+    ];
+    // Job 3 was taken by another worker meanwhile.
+    let mut tx = db.begin().await.unwrap();
+    tx.execute(
+        "UPDATE jobs SET lease_owner = 'another' WHERE id = $1",
+        &[crate::store::Arg::Text(&batch[3].id)],
+    )
+    .await
+    .unwrap();
+    let finished = q
+        .finish(&mut tx, q.owner(), &batch, &results, now)
+        .await
+        .unwrap();
+    let ends: Vec<Option<&'static str>> = (0..batch.len())
+        .map(|i| finished.end(i).map(Finish::label))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            Some("done"),
+            Some("deferred"),
+            Some("waiting"),
+            None,
+            Some("deferred"),
+            Some("waiting"),
+            Some("waiting"),
+            Some("retry")
+        ]
+    );
+    q.commit(tx, finished).await.unwrap();
+    let mut rows = Vec::new();
+    for job in &batch {
+        let row: Row = db
+            .fetch_optional(
+                "SELECT state, attempts, run_at, lease_until, lease_owner FROM jobs WHERE id = $1",
+                &[crate::store::Arg::Text(&job.id)],
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        rows.push(row);
+    }
+    let me = Some(q.owner().to_owned());
+    let row = |state: &str, attempts, run_at, lease_until, lease_owner| Row {
+        state: state.into(),
+        attempts,
+        run_at,
+        lease_until,
+        lease_owner,
+    };
+    let claimed_at = rows[3].run_at;
+    assert_eq!(rows[0].state, "done");
+    assert_eq!(
+        rows[1],
+        row("running", 1, claimed_at, Some(kept), me.clone())
+    );
+    assert_eq!(rows[2], row("ready", 0, soon, None, None));
+    assert_eq!(
+        rows[3].lease_owner.as_deref(),
+        Some("another"),
+        "left as it is"
+    );
+    assert_eq!(rows[3].state, "running");
+    assert_eq!(rows[4], row("running", 1, claimed_at, Some(kept), me));
+    assert_eq!(rows[5], row("ready", 0, later, None, None));
+    assert_eq!(rows[6], row("ready", 0, soon, None, None));
+    assert_eq!((rows[7].state.as_str(), rows[7].attempts), ("ready", 1));
+    assert!(rows[7].run_at > now && rows[7].lease_owner.is_none());
+}
+
 /// A deferred job stays leased to this instance, its lease renewed, with the attempt its
 /// claim counted; nobody else can claim it, and it goes back to this instance's workers
 /// when handed back.

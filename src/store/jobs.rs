@@ -161,8 +161,9 @@ pub async fn enqueue_many(tx: &mut Tx, jobs: &[NewJob<'_>], now: i64) -> Result<
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
 
-/// Marks many jobs done in one statement where `owner` still holds the lease; returns the ids it
-/// did mark (a job missing from the answer lost its lease and must not apply its effects).
+/// Records that the jobs `ids` ended as `finish`, the same for all of them, in one statement
+/// where `owner` still holds their lease; returns the ids it did record (a job missing from the
+/// answer lost its lease and must not apply its effects).
 ///
 /// A job has a lease owner only while it runs (every other state clears it), so the owner alone
 /// says that the job still runs. Naming the state as well would let PostgreSQL's planner pick the
@@ -171,24 +172,51 @@ pub async fn enqueue_many(tx: &mut Tx, jobs: &[NewJob<'_>], now: i64) -> Result<
 ///
 /// # Errors
 /// Database errors.
-pub async fn finish_done_many(
+pub async fn finish_many(
     tx: &mut Tx,
     ids: &[&str],
     owner: &str,
+    finish: &Finish,
     now: i64,
 ) -> Result<HashSet<String>> {
     if ids.is_empty() {
         return Ok(HashSet::new());
     }
+    let (set, values) = set_clause(finish);
     let sql = format!(
-        "UPDATE jobs SET state = 'done', lease_owner = NULL, lease_until = NULL, last_error = NULL, updated_at = $1 \
-         WHERE id IN ({}) AND lease_owner = $2 RETURNING id",
-        in_list(ids.len(), 3)
+        "UPDATE jobs SET {set}, updated_at = $1 WHERE id IN ({}) AND lease_owner = $2 RETURNING id",
+        in_list(ids.len(), 3 + values.len())
     );
     let mut args = vec![Arg::Int(now), Arg::Text(owner)];
+    args.extend(values);
     args.extend(ids.iter().map(|id| Arg::Text(id)));
     let rows: Vec<IdRow> = tx.fetch_all(&sql, &args).await?;
     Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// What a job ending as `finish` becomes: the assignments of an `UPDATE jobs` (its values from
+/// `$3` on; `$1` is the time, `$2` the lease owner) and those values.
+fn set_clause(finish: &Finish) -> (&'static str, Vec<Arg<'_>>) {
+    match finish {
+        Finish::Done => (
+            "state = 'done', lease_owner = NULL, lease_until = NULL, last_error = NULL",
+            Vec::new(),
+        ),
+        Finish::Retry { run_at, error } => (
+            "state = 'ready', lease_owner = NULL, lease_until = NULL, last_error = $3, run_at = $4",
+            vec![Arg::Text(error), Arg::Int(*run_at)],
+        ),
+        Finish::Dead { error } => (
+            "state = 'dead', lease_owner = NULL, lease_until = NULL, last_error = $3",
+            vec![Arg::Text(error)],
+        ),
+        Finish::Deferred { lease_until } => ("lease_until = $3", vec![Arg::Int(*lease_until)]),
+        Finish::Waiting { run_at } => (
+            "state = 'ready', lease_owner = NULL, lease_until = NULL, \
+             attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, run_at = $3",
+            vec![Arg::Int(*run_at)],
+        ),
+    }
 }
 
 /// Claims up to `limit` ready jobs of `kind` that are due, leasing them to `owner` until
@@ -244,50 +272,15 @@ pub async fn finish(
     finish: &Finish,
     now: i64,
 ) -> Result<bool> {
-    let n = match finish {
-        Finish::Done => {
-            tx.execute(
-                "UPDATE jobs SET state = 'done', lease_owner = NULL, lease_until = NULL, last_error = NULL, updated_at = $3 \
-                 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
-                &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now)],
-            )
-            .await?
-        }
-        Finish::Retry { run_at, error } => {
-            tx.execute(
-                "UPDATE jobs SET state = 'ready', lease_owner = NULL, lease_until = NULL, last_error = $4, run_at = $5, updated_at = $3 \
-                 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
-                &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now), Arg::Text(error), Arg::Int(*run_at)],
-            )
-            .await?
-        }
-        Finish::Dead { error } => {
-            tx.execute(
-                "UPDATE jobs SET state = 'dead', lease_owner = NULL, lease_until = NULL, last_error = $4, updated_at = $3 \
-                 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
-                &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now), Arg::Text(error)],
-            )
-            .await?
-        }
-        Finish::Deferred { lease_until } => {
-            tx.execute(
-                "UPDATE jobs SET lease_until = $4, updated_at = $3 \
-                 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
-                &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now), Arg::Int(*lease_until)],
-            )
-            .await?
-        }
-        Finish::Waiting { run_at } => {
-            tx.execute(
-                "UPDATE jobs SET state = 'ready', lease_owner = NULL, lease_until = NULL, \
-                 attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, run_at = $4, updated_at = $3 \
-                 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
-                &[Arg::Text(job_id), Arg::Text(owner), Arg::Int(now), Arg::Int(*run_at)],
-            )
-            .await?
-        }
-    };
-    Ok(n > 0)
+    let (set, values) = set_clause(finish);
+    let sql = format!(
+        "UPDATE jobs SET {set}, updated_at = $1 WHERE id = ${} AND lease_owner = $2 AND state = 'running'",
+        3 + values.len()
+    );
+    let mut args = vec![Arg::Int(now), Arg::Text(owner)];
+    args.extend(values);
+    args.push(Arg::Text(job_id));
+    Ok(tx.execute(&sql, &args).await? > 0)
 }
 
 /// Replaces the payload of job `id` while it waits to run again (`ready`): a job that did part
@@ -321,7 +314,7 @@ pub async fn reap_expired(db: &Db, kind: &str, now: i64) -> Result<u64> {
 
 /// Returns these jobs, if `owner` still leases them, to the queue, to run at `run_at` (the attempt
 /// counts). Used when a batch could not be committed. (By id and owner, as
-/// [`finish_done_many`].)
+/// [`finish_many`].)
 ///
 /// # Errors
 /// Database errors (the leases then expire on their own).
