@@ -162,8 +162,8 @@ pub async fn enqueue_many(tx: &mut Tx, jobs: &[NewJob<'_>], now: i64) -> Result<
 }
 
 /// Records that the jobs `ids` ended as `finish`, the same for all of them, in one statement
-/// (on SQLite, one per job unless done) where `owner` still holds their lease; returns the ids it did record (a job missing from the
-/// answer lost its lease and must not apply its effects).
+/// (on SQLite, one per job unless done) where `owner` still holds their lease; returns the ids
+/// it did record (a job missing from the answer lost its lease and must not apply its effects).
 ///
 /// A job has a lease owner only while it runs (every other state clears it), so the owner alone
 /// says that the job still runs. Naming the state as well would let PostgreSQL's planner pick the
