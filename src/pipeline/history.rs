@@ -326,10 +326,12 @@ impl ThreadSeqs {
         let Some(mut inner) = self.lock() else {
             return;
         };
+        // Full, it starts over first: that too voids a read begun before (the turns of this
+        // thread noted since the read would be gone, and it would be held whole without them).
+        inner.make_room();
         if inner.restarts != mark {
             return;
         }
-        inner.make_room();
         if seqs.len() > LONGEST_HELD {
             let dropped = inner.with_entry(thread_id, |e| {
                 e.long = true;
