@@ -12,8 +12,9 @@
 use std::sync::Arc;
 
 use super::Core;
-use crate::error::{Error, Result};
-use crate::message::{HistoricalMessage, Part, Role, Sender, Timestamp};
+
+use crate::error::{Error, OutboundError, Result};
+use crate::message::{HistoricalMessage, HistoryPolicy, Part, Role, Sender, Timestamp};
 use crate::store::messages::{self, Parsed, StoredMessage};
 use crate::store::recent::Weight;
 
@@ -427,23 +428,37 @@ fn parse(row: &StoredMessage) -> Result<Turn> {
     })
 }
 
-/// Where the windows of a batch's turns are, by the `seq` of the turn each comes before
-/// ([`windows`]).
+/// The turns each of a batch's turns shows as its history, by its `seq` ([`windows`]), or the
+/// error its dispatch ends with.
 #[derive(Default)]
-pub(super) struct Windows(std::collections::HashMap<i64, Window, foldhash::fast::RandomState>);
+pub(super) struct Windows(
+    std::collections::HashMap<
+        i64,
+        std::result::Result<Vec<Arc<Turn>>, OutboundError>,
+        foldhash::fast::RandomState,
+    >,
+);
 
-/// The windows of `rows` (turns about to run), looked up for all of them at once: from
-/// [`ThreadSeqs`] where held (a thread not held yet is read once and held), the others asked of
-/// the database together ([`messages::thread_windows`]: one statement on PostgreSQL, instead of
-/// one per turn).
+/// The history of `rows` (turns about to run), looked up for all of them at once. Each one's
+/// window (its thread's turns before it that the history policy can show: its head and one more
+/// than its window, so it can tell that turns were left out) comes from [`ThreadSeqs`] where
+/// held (a thread not held yet is read once and held), the others asked of the database
+/// together ([`messages::thread_windows`]: one statement on PostgreSQL, instead of one per
+/// turn). Then the answers to those turns stored after it (a message that waited for the run
+/// before it sees that run's answer), for the inbound turns whose answer is not among them:
+/// found among the turns stored since when [`ThreadSeqs`] knows them, the others asked of the
+/// `answers` index in one statement for the batch ([`messages::answers_to`]).
+///
+/// A turn that cannot be read or parsed ends the dispatch of the turns whose history shows it,
+/// and only theirs.
 ///
 /// # Errors
-/// Database errors.
+/// Database errors, for the whole batch.
 pub(super) async fn windows(core: &Core, rows: &[&StoredMessage]) -> Result<Windows> {
     let policy = core.history;
     let (head, tail) = (policy.keep_head, policy.window + 1);
-    let mut found = Windows::default();
-    let mut asked: Vec<(&str, i64)> = Vec::new();
+    let mut found: Vec<(&StoredMessage, Window)> = Vec::with_capacity(rows.len());
+    let mut asked: Vec<(&StoredMessage, (&str, i64))> = Vec::new();
     for row in rows {
         let mut window = core
             .caches
@@ -459,68 +474,110 @@ pub(super) async fn windows(core: &Core, rows: &[&StoredMessage]) -> Result<Wind
                 .window(&row.thread_id, row.seq, head, tail);
         }
         match window {
-            Lookup::Held(w) => {
-                found.0.insert(row.seq, w);
+            Lookup::Held(w) => found.push((row, w)),
+            Lookup::Unknown | Lookup::Asked => {
+                asked.push((row, (row.thread_id.as_str(), row.seq)));
             }
-            Lookup::Unknown | Lookup::Asked => asked.push((row.thread_id.as_str(), row.seq)),
         }
     }
-    let read = messages::thread_windows(&core.db, &asked, head, tail).await?;
-    for ((_, seq), seqs) in asked.iter().zip(read) {
-        found.0.insert(*seq, Window { seqs, later: None });
+    let turns: Vec<(&str, i64)> = asked.iter().map(|(_, turn)| *turn).collect();
+    let read = messages::thread_windows(&core.db, &turns, head, tail).await?;
+    found.extend(
+        asked
+            .into_iter()
+            .zip(read)
+            .map(|((row, _), seqs)| (row, Window { seqs, later: None })),
+    );
+
+    let mut loaded = Windows::default();
+    // The turns whose late answers the `answers` index is asked for, with their open turns.
+    let mut unanswered: Vec<(&StoredMessage, Vec<String>)> = Vec::new();
+    for (row, window) in found {
+        let turns = match held(core, &window.seqs).await {
+            Ok(turns) => turns,
+            Err(e) => {
+                loaded.0.insert(row.seq, Err(e.into()));
+                continue;
+            }
+        };
+        let open = open(&policy, &window.seqs, &turns);
+        let turns = match window.later {
+            // The turns stored since, when few, are at hand: the answers are among them.
+            Some(later) if !open.is_empty() => held(core, &later).await.map(|later| {
+                let mut turns = turns;
+                turns.extend(later.into_iter().filter(|t| answers_one_of(t, &open)));
+                turns
+            }),
+            None if !open.is_empty() => {
+                unanswered.push((row, open));
+                Ok(turns)
+            }
+            Some(_) | None => Ok(turns),
+        };
+        loaded.0.insert(row.seq, turns.map_err(OutboundError::from));
     }
-    Ok(found)
+    if unanswered.is_empty() {
+        return Ok(loaded);
+    }
+    let ids: Vec<&str> = unanswered
+        .iter()
+        .flat_map(|(_, open)| open.iter().map(String::as_str))
+        .collect();
+    let answers: foldhash::HashMap<String, i64> = messages::answers_to(&core.db, &ids)
+        .await?
+        .into_iter()
+        .collect();
+    for (row, open) in unanswered {
+        let late: Vec<i64> = open
+            .iter()
+            .filter_map(|id| answers.get(id).copied())
+            .filter(|&seq| seq > row.seq)
+            .collect();
+        if late.is_empty() {
+            continue;
+        }
+        let late = held(core, &late).await;
+        if let Some(turns) = loaded.0.get_mut(&row.seq) {
+            match (late, turns) {
+                (Ok(mut late), Ok(turns)) => turns.append(&mut late),
+                (Err(e), turns) => *turns = Err(e.into()),
+                (Ok(_), Err(_)) => {}
+            }
+        }
+    }
+    Ok(loaded)
 }
 
-/// The turns of `row`'s thread before it that the history policy can show (its head and one
-/// more than its window, so it can tell that turns were left out), oldest first by `seq`, then
-/// the answers to those turns stored after `row` (a message that waited for the run before it
-/// sees that run's answer): looked up only for the inbound turns whose answer is not among them.
-/// Its window is among `found`, which its batch looked up for every turn that runs.
-async fn load(core: &Core, row: &StoredMessage, found: &Windows) -> Result<Vec<Arc<Turn>>> {
-    let policy = core.history;
-    let window = found.0.get(&row.seq).ok_or_else(|| {
-        Error::Invalid(format!(
-            "no history window was looked up for message {}",
-            row.id
-        ))
-    })?;
-    let (seqs, later) = (&window.seqs, window.later.as_deref());
-    let mut turns = held(core, seqs).await?;
+/// The ids of the inbound turns among `turns` (the window `seqs`) whose answer may still come
+/// after it: those not answered among them. When turns were left out between the head and the
+/// window, the head's answers were stored long ago (and are among those left out): only the
+/// window's turns can still have one to come.
+fn open(policy: &HistoryPolicy, seqs: &[i64], turns: &[Arc<Turn>]) -> Vec<String> {
     let answered: foldhash::HashSet<&str> = turns
         .iter()
         .filter(|t| !t.inbound)
         .filter_map(|t| t.in_reply_to.as_deref())
         .collect();
-    // When turns were left out between the head and the window, the head's answers were
-    // stored long ago (and are among those left out): only the window's turns can still have
-    // one to come.
     let whole = seqs.len() < policy.keep_head + policy.window + 1;
     let window_from = if whole {
         i64::MIN
     } else {
         seqs.get(policy.keep_head).copied().unwrap_or(i64::MIN)
     };
-    let open: Vec<&str> = turns
+    turns
         .iter()
         .filter(|t| t.inbound && t.seq >= window_from && !answered.contains(t.id.as_str()))
-        .map(|t| t.id.as_str())
-        .collect();
-    let mut late: Vec<Arc<Turn>> = match later {
-        // The turns stored since, when few, are at hand: the answers are among them.
-        Some(later) if !open.is_empty() => held(core, later)
-            .await?
-            .into_iter()
-            .filter(|t| !t.inbound && t.in_reply_to.as_deref().is_some_and(|a| open.contains(&a)))
-            .collect(),
-        Some(_) => Vec::new(),
-        None => {
-            let seqs = messages::late_answers(&core.db, &open, row.seq).await?;
-            held(core, &seqs).await?
-        }
-    };
-    turns.append(&mut late);
-    Ok(turns)
+        .map(|t| t.id.clone())
+        .collect()
+}
+
+/// Whether `turn` is a response to one of `open`.
+fn answers_one_of(turn: &Turn, open: &[String]) -> bool {
+    !turn.inbound
+        && turn
+            .in_reply_to
+            .as_deref()
+            .is_some_and(|a| open.iter().any(|o| o == a))
 }
 
 /// The turns of `seqs`, from memory where held, the rest read and parsed (and held); a turn
@@ -569,16 +626,26 @@ async fn held(core: &Core, seqs: &[i64]) -> Result<Vec<Arc<Turn>>> {
 /// those its batch looked up ([`windows`]).
 ///
 /// # Errors
-/// Database errors; [`Error::Corrupt`] for a stored turn that does not parse.
-pub(super) async fn before(
-    core: &Core,
+/// What looking up its history failed with ([`windows`]): database errors, or a stored turn
+/// that does not parse ([`Error::Corrupt`], permanent).
+pub(super) fn before(
     row: &StoredMessage,
     windows: &Windows,
     agent_address: &str,
     relayed: Option<&str>,
     absorbed: &[super::conversation::Absorbed],
-) -> Result<Vec<HistoricalMessage>> {
-    let turns = load(core, row, windows).await?;
+) -> std::result::Result<Vec<HistoricalMessage>, OutboundError> {
+    let turns = match windows.0.get(&row.seq) {
+        Some(Ok(turns)) => turns,
+        Some(Err(e)) => return Err(e.clone()),
+        None => {
+            return Err(Error::Invalid(format!(
+                "no history window was looked up for message {}",
+                row.id
+            ))
+            .into());
+        }
+    };
     let responses: foldhash::HashSet<&str> = turns
         .iter()
         .filter(|t| !t.inbound)
@@ -639,6 +706,54 @@ mod tests {
             deleted_at: None,
             parsed: None,
         })
+    }
+
+    fn turn(seq: i64, inbound: bool, in_reply_to: Option<&str>) -> Arc<Turn> {
+        Arc::new(Turn {
+            id: format!("m{seq}"),
+            seq,
+            inbound,
+            in_reply_to: in_reply_to.map(str::to_owned),
+            sender: Arc::new(Sender::local_agent("@echo@x")),
+            parts: Arc::new(Vec::new()),
+            timestamp: Timestamp::from_unix_millis(0),
+            weight: 0,
+        })
+    }
+
+    #[test]
+    fn the_turns_whose_answer_may_come_later_are_the_unanswered_ones_of_the_window() {
+        let policy = HistoryPolicy {
+            keep_head: 1,
+            window: 2,
+            ..HistoryPolicy::default()
+        };
+        // A whole thread: 1 answered by 2, 3 and 4 not answered (yet).
+        let whole = [
+            turn(1, true, None),
+            turn(2, false, Some("m1")),
+            turn(3, true, None),
+            turn(4, true, Some("m2")),
+        ];
+        assert_eq!(open(&policy, &[1, 2, 3], &whole[..3]), ["m3"]);
+        assert_eq!(open(&policy, &[1, 2, 3, 4], &whole), ["m3", "m4"]);
+        // Turns left out between the head (1) and the window (7, 8, 9): the head's answer was
+        // stored long ago, so only the window's unanswered turns are open.
+        let cut = [
+            turn(1, true, None),
+            turn(7, true, None),
+            turn(8, false, Some("m7")),
+            turn(9, true, None),
+        ];
+        assert_eq!(open(&policy, &[1, 7, 8, 9], &cut), ["m9"]);
+
+        let open = vec!["m3".to_owned()];
+        assert!(answers_one_of(&turn(5, false, Some("m3")), &open));
+        assert!(!answers_one_of(&turn(5, false, Some("m1")), &open));
+        assert!(
+            !answers_one_of(&turn(5, true, Some("m3")), &open),
+            "an inbound message that replies to it is not its answer"
+        );
     }
 
     #[test]

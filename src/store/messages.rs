@@ -555,32 +555,38 @@ pub async fn thread_seqs(db: &Db, thread_id: &str, limit: usize) -> Result<Vec<i
     Ok(rows.into_iter().map(|r| r.seq).collect())
 }
 
-/// The `seq`s of the responses to the messages `ids` stored after `after_seq`: answers that came
-/// while a later message waited for its turn (one lookup in the unique `answers` index each).
+/// The responses to the messages `ids` that are not erased, as (the message answered, the
+/// response's `seq`): the answers a history looks for that came while a later message waited
+/// for its turn. One lookup in the unique `answers` index each, asked together (a statement per
+/// thousand ids).
 ///
 /// # Errors
 /// Database errors.
-pub async fn late_answers(db: &Db, ids: &[&str], after_seq: i64) -> Result<Vec<i64>> {
+pub async fn answers_to(db: &Db, ids: &[&str]) -> Result<Vec<(String, i64)>> {
     #[derive(serde::Deserialize, sqlx::FromRow)]
-    struct Seq {
+    struct Answer {
+        answers: String,
         seq: i64,
     }
-    if ids.is_empty() {
-        return Ok(Vec::new());
+    let mut out = Vec::new();
+    for chunk in ids.chunks(ANSWERS_PER_STATEMENT) {
+        let args: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id)).collect();
+        let rows: Vec<Answer> = db
+            .fetch_all(
+                &format!(
+                    "SELECT answers, seq FROM messages WHERE answers IN ({}) AND deleted_at IS NULL",
+                    in_list(chunk.len(), 1)
+                ),
+                &args,
+            )
+            .await?;
+        out.extend(rows.into_iter().map(|r| (r.answers, r.seq)));
     }
-    let mut args = vec![Arg::Int(after_seq)];
-    args.extend(ids.iter().map(|id| Arg::Text(id)));
-    let rows: Vec<Seq> = db
-        .fetch_all(
-            &format!(
-                "SELECT seq FROM messages WHERE answers IN ({}) AND seq > $1 AND deleted_at IS NULL",
-                in_list(ids.len(), 2)
-            ),
-            &args,
-        )
-        .await?;
-    Ok(rows.into_iter().map(|r| r.seq).collect())
+    Ok(out)
 }
+
+/// The most ids one [`answers_to`] statement asks for.
+const ANSWERS_PER_STATEMENT: usize = 1_000;
 
 /// Stored messages and responses by `seq`, in no particular order (those missing are left out).
 ///

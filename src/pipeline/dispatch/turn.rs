@@ -119,15 +119,7 @@ impl DispatchHandler {
         } else {
             let relayed = crate::pipeline::chain::relayed_from(&msg).map(|(response, _)| response);
             let windows = windows.as_ref().map_err(Clone::clone)?;
-            crate::pipeline::history::before(
-                &self.0,
-                row,
-                windows,
-                &agent.address,
-                relayed,
-                &absorbed,
-            )
-            .await?
+            crate::pipeline::history::before(row, windows, &agent.address, relayed, &absorbed)?
         };
         let mut trimmed = self.0.history.apply(turns);
         // Stored references keep the digest only: mint URLs valid from now. (The message is
