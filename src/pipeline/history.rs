@@ -12,7 +12,6 @@
 use std::sync::Arc;
 
 use super::Core;
-
 use crate::error::{Error, OutboundError, Result};
 use crate::message::{HistoricalMessage, HistoryPolicy, Part, Role, Sender, Timestamp};
 use crate::store::messages::{self, Parsed, StoredMessage};
