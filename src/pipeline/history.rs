@@ -457,7 +457,7 @@ pub(super) async fn windows(core: &Core, rows: &[&StoredMessage]) -> Result<Wind
     let policy = core.history;
     let (head, tail) = (policy.keep_head, policy.window + 1);
     let mut found: Vec<(&StoredMessage, Window)> = Vec::with_capacity(rows.len());
-    let mut asked: Vec<(&StoredMessage, (&str, i64))> = Vec::new();
+    let mut asked: Vec<&StoredMessage> = Vec::new();
     for row in rows {
         let mut window = core
             .caches
@@ -474,75 +474,63 @@ pub(super) async fn windows(core: &Core, rows: &[&StoredMessage]) -> Result<Wind
         }
         match window {
             Lookup::Held(w) => found.push((row, w)),
-            Lookup::Unknown | Lookup::Asked => {
-                asked.push((row, (row.thread_id.as_str(), row.seq)));
-            }
+            Lookup::Unknown | Lookup::Asked => asked.push(row),
         }
     }
-    let turns: Vec<(&str, i64)> = asked.iter().map(|(_, turn)| *turn).collect();
+    let turns: Vec<(&str, i64)> = asked
+        .iter()
+        .map(|row| (row.thread_id.as_str(), row.seq))
+        .collect();
     let read = messages::thread_windows(&core.db, &turns, head, tail).await?;
     found.extend(
         asked
             .into_iter()
             .zip(read)
-            .map(|((row, _), seqs)| (row, Window { seqs, later: None })),
+            .map(|(row, seqs)| (row, Window { seqs, later: None })),
     );
 
-    let mut loaded = Windows::default();
-    // The turns whose late answers the `answers` index is asked for, with their open turns.
-    let mut unanswered: Vec<(&StoredMessage, Vec<String>)> = Vec::new();
+    // Each window's turns, and the ids of those whose answer may still come.
+    let mut shown = Vec::with_capacity(found.len());
     for (row, window) in found {
-        let turns = match held(core, &window.seqs).await {
-            Ok(turns) => turns,
-            Err(e) => {
-                loaded.0.insert(row.seq, Err(e.into()));
-                continue;
+        let turns = held(core, &window.seqs).await;
+        let open = turns
+            .as_ref()
+            .map_or_else(|_| Vec::new(), |t| open(&policy, &window.seqs, t));
+        shown.push((row, window.later, turns, open));
+    }
+    // Where the turns stored since are not known, the answers to the open turns are asked of
+    // the `answers` index, for the whole batch at once.
+    let ids: Vec<&str> = shown
+        .iter()
+        .filter(|(_, later, _, _)| later.is_none())
+        .flat_map(|(_, _, _, open)| open.iter().map(String::as_str))
+        .collect();
+    let answers: foldhash::HashMap<String, i64> = if ids.is_empty() {
+        foldhash::HashMap::default()
+    } else {
+        messages::answers_to(&core.db, &ids)
+            .await?
+            .into_iter()
+            .collect()
+    };
+    let mut loaded = Windows::default();
+    for (row, later, turns, open) in shown {
+        let later = later.unwrap_or_else(|| {
+            open.iter()
+                .filter_map(|id| answers.get(id).copied())
+                .filter(|&seq| seq > row.seq)
+                .collect()
+        });
+        let turns = match turns {
+            Ok(mut turns) if !open.is_empty() && !later.is_empty() => {
+                held(core, &later).await.map(|later| {
+                    turns.extend(later.into_iter().filter(|t| answers_one_of(t, &open)));
+                    turns
+                })
             }
-        };
-        let open = open(&policy, &window.seqs, &turns);
-        let turns = match window.later {
-            // The turns stored since, when few, are at hand: the answers are among them.
-            Some(later) if !open.is_empty() => held(core, &later).await.map(|later| {
-                let mut turns = turns;
-                turns.extend(later.into_iter().filter(|t| answers_one_of(t, &open)));
-                turns
-            }),
-            None if !open.is_empty() => {
-                unanswered.push((row, open));
-                Ok(turns)
-            }
-            Some(_) | None => Ok(turns),
+            turns => turns,
         };
         loaded.0.insert(row.seq, turns.map_err(OutboundError::from));
-    }
-    if unanswered.is_empty() {
-        return Ok(loaded);
-    }
-    let ids: Vec<&str> = unanswered
-        .iter()
-        .flat_map(|(_, open)| open.iter().map(String::as_str))
-        .collect();
-    let answers: foldhash::HashMap<String, i64> = messages::answers_to(&core.db, &ids)
-        .await?
-        .into_iter()
-        .collect();
-    for (row, open) in unanswered {
-        let late: Vec<i64> = open
-            .iter()
-            .filter_map(|id| answers.get(id).copied())
-            .filter(|&seq| seq > row.seq)
-            .collect();
-        if late.is_empty() {
-            continue;
-        }
-        let late = held(core, &late).await;
-        if let Some(turns) = loaded.0.get_mut(&row.seq) {
-            match (late, turns) {
-                (Ok(mut late), Ok(turns)) => turns.append(&mut late),
-                (Err(e), turns) => *turns = Err(e.into()),
-                (Ok(_), Err(_)) => {}
-            }
-        }
     }
     Ok(loaded)
 }

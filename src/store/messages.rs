@@ -499,8 +499,8 @@ pub async fn thread_windows(
     }
     let lim = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     let mut out: Vec<Vec<i64>> = vec![Vec::new(); turns.len()];
-    for (chunk_no, chunk) in turns.chunks(WINDOWS_PER_STATEMENT).enumerate() {
-        let first = chunk_no * WINDOWS_PER_STATEMENT;
+    for (chunk_no, chunk) in turns.chunks(LIST_PER_STATEMENT).enumerate() {
+        let first = chunk_no * LIST_PER_STATEMENT;
         let mut args = vec![Arg::Int(lim(head)), Arg::Int(lim(tail))];
         for (i, (thread_id, before)) in chunk.iter().enumerate() {
             args.extend([
@@ -530,8 +530,9 @@ pub async fn thread_windows(
     Ok(out)
 }
 
-/// The most windows one [`thread_windows`] statement reads (three parameters each).
-const WINDOWS_PER_STATEMENT: usize = 1_000;
+/// The most items one statement asks for by a list: windows in [`thread_windows`] (three
+/// parameters each), ids in [`answers_to`].
+const LIST_PER_STATEMENT: usize = 1_000;
 
 /// The `seq`s of the first `limit` turns of `thread_id` not erased, ascending, from the
 /// `(thread_id, seq, deleted_at)` index alone.
@@ -569,7 +570,7 @@ pub async fn answers_to(db: &Db, ids: &[&str]) -> Result<Vec<(String, i64)>> {
         seq: i64,
     }
     let mut out = Vec::new();
-    for chunk in ids.chunks(ANSWERS_PER_STATEMENT) {
+    for chunk in ids.chunks(LIST_PER_STATEMENT) {
         let args: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id)).collect();
         let rows: Vec<Answer> = db
             .fetch_all(
@@ -584,9 +585,6 @@ pub async fn answers_to(db: &Db, ids: &[&str]) -> Result<Vec<(String, i64)>> {
     }
     Ok(out)
 }
-
-/// The most ids one [`answers_to`] statement asks for.
-const ANSWERS_PER_STATEMENT: usize = 1_000;
 
 /// Stored messages and responses by `seq`, in no particular order (those missing are left out).
 ///
