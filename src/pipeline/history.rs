@@ -489,32 +489,46 @@ pub(super) async fn windows(core: &Core, rows: &[&StoredMessage]) -> Result<Wind
             .map(|(row, seqs)| (row, Window { seqs, later: None })),
     );
 
-    // Each window's turns, and the ids of those whose answer may still come.
+    /// A turn's window read: its turns, and the ids of those whose answer may still come.
+    struct Shown<'a> {
+        row: &'a StoredMessage,
+        /// The window's turns stored since, when known.
+        later: Option<Vec<i64>>,
+        turns: Result<Vec<Arc<Turn>>>,
+        open: Vec<String>,
+    }
     let mut shown = Vec::with_capacity(found.len());
     for (row, window) in found {
         let turns = held(core, &window.seqs).await;
         let open = turns
             .as_ref()
             .map_or_else(|_| Vec::new(), |t| open(&policy, &window.seqs, t));
-        shown.push((row, window.later, turns, open));
+        shown.push(Shown {
+            row,
+            later: window.later,
+            turns,
+            open,
+        });
     }
     // Where the turns stored since are not known, the answers to the open turns are asked of
-    // the `answers` index, for the whole batch at once.
+    // the `answers` index, for the whole batch at once (no statement when none is open).
     let ids: Vec<&str> = shown
         .iter()
-        .filter(|(_, later, _, _)| later.is_none())
-        .flat_map(|(_, _, _, open)| open.iter().map(String::as_str))
+        .filter(|s| s.later.is_none())
+        .flat_map(|s| s.open.iter().map(String::as_str))
         .collect();
-    let answers: foldhash::HashMap<String, i64> = if ids.is_empty() {
-        foldhash::HashMap::default()
-    } else {
-        messages::answers_to(&core.db, &ids)
-            .await?
-            .into_iter()
-            .collect()
-    };
+    let answers: foldhash::HashMap<String, i64> = messages::answers_to(&core.db, &ids)
+        .await?
+        .into_iter()
+        .collect();
     let mut loaded = Windows::default();
-    for (row, later, turns, open) in shown {
+    for Shown {
+        row,
+        later,
+        turns,
+        open,
+    } in shown
+    {
         let later = later.unwrap_or_else(|| {
             open.iter()
                 .filter_map(|id| answers.get(id).copied())
