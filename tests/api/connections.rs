@@ -207,7 +207,15 @@ token = "{TOKEN}"
     for f in flood {
         ends.push(f.await.unwrap());
     }
-    let after = probe(ip("127.0.0.2"), to).await;
+    // A cut connection gives its place back when the server drops it, a moment after its
+    // client has read the end: health answers 200 again at once, give or take that moment (a
+    // server thread preempted between the two on a busy machine).
+    let again = Instant::now() + Duration::from_secs(2);
+    let mut after = vec![probe(ip("127.0.0.2"), to).await];
+    while after.last().is_some_and(|a| a != "HTTP/1.1 200 OK") && Instant::now() < again {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        after.push(probe(ip("127.0.0.2"), to).await);
+    }
     stop_tx.send(true).unwrap();
     let answers = probes.await.unwrap();
     let cut = ends.iter().filter(|e| matches!(e, End::Cut(_))).count();
@@ -230,7 +238,13 @@ token = "{TOKEN}"
             .all(|a| a == "HTTP/1.1 200 OK" || a == "HTTP/1.1 503 Service Unavailable"),
         "health answered, if only to refuse: {answers:?}"
     );
-    assert_eq!(after, "HTTP/1.1 200 OK");
+    assert!(
+        after.last().is_some_and(|a| a == "HTTP/1.1 200 OK")
+            && after
+                .iter()
+                .all(|a| a == "HTTP/1.1 200 OK" || a == "HTTP/1.1 503 Service Unavailable"),
+        "health answers 200 again once the stalled bodies are cut: {after:?}"
+    );
     let private_answers = private_probes.await.unwrap();
     assert!(
         private_answers.len() >= 10 && private_answers.iter().all(|a| a == "HTTP/1.1 200 OK"),
