@@ -522,29 +522,26 @@ pub(super) async fn windows(core: &Core, rows: &[&StoredMessage]) -> Result<Wind
         .into_iter()
         .collect();
     let mut loaded = Windows::default();
-    for Shown {
-        row,
-        later,
-        turns,
-        open,
-    } in shown
-    {
-        let later = later.unwrap_or_else(|| {
-            open.iter()
+    for s in shown {
+        let later = s.later.unwrap_or_else(|| {
+            s.open
+                .iter()
                 .filter_map(|id| answers.get(id).copied())
-                .filter(|&seq| seq > row.seq)
+                .filter(|&seq| seq > s.row.seq)
                 .collect()
         });
-        let turns = match turns {
-            Ok(mut turns) if !open.is_empty() && !later.is_empty() => {
+        let turns = match s.turns {
+            Ok(mut turns) if !s.open.is_empty() && !later.is_empty() => {
                 held(core, &later).await.map(|later| {
-                    turns.extend(later.into_iter().filter(|t| answers_one_of(t, &open)));
+                    turns.extend(later.into_iter().filter(|t| answers_one_of(t, &s.open)));
                     turns
                 })
             }
             turns => turns,
         };
-        loaded.0.insert(row.seq, turns.map_err(OutboundError::from));
+        loaded
+            .0
+            .insert(s.row.seq, turns.map_err(OutboundError::from));
     }
     Ok(loaded)
 }
