@@ -181,10 +181,13 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("writing {}", file.display()))?;
         }
         Command::Serve => {
+            // First, so that no signal during start-up takes the default action (a SIGHUP
+            // would end the process).
+            let signals = app::Signals::install()?;
             let config = Config::from_env(cli.config.as_deref())?;
             let traces = telemetry::init(&config.log, &config.telemetry)?;
             let app = Application::build(config).await?;
-            let stopped = app.run_until_stopped().await;
+            let stopped = app.run_until(signals).await;
             if let Some(traces) = traces {
                 traces.flush(std::time::Duration::from_secs(5)).await;
             }

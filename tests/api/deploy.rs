@@ -371,6 +371,8 @@ fn the_systemd_unit_and_its_user_pass_systemds_own_checks() {
         "port 25 needs CAP_NET_BIND_SERVICE"
     );
     assert!(settings["ExecStart"].ends_with(" serve"));
+    // `systemctl reload` signals the server, which keeps serving (serving.rs tests the binary).
+    assert_eq!(settings["ExecReload"], "/bin/kill -HUP $MAINPID");
 
     // systemd-analyze checks every key and value (it needs the binary to exist: the real one).
     let dir = tempfile::tempdir().unwrap();

@@ -456,7 +456,6 @@ impl Binary {
             .collect()
     }
 
-    /// Sends SIGTERM.
     /// The private (metrics) listener's address, from the start-up line.
     pub fn metrics_addr(&self) -> String {
         let up = self.logged("switchboard is up").join("");
@@ -464,13 +463,19 @@ impl Binary {
         v["metrics_addr"].as_str().unwrap().to_owned()
     }
 
+    /// Sends SIGTERM.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends the signal `name` (`TERM`, `HUP`, ...) with `kill`.
+    pub fn signal(&self, name: &str) {
         let ok = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .unwrap()
             .success();
-        assert!(ok, "kill -TERM failed");
+        assert!(ok, "kill -{name} failed");
     }
 }
 
