@@ -614,6 +614,23 @@ impl Db {
         })
     }
 
+    /// Wakes workers of `kind` on every other instance now (PostgreSQL `NOTIFY` outside a
+    /// transaction; nothing on SQLite, which has one instance): for what a statement of its own
+    /// made due. [`Tx::notify`] is the form for what a transaction commits.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn notify(&self, kind: &str) -> Result<()> {
+        if let Pools::Postgres(_) = self.pools {
+            self.execute(
+                "SELECT pg_notify('switchboard_jobs', $1)",
+                &[Arg::Text(kind)],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Runs a writing statement that returns rows (`UPDATE … RETURNING`).
     ///
     /// # Errors
