@@ -436,7 +436,10 @@ backend = {{ kind = "webhook", url = "{hook}", secret = "s3cret", timeout_ms = 9
     .await;
     let mut upload = TcpStream::connect(http).await.unwrap();
     let (head, rest) = stalled_upload();
-    upload.write_all(format!("{head}{rest}").as_bytes()).await.unwrap();
+    upload
+        .write_all(format!("{head}{rest}").as_bytes())
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     let asked = Instant::now();
