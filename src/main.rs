@@ -25,11 +25,16 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the server (SQLite and the echo agent when nothing is configured).
-    Serve,
+    Serve {
+        #[command(flatten)]
+        weak: AllowWeak,
+    },
     /// Validate the configuration and print the effective values, secrets masked.
     CheckConfig {
         /// File to check instead of --config.
         file: Option<PathBuf>,
+        #[command(flatten)]
+        weak: AllowWeak,
     },
     /// List the configured agents: fediverse handle, email address, A2A card URL, backend.
     Agents {
@@ -79,6 +84,26 @@ enum Command {
         /// Output file.
         file: PathBuf,
     },
+}
+
+/// The escape from the refusal of weak secrets.
+#[derive(Debug, clap::Args)]
+struct AllowWeak {
+    /// Accept webhook secrets, API and console tokens shorter than 16 bytes (or empty). For
+    /// tests only: a short secret can be guessed, an empty webhook secret forged.
+    #[arg(long)]
+    allow_weak: bool,
+}
+
+impl AllowWeak {
+    /// The configuration's weak secrets, unless they are allowed.
+    fn problems(&self, config: &Config) -> Vec<String> {
+        if self.allow_weak {
+            Vec::new()
+        } else {
+            config.weak_secrets()
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -152,7 +177,7 @@ impl StateFilter {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig { file } => {
+        Command::CheckConfig { file, weak } => {
             let path = file.or(cli.config);
             let config = Config::from_env(path.as_deref())?;
             print!("{}", config.to_masked_toml()?);
@@ -161,6 +186,7 @@ async fn main() -> anyhow::Result<()> {
                 Err(e) => vec![e.to_string()],
                 Ok(()) => Vec::new(),
             };
+            problems.extend(weak.problems(&config));
             problems.extend(ops::check_environment(&config, &app::job_kinds()));
             anyhow::ensure!(
                 problems.is_empty(),
@@ -180,8 +206,14 @@ async fn main() -> anyhow::Result<()> {
             std::fs::write(&file, switchboard::transports::api::openapi::document())
                 .with_context(|| format!("writing {}", file.display()))?;
         }
-        Command::Serve => {
+        Command::Serve { weak } => {
             let config = Config::from_env(cli.config.as_deref())?;
+            let weak = weak.problems(&config);
+            anyhow::ensure!(
+                weak.is_empty(),
+                "configuration: {}\n(--allow-weak accepts them, for tests only)",
+                weak.join("\n")
+            );
             let traces = telemetry::init(&config.log, &config.telemetry)?;
             let app = Application::build(config).await?;
             let stopped = app.run_until_stopped().await;

@@ -296,7 +296,7 @@ callback_url = "{callback}"
 workers = 1
 [[agents]]
 name = "helper"
-backend = {{ kind = "webhook", url = "{hook}", secret = "s" }}
+backend = {{ kind = "webhook", url = "{hook}", secret = "a-webhook-secret-long-enough" }}
 "#
             ),
         )
@@ -492,5 +492,112 @@ fn logs_have_no_colour_codes_when_not_on_a_terminal() {
     assert!(
         seen.iter().all(|l| !l.contains('\u{1b}')),
         "colour codes in a piped log: {seen:#?}"
+    );
+}
+
+/// An empty webhook secret, a one-character API token and a short console token are refused by
+/// `check-config` and `serve`, each named by its key; `--allow-weak` accepts them.
+#[test]
+fn weak_secrets_are_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weak.toml");
+    std::fs::write(
+        &path,
+        r#"[server]
+bind = "127.0.0.1:0"
+metrics_bind = "127.0.0.1:0"
+[api]
+token = "x"
+[console]
+token = "short-console"
+[[agents]]
+name = "helper"
+backend = { kind = "webhook", url = "https://agent.example/hook", secret = "" }
+"#,
+    )
+    .unwrap();
+    let config = path.to_str().unwrap();
+    let (ok, _, err) = run(switchboard().args(["check-config", config]));
+    assert!(!ok, "weak secrets passed check-config");
+    for needle in [
+        "agents[0].backend.secret: empty",
+        "api.token: 1 bytes is too short",
+        "console.token: 13 bytes is too short",
+    ] {
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+    assert!(
+        !err.contains("short-console"),
+        "a secret was printed: {err}"
+    );
+    let (ok, _, err) = run(switchboard().args(["check-config", config, "--allow-weak"]));
+    assert!(ok, "{err}");
+
+    // `serve` refuses to start (before it opens a database or a listener).
+    let (ok, _, err) = run(switchboard()
+        .args(["--config", config, "serve"])
+        .current_dir(dir.path()));
+    assert!(!ok, "serve started with weak secrets");
+    assert!(
+        err.contains("api.token: 1 bytes") && err.contains("--allow-weak"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("switchboard.db").exists(),
+        "serve opened a database"
+    );
+}
+
+/// Secrets come from files: absolute paths, and names in systemd's `$CREDENTIALS_DIRECTORY`;
+/// a secret given both ways is refused.
+#[test]
+fn check_config_reads_secrets_from_files_and_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("creds");
+    std::fs::create_dir(&creds).unwrap();
+    let hook = dir.path().join("webhook.secret");
+    std::fs::write(&hook, "webhook-secret-from-a-file-0123\n").unwrap();
+    std::fs::write(creds.join("api-token"), "api-token-from-a-credential\n").unwrap();
+    let path = dir.path().join("files.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"[api]
+token_file = "api-token"
+[[agents]]
+name = "helper"
+backend = {{ kind = "webhook", url = "https://agent.example/hook", secret_file = "{}" }}
+"#,
+            hook.display()
+        ),
+    )
+    .unwrap();
+    let config = path.to_str().unwrap();
+    let (ok, out, err) = run(switchboard()
+        .args(["check-config", config])
+        .env("CREDENTIALS_DIRECTORY", &creds));
+    assert!(ok, "{err}");
+    assert!(
+        !out.contains("from-a-file") && !out.contains("from-a-credential"),
+        "{out}"
+    );
+    assert!(out.contains("secret = \"********\""), "{out}");
+
+    // Outside the unit the credential is not there: the key and the path are named.
+    let (ok, _, err) = run(switchboard()
+        .args(["check-config", config])
+        .current_dir(dir.path()));
+    assert!(!ok && err.contains("api.token_file: api-token"), "{err}");
+
+    let (ok, _, err) = run(switchboard()
+        .args(["check-config", config])
+        .env("CREDENTIALS_DIRECTORY", &creds)
+        .env(
+            "SWITCHBOARD__AGENTS__0__BACKEND__SECRET",
+            "and-a-value-too-0123",
+        ));
+    assert!(
+        !ok && err.contains("agents[0].backend.secret: set both"),
+        "{err}"
     );
 }
