@@ -67,6 +67,12 @@ enum Command {
     },
     /// Print the DNS TXT record publishing the DKIM key of outbound mail (made on first use).
     Dkim,
+    /// Encrypt the private keys stored in the database under the key-encryption key
+    /// (`server.kek_file` or `server.kek`), or move them to a new one.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// Check from the outside what federation and mail need (public documents, DNS records,
     /// the SMTP certificate, the database): pass/warn/fail with the fix; exits 1 on a failure.
     Doctor {
@@ -117,6 +123,19 @@ enum AgentsCommand {
         /// The new account: `@user@host` or its actor URL.
         #[arg(long)]
         to: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Encrypt every private key still stored plain under the configured KEK.
+    Encrypt,
+    /// Re-encrypt every private key sealed under the old KEK (and every plain one) under the
+    /// configured KEK. Stop every instance first; start them again with the new KEK.
+    Rotate {
+        /// The file holding the KEK the keys are encrypted with now.
+        #[arg(long)]
+        old_kek_file: PathBuf,
     },
 }
 
@@ -225,7 +244,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Dkim => {
             let config = Config::from_env(cli.config.as_deref())?;
             let db = Db::open_existing(&config.database).await?;
-            let keys = switchboard::keys::Keys::new(db.clone(), std::sync::Arc::new(SystemClock));
+            let keys = switchboard::keys::Keys::new(db.clone(), std::sync::Arc::new(SystemClock))
+                .with_kek(config.server.kek()?);
             let (domain, _) = switchboard::transports::email::names(&config)?;
             let (name, value) = switchboard::transports::email::dkim_record(
                 &keys,
@@ -241,6 +261,34 @@ async fn main() -> anyhow::Result<()> {
                 .collect();
             println!("{name}. IN TXT {}", chunks.join(" "));
             db.close().await;
+        }
+        Command::Keys { command } => {
+            let config = Config::from_env(cli.config.as_deref())?;
+            let kek = config.server.kek()?.context(
+                "no key-encryption key: set server.kek_file (or SWITCHBOARD__SERVER__KEK) to 32 \
+                 random bytes, hex or base64 (`openssl rand -hex 32`)",
+            )?;
+            let db = Db::open_existing(&config.database).await?;
+            let done = match command {
+                KeysCommand::Encrypt => switchboard::keys::encrypt_plain(&db, &kek)
+                    .await
+                    .map(|n| format!("{n} key(s) encrypted under KEK {}", kek.id())),
+                KeysCommand::Rotate { old_kek_file } => {
+                    let text = std::fs::read_to_string(&old_kek_file)
+                        .with_context(|| format!("reading {}", old_kek_file.display()))?;
+                    let old = switchboard::keys::Kek::parse(&text)
+                        .with_context(|| format!("{}", old_kek_file.display()))?;
+                    switchboard::keys::rotate(&db, &old, &kek).await.map(|n| {
+                        format!(
+                            "{n} key(s) re-encrypted from KEK {} to KEK {}",
+                            old.id(),
+                            kek.id()
+                        )
+                    })
+                }
+            };
+            db.close().await;
+            println!("{}", done?);
         }
         Command::Doctor { smtp } => {
             let config = Config::from_env(cli.config.as_deref())?;

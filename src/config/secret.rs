@@ -66,6 +66,7 @@ const SECRET_KEYS: &[&str] = &[
     "client_secret",
     "callback_secret",
     "relay_password",
+    "kek",
 ];
 
 /// The environment variable systemd sets to the directory of a unit's credentials
