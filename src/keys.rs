@@ -402,16 +402,7 @@ impl Keys {
                 self.store(name, RSA, private_der, public_der).await?
             }
         };
-        if row.algorithm != RSA {
-            return Err(Error::Invalid(format!("key {name} is {}", row.algorithm)));
-        }
-        let private = unseal(
-            name,
-            &row.algorithm,
-            row.kek_id.as_deref(),
-            &row.private_der,
-            self.kek.as_deref(),
-        )?;
+        let private = self.private_of(name, RSA, &row)?;
         let key = Arc::new(RsaKey::from_der(private, row.public_der)?);
         self.lock().rsa.insert(name.to_owned(), key.clone());
         Ok(key)
@@ -437,19 +428,24 @@ impl Keys {
                 self.store(name, ED25519, fresh.pkcs8, public).await?
             }
         };
-        if row.algorithm != ED25519 {
-            return Err(Error::Invalid(format!("key {name} is {}", row.algorithm)));
-        }
-        let private = unseal(
-            name,
-            &row.algorithm,
-            row.kek_id.as_deref(),
-            &row.private_der,
-            self.kek.as_deref(),
-        )?;
+        let private = self.private_of(name, ED25519, &row)?;
         let key = Arc::new(Ed25519Key::from_der(private)?);
         self.lock().ed25519.insert(name.to_owned(), key.clone());
         Ok(key)
+    }
+
+    /// The private key in `row`, stored as `name`, which must hold a key of `algorithm`.
+    fn private_of(&self, name: &str, algorithm: &str, row: &KeyRow) -> Result<Vec<u8>> {
+        if row.algorithm != algorithm {
+            return Err(Error::Invalid(format!("key {name} is {}", row.algorithm)));
+        }
+        unseal(
+            name,
+            algorithm,
+            row.kek_id.as_deref(),
+            &row.private_der,
+            self.kek.as_deref(),
+        )
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {

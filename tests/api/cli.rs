@@ -601,3 +601,61 @@ backend = {{ kind = "webhook", url = "https://agent.example/hook", secret_file =
         "{err}"
     );
 }
+
+/// `keys encrypt` seals the stored private keys under the configured KEK, `keys rotate` moves
+/// them to a new one; `dkim` reads them under the KEK; `doctor` warns while there is no KEK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_commands_encrypt_and_rotate_and_doctor_warns_without_a_kek() {
+    let mut t = spawn_app(Engine::Sqlite, |_, _| {}).await;
+    t.app()
+        .pipeline()
+        .keys()
+        .rsa("dkim:switchboard")
+        .await
+        .unwrap();
+    t.stop().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("old.kek"), dir.path().join("new.kek"));
+    std::fs::write(&old, format!("{}\n", "11".repeat(32))).unwrap();
+    std::fs::write(&new, "22".repeat(32)).unwrap();
+    let run_with = |args: &[&str], kek: Option<&Path>| {
+        let mut c = switchboard();
+        c.args(args)
+            .env("SWITCHBOARD__DATABASE__URL", &t.db.url)
+            .env("SWITCHBOARD__EMAIL__DOMAIN", "sb.example");
+        if let Some(kek) = kek {
+            c.env("SWITCHBOARD__SERVER__KEK_FILE", kek);
+        }
+        run(&mut c)
+    };
+    let doctor_kek = |kek: Option<&Path>| {
+        let (_, out, err) = run_with(&["doctor"], kek);
+        out.lines()
+            .find(|l| l.contains(" kek "))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no kek check: {out}{err}"))
+    };
+    assert!(doctor_kek(None).starts_with("warn"), "{}", doctor_kek(None));
+
+    let (ok, _, err) = run_with(&["keys", "encrypt"], None);
+    assert!(!ok && err.contains("server.kek_file"), "{err}");
+    let (ok, out, err) = run_with(&["keys", "encrypt"], Some(&old));
+    assert!(ok, "{err}");
+    assert!(out.contains("key(s) encrypted under KEK"), "{out}");
+    assert!(!out.starts_with("0 "), "{out}");
+    assert!(doctor_kek(Some(&old)).starts_with("pass"));
+    let (ok, record, err) = run_with(&["dkim"], Some(&old));
+    assert!(ok && record.contains("v=DKIM1"), "{err}");
+    // Without the KEK the key cannot be read, and the command says why.
+    let (ok, _, err) = run_with(&["dkim"], None);
+    assert!(!ok && err.contains("encrypted under KEK"), "{err}");
+
+    let old_arg = old.to_str().unwrap();
+    let (ok, out, err) = run_with(&["keys", "rotate", "--old-kek-file", old_arg], Some(&new));
+    assert!(ok && out.contains("re-encrypted"), "{out}{err}");
+    let (ok, again, err) = run_with(&["dkim"], Some(&new));
+    assert!(ok, "{err}");
+    assert_eq!(again, record, "the same key under the new KEK");
+    let (ok, _, err) = run_with(&["keys", "encrypt"], Some(&old));
+    assert!(!ok && err.contains("wrong KEK"), "{err}");
+}
