@@ -611,13 +611,10 @@ fn an_extended_card_needs_callers_who_authenticate_and_card_keys_are_jwks() {
 fn weak_secrets_are_named_by_key() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.toml");
-    std::fs::write(
-        &path,
-        "[api]\ntoken = \"x\"\n[console]\ntoken = \"fifteen-bytes!!\"\n\
+    let text = "[api]\ntoken = \"x\"\n[console]\ntoken = \"fifteen-bytes!!\"\n\
          [[agents]]\nname = \"w\"\nbackend = { kind = \"webhook\", url = \"https://a.example\", secret = \"\" }\n\
-         [[agents]]\nname = \"v\"\nbackend = { kind = \"webhook\", url = \"https://a.example\", secret = \"sixteen-bytes!!!\" }\n",
-    )
-    .unwrap();
+         [[agents]]\nname = \"v\"\nbackend = { kind = \"webhook\", url = \"https://a.example\", secret = \"sixteen-bytes!!!\" }\n";
+    std::fs::write(&path, text).unwrap();
     // Weak secrets load (tests use them); `check-config` and `serve` refuse them.
     let c = Config::load(Some(&path), vec![]).unwrap();
     let weak = c.weak_secrets();

@@ -495,14 +495,21 @@ fn logs_have_no_colour_codes_when_not_on_a_terminal() {
     );
 }
 
+/// Writes `text` to the file `name` in `dir`, and gives its path.
+fn config_file(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
 /// An empty webhook secret, a one-character API token and a short console token are refused by
 /// `check-config` and `serve`, each named by its key; `--allow-weak` accepts them.
 #[test]
 fn weak_secrets_are_refused_unless_allowed() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("weak.toml");
-    std::fs::write(
-        &path,
+    let config = &config_file(
+        dir.path(),
+        "weak.toml",
         r#"[server]
 bind = "127.0.0.1:0"
 metrics_bind = "127.0.0.1:0"
@@ -514,18 +521,15 @@ token = "short-console"
 name = "helper"
 backend = { kind = "webhook", url = "https://agent.example/hook", secret = "" }
 "#,
-    )
-    .unwrap();
-    let config = path.to_str().unwrap();
+    );
     let (ok, _, err) = run(switchboard().args(["check-config", config]));
     assert!(!ok, "weak secrets passed check-config");
-    for needle in [
+    let named = [
         "agents[0].backend.secret: empty",
         "api.token: 1 bytes is too short",
         "console.token: 13 bytes is too short",
-    ] {
-        assert!(err.contains(needle), "{needle:?} not in {err}");
-    }
+    ];
+    assert!(named.iter().all(|n| err.contains(n)), "{err}");
     assert!(
         !err.contains("short-console"),
         "a secret was printed: {err}"
@@ -558,10 +562,10 @@ fn check_config_reads_secrets_from_files_and_credentials() {
     let hook = dir.path().join("webhook.secret");
     std::fs::write(&hook, "webhook-secret-from-a-file-0123\n").unwrap();
     std::fs::write(creds.join("api-token"), "api-token-from-a-credential\n").unwrap();
-    let path = dir.path().join("files.toml");
-    std::fs::write(
-        &path,
-        format!(
+    let config = &config_file(
+        dir.path(),
+        "files.toml",
+        &format!(
             r#"[api]
 token_file = "api-token"
 [[agents]]
@@ -570,9 +574,7 @@ backend = {{ kind = "webhook", url = "https://agent.example/hook", secret_file =
 "#,
             hook.display()
         ),
-    )
-    .unwrap();
-    let config = path.to_str().unwrap();
+    );
     let (ok, out, err) = run(switchboard()
         .args(["check-config", config])
         .env("CREDENTIALS_DIRECTORY", &creds));
