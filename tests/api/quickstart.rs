@@ -193,7 +193,7 @@ async fn the_quickstart_configuration_and_proxy_work_as_written() {
     let made = Command::new("sh").args(["-ec", &make_secrets]).status();
     assert!(made.unwrap().success(), "{make_secrets}");
     let mut secrets = Vec::new();
-    for name in ["webhook.secret", "api.token", "media.secret"] {
+    for name in ["webhook.secret", "api.token", "media.secret", "kek"] {
         let path = etc.join(name);
         config = swap(
             &config,
@@ -494,7 +494,7 @@ async fn the_quickstart_configuration_and_proxy_work_as_written() {
         "{out}"
     );
     // Step 7: `doctor` runs its checks (the public ones fail here, away from the internet); the
-    // configuration and the database pass.
+    // configuration, the database and the encryption of its keys under the KEK pass.
     let [doctor] = &commands(&doc, "7. Check")[..] else {
         panic!("one doctor command");
     };
@@ -504,11 +504,13 @@ async fn the_quickstart_configuration_and_proxy_work_as_written() {
         "{doctor}: {out}{err}"
     );
     assert!(!err.contains("missing field"), "{err}");
-    assert!(
-        out.lines()
-            .any(|l| l.starts_with("pass") && l.contains("database")),
-        "{out}"
-    );
+    for check in ["database", "kek"] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("pass") && l.split_whitespace().nth(1) == Some(check)),
+            "{check}: {out}"
+        );
+    }
     // Step 8: `queue list` answers (nothing is dead).
     let [queue] = &commands(&doc, "8. Talk")[..] else {
         panic!("one queue command");
