@@ -167,8 +167,17 @@ async fn parts(
     );
     let blocks = Arc::new(crate::moderation::Blocks::new(&config.moderation.blocks));
     blocks.refresh(&db).await?;
+    // Keys sealed under another KEK (or any, without one) stop the start here.
+    let kek = config.server.kek()?;
+    let plain = crate::keys::check_kek(&db, kek.as_deref()).await?;
+    if kek.is_some() && plain > 0 {
+        tracing::warn!(
+            plain,
+            "private keys stored unencrypted: `switchboard keys encrypt` seals them"
+        );
+    }
     let services = Services {
-        keys: Keys::new(db.clone(), clock.clone()),
+        keys: Keys::new(db.clone(), clock.clone()).with_kek(kek),
         agents: Arc::new(agents),
         blobs: BlobStore::new(db.clone(), clock.clone(), &config.media, site.base_url()),
         db,

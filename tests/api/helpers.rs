@@ -375,8 +375,9 @@ pub struct Binary {
 }
 
 impl Binary {
-    /// Starts `switchboard --config {config} serve` (the configuration must log JSON) and waits
-    /// until it is up; with `open_files`, under that open-file limit (`ulimit -n`).
+    /// Starts `switchboard --config {config} serve --allow-weak` (the configuration must log
+    /// JSON; tests' tokens may be short) and waits until it is up; with `open_files`, under
+    /// that open-file limit (`ulimit -n`).
     pub fn start(config: &std::path::Path, open_files: Option<u64>) -> Binary {
         Self::launch(config, open_files, &[])
     }
@@ -389,7 +390,12 @@ impl Binary {
     fn launch(config: &std::path::Path, open_files: Option<u64>, env: &[(&str, &str)]) -> Binary {
         use std::io::BufRead;
         let bin = env!("CARGO_BIN_EXE_switchboard");
-        let args = ["--config", config.to_str().unwrap(), "serve"];
+        let args = [
+            "--config",
+            config.to_str().unwrap(),
+            "serve",
+            "--allow-weak",
+        ];
         let mut cmd = match open_files {
             Some(n) => {
                 let mut c = std::process::Command::new("sh");
