@@ -75,10 +75,10 @@ pub struct Entry<'a> {
     pub actor: &'a Actor,
     /// What was done (one of [`action`]).
     pub action: &'a str,
-    /// What it was done to.
-    pub target: &'a str,
     /// A small JSON object with what else tells the action apart.
     pub detail: Value,
+    /// What it was done to.
+    pub target: &'a str,
 }
 
 /// A recorded action.

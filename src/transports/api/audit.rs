@@ -7,13 +7,13 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 
 use super::ApiState;
-use super::read::{answer, cursor, page_limit, parse_cursor};
+use super::read::{answer, cursor, page_limit, page_of, parse_cursor};
 use super::wire::{AuditEntry, AuditPage};
 use crate::error::{Error, Result};
 use crate::message::{NormalizedMessage, Timestamp};
 use crate::pipeline::IngestWrite;
-use crate::store::Tx;
 use crate::store::audit::{self, Actor, AuditFilter, AuditRow};
+use crate::store::{Db, Tx};
 
 /// Who acted on a request the API token let in: the token's non-secret id and the client
 /// address (behind trusted proxies, the one they name).
@@ -61,7 +61,7 @@ impl IngestWrite for SendRecord {
 }
 
 /// A stored record as the API and the console show it.
-pub(super) fn entry_view(row: AuditRow) -> AuditEntry {
+fn entry_view(row: AuditRow) -> AuditEntry {
     AuditEntry {
         detail: serde_json::from_str(&row.detail).unwrap_or(Value::String(row.detail)),
         at: Timestamp::from_unix_millis(row.at),
@@ -74,19 +74,50 @@ pub(super) fn entry_view(row: AuditRow) -> AuditEntry {
 }
 
 /// `since`: an RFC 3339 time, as unix ms.
-pub(super) fn parse_since(since: &str) -> Result<i64> {
+fn parse_since(since: &str) -> Result<i64> {
     Timestamp::parse(since)
         .map(|t| t.unix_millis())
         .map_err(|_| Error::Invalid("since: an RFC 3339 time such as 2026-12-01T00:00:00Z".into()))
 }
 
-/// The query of `GET /api/v1/audit`.
-#[derive(Debug, serde::Deserialize)]
+/// What a page of records is asked for with (`GET /api/v1/audit`, the console's audit page);
+/// empty values count as absent.
+#[derive(Debug, Default, serde::Deserialize)]
 pub(super) struct AuditQuery {
-    since: Option<String>,
-    action: Option<String>,
-    cursor: Option<String>,
-    limit: Option<i64>,
+    /// Only records at or after this RFC 3339 time.
+    pub(super) since: Option<String>,
+    /// Only this action.
+    pub(super) action: Option<String>,
+    /// The previous page's `next_cursor`.
+    pub(super) cursor: Option<String>,
+    /// Records per page.
+    pub(super) limit: Option<i64>,
+}
+
+/// A query value, unless absent or blank.
+fn given(v: Option<&String>) -> Option<&str> {
+    v.map(|v| v.trim()).filter(|v| !v.is_empty())
+}
+
+/// One page of records, newest first.
+///
+/// # Errors
+/// [`Error::Invalid`] for a `since` that is not RFC 3339, a cursor not given out here, a limit
+/// out of range; database errors.
+pub(super) async fn page(db: &Db, q: &AuditQuery) -> Result<AuditPage> {
+    let limit = page_limit(q.limit)?;
+    let before = given(q.cursor.as_ref()).map(parse_cursor).transpose()?;
+    let filter = AuditFilter {
+        since: given(q.since.as_ref()).map(parse_since).transpose()?,
+        action: given(q.action.as_ref()),
+        before: before.as_ref().map(|(at, id)| (*at, id.as_str())),
+    };
+    let rows = audit::list(db, filter, limit + 1).await?;
+    let (rows, next_cursor) = page_of(rows, limit, |r| cursor(r.at, &r.id));
+    Ok(AuditPage {
+        entries: rows.into_iter().map(entry_view).collect(),
+        next_cursor,
+    })
 }
 
 /// `GET /api/v1/audit?since=&action=&cursor=&limit=`: recorded operator actions, newest first.
@@ -96,25 +127,5 @@ pub(super) async fn list_audit(
     query: web::Query<AuditQuery>,
 ) -> HttpResponse {
     let q = query.into_inner();
-    answer(&state, &req, move |db| async move {
-        let limit = page_limit(q.limit)?;
-        let since = q.since.as_deref().map(parse_since).transpose()?;
-        let before = q.cursor.as_deref().map(parse_cursor).transpose()?;
-        let filter = AuditFilter {
-            since,
-            action: q.action.as_deref().filter(|a| !a.is_empty()),
-            before: before.as_ref().map(|(at, id)| (*at, id.as_str())),
-        };
-        let mut rows = audit::list(&db, filter, limit + 1).await?;
-        let more = rows.len() > usize::try_from(limit).unwrap_or(usize::MAX);
-        rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-        let next_cursor = more
-            .then(|| rows.last().map(|r| cursor(r.at, &r.id)))
-            .flatten();
-        Ok(AuditPage {
-            entries: rows.into_iter().map(entry_view).collect(),
-            next_cursor,
-        })
-    })
-    .await
+    answer(&state, &req, move |db| async move { page(&db, &q).await }).await
 }

@@ -77,6 +77,20 @@ pub(super) fn parse_cursor(cursor: &str) -> Result<(i64, String)> {
     Ok((at.parse().map_err(|_| bad())?, id.to_owned()))
 }
 
+/// One page of `rows` read `limit + 1` at most: the first `limit`, and the cursor after the
+/// last of them when more follow.
+pub(super) fn page_of<T>(
+    mut rows: Vec<T>,
+    limit: i64,
+    after: impl Fn(&T) -> String,
+) -> (Vec<T>, Option<String>) {
+    let n = usize::try_from(limit).unwrap_or(usize::MAX);
+    let more = rows.len() > n;
+    rows.truncate(n);
+    let next = more.then(|| rows.last().map(after)).flatten();
+    (rows, next)
+}
+
 /// A page's `limit`: [`PAGE`] when absent, else 1 to [`MAX_PAGE`].
 pub(super) fn page_limit(limit: Option<i64>) -> Result<i64> {
     let limit = limit.unwrap_or(PAGE);
@@ -102,10 +116,8 @@ pub(super) async fn list_threads(
             transport: q.transport.as_deref(),
             before: before.as_ref().map(|(at, id)| (*at, id.as_str())),
         };
-        let mut rows = threads::list(&db, filter, limit + 1).await?;
-        let more = rows.len() > usize::try_from(limit).unwrap_or(usize::MAX);
-        rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-        let next_cursor = more.then(|| rows.last().map(cursor_after)).flatten();
+        let rows = threads::list(&db, filter, limit + 1).await?;
+        let (rows, next_cursor) = page_of(rows, limit, cursor_after);
         Ok(ThreadPage {
             threads: summaries(&db, &rows).await?,
             next_cursor,

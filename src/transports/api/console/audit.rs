@@ -13,11 +13,12 @@ use serde_json::json;
 use super::{COOKIE, Console, View, esc, guarded};
 use crate::net::client_addr::{self, TrustedProxies};
 use crate::store::Db;
-use crate::store::audit::{self, Actor, AuditFilter};
+use crate::store::audit::{self, Actor};
 use crate::store::jobs;
+use crate::transports::api::audit::AuditQuery;
 
-/// Records shown on one page of `/console/audit`.
-const PAGE: i64 = 100;
+/// Records shown on one page of `/console/audit` (the most the read API gives).
+const PAGE: i64 = 200;
 
 /// What the console needs to say who acted: the proxies whose forwarding headers are believed
 /// (`server.trusted_proxies`).
@@ -40,21 +41,31 @@ impl Trail {
 /// the SHA-256 of its session cookie (or of the bearer token it signs in with), `None` without
 /// either (a console without `console.token`).
 pub(super) fn session_id(req: &HttpRequest) -> Option<String> {
-    let cookie = req
-        .headers()
-        .get_all(header::COOKIE)
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-        .filter(|v| !v.is_empty());
-    let bearer = || {
-        req.headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .filter(|v| !v.is_empty())
-    };
-    cookie.or_else(bearer).map(audit::short_id)
+    session_cookie(req)
+        .or_else(|| bearer(req))
+        .filter(|v| !v.is_empty())
+        .map(audit::short_id)
+}
+
+/// The value of the session cookie, when the request has one.
+fn session_cookie(req: &HttpRequest) -> Option<&str> {
+    for value in req.headers().get_all(header::COOKIE) {
+        let Ok(value) = value.to_str() else { continue };
+        for pair in value.split(';') {
+            if let Some((name, v)) = pair.trim().split_once('=')
+                && name == COOKIE
+            {
+                return Some(v);
+            }
+        }
+    }
+    None
+}
+
+/// The bearer token of the request, when it has one.
+fn bearer(req: &HttpRequest) -> Option<&str> {
+    let auth = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    auth.strip_prefix("Bearer ")
 }
 
 /// The client of a console request: the address the public listener's middleware set, else
@@ -117,55 +128,27 @@ pub(super) async fn purge(db: &Db, by: &Actor, now: i64) -> crate::error::Result
     tx.commit().await
 }
 
-/// The query of `/console/audit`.
-#[derive(Debug, Default, serde::Deserialize)]
-pub(super) struct AuditQuery {
-    #[serde(default)]
-    action: String,
-    #[serde(default)]
-    since: String,
-    #[serde(default)]
-    cursor: String,
-}
-
 /// `GET /console/audit?action=&since=&cursor=`.
 pub(super) async fn audit_page(
     c: web::Data<Console>,
     req: HttpRequest,
     q: web::Query<AuditQuery>,
 ) -> HttpResponse {
-    let q = q.into_inner();
+    let mut q = q.into_inner();
+    q.limit = Some(PAGE);
     guarded(&c, &req, move |p| async move {
-        let since = Some(q.since.trim())
-            .filter(|s| !s.is_empty())
-            .map(crate::transports::api::audit::parse_since)
-            .transpose()?;
-        let before = Some(q.cursor.as_str())
-            .filter(|s| !s.is_empty())
-            .map(crate::transports::api::read::parse_cursor)
-            .transpose()?;
-        let filter = AuditFilter {
-            since,
-            action: Some(q.action.trim()).filter(|a| !a.is_empty()),
-            before: before.as_ref().map(|(at, id)| (*at, id.as_str())),
-        };
-        let mut rows = audit::list(p.db(), filter, PAGE + 1).await?;
-        let more = rows.len() > usize::try_from(PAGE).unwrap_or(usize::MAX);
-        rows.truncate(usize::try_from(PAGE).unwrap_or(usize::MAX));
-        let older = rows
-            .last()
-            .filter(|_| more)
-            .map(|r| {
-                let query = url::form_urlencoded::Serializer::new(String::new())
-                    .append_pair("action", &q.action)
-                    .append_pair("since", &q.since)
-                    .append_pair("cursor", &crate::transports::api::read::cursor(r.at, &r.id))
-                    .finish();
-                format!("<p><a id=\"older\" href=\"/console/audit?{}\">Older</a></p>", esc(&query))
-            })
-            .unwrap_or_default();
+        let found = crate::transports::api::audit::page(p.db(), &q).await?;
+        let (action, since) = (q.action.unwrap_or_default(), q.since.unwrap_or_default());
+        let older = found.next_cursor.map_or_else(String::new, |next| {
+            let query = url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("action", &action)
+                .append_pair("since", &since)
+                .append_pair("cursor", &next)
+                .finish();
+            format!("<p><a id=\"older\" href=\"/console/audit?{}\">Older</a></p>", esc(&query))
+        });
         let mut body = String::new();
-        for r in rows.into_iter().map(crate::transports::api::audit::entry_view) {
+        for r in found.entries {
             let _ = write!(
                 body,
                 "<tr data-audit=\"{id}\"><td>{at}</td><td><code data-action>{action}</code></td>\
@@ -191,8 +174,8 @@ pub(super) async fn audit_page(
              <p><button type=\"submit\">Filter</button></p></form>\
              <table id=\"audit\"><tr><th>When</th><th>Action</th><th>Target</th><th>Detail</th>\
              <th>Credential</th><th>Client</th></tr>{body}</table>{older}",
-            action = esc(&q.action),
-            since = esc(&q.since),
+            action = esc(&action),
+            since = esc(&since),
         );
         Ok(View::page("Audit log", "Audit log", &main))
     })
