@@ -1,5 +1,5 @@
 //! The database handle over SQLite or PostgreSQL, chosen by the URL, the portable helpers every
-//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys, used attestations, policy states, reports)
+//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys, used attestations, policy states, reports, the audit log)
 //! and of erasing messages ([`erasure`]). A
 //! transport's own tables have their SQL in the transport's folder (`store.rs` there), over the
 //! same handle and helpers.
@@ -12,6 +12,7 @@
 //! through sqlx's pool.
 
 pub mod attestations;
+pub mod audit;
 pub mod blobs;
 pub mod blocks;
 pub mod erasure;

@@ -124,7 +124,7 @@ pub(super) async fn add_block(
     req: HttpRequest,
     form: web::Form<BlockForm>,
 ) -> HttpResponse {
-    let form = form.into_inner();
+    let (form, by) = (form.into_inner(), super::audit::actor(&c, &req));
     guarded(&c, &req, move |pipeline| async move {
         let kind = BlockKind::parse(&form.kind).ok_or_else(|| {
             Error::Invalid(format!(
@@ -138,7 +138,7 @@ pub(super) async fn add_block(
             agent: Some(form.agent).filter(|a| !a.is_empty()),
             reason: Some(form.reason),
         };
-        pipeline.add_block(&new).await?;
+        pipeline.add_block(&new, &by).await?;
         Ok(View::Redirect(back_to(&form.back)))
     })
     .await
@@ -158,9 +158,10 @@ pub(super) async fn remove_block(
     req: HttpRequest,
     form: web::Form<RemoveForm>,
 ) -> HttpResponse {
-    let form = form.into_inner();
+    let (form, by) = (form.into_inner(), super::audit::actor(&c, &req));
     guarded(&c, &req, move |p| async move {
-        if !p.blocks().remove(p.db(), &form.id).await? {
+        let now = p.clock().now_ms();
+        if !p.blocks().remove(p.db(), &form.id, now, &by).await? {
             return Err(Error::NotFound(format!(
                 "no block {} added at run time",
                 form.id

@@ -10,6 +10,7 @@
 //! the token as a bearer header); without one it is served only on a loopback listener (the
 //! configuration check refuses anything else).
 
+mod audit;
 mod blocks;
 
 use std::collections::HashMap;
@@ -40,6 +41,7 @@ pub struct Console {
     token: Option<Secret>,
     /// Each agent: name, handle, email, card URL, backend kind.
     agents: std::sync::Arc<Vec<crate::ops::AgentAddresses>>,
+    trail: audit::Trail,
 }
 
 impl Console {
@@ -59,6 +61,7 @@ impl Console {
             pipeline: pipeline.front(),
             token: config.console.token.clone(),
             agents: std::sync::Arc::new(crate::ops::agent_addresses(config, addresses)?),
+            trail: audit::Trail::new(config),
         }))
     }
 
@@ -116,6 +119,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, console: Console) {
         .route("/console/send", web::post().to(send))
         .route("/console/blocks", web::get().to(blocks::blocks_page))
         .route("/console/blocks", web::post().to(blocks::add_block))
+        .route("/console/audit", web::get().to(audit::audit_page))
         .route(
             "/console/blocks/remove",
             web::post().to(blocks::remove_block),
@@ -151,6 +155,7 @@ fn page(active: &str, title: &str, main: &str) -> HttpResponse {
         ("/console/reports", "Reports"),
         ("/console/send", "Send a test message"),
         ("/console/blocks", "Blocks"),
+        ("/console/audit", "Audit log"),
     ] {
         let on = if name == active { " class=\"on\"" } else { "" };
         let _ = write!(nav, "<a href=\"{href}\"{on}>{name}</a>");
@@ -663,19 +668,20 @@ async fn queue_retry(
     form: web::Form<RetryForm>,
 ) -> HttpResponse {
     let now = c.pipeline.clock().now_ms();
-    let id = form.into_inner().id;
+    let (id, by) = (form.into_inner().id, audit::actor(&c, &req));
     guarded(&c, &req, move |p| async move {
         let db = p.db();
-        jobs::retry_dead(db, Some(&id), now).await?;
+        audit::retry(db, &by, &id, now).await?;
         Ok(View::Redirect("/console/queue".into()))
     })
     .await
 }
 
 async fn queue_purge(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
+    let by = audit::actor(&c, &req);
     guarded(&c, &req, move |p| async move {
         let db = p.db();
-        jobs::purge(db, "dead").await?;
+        audit::purge(db, &by, p.clock().now_ms()).await?;
         Ok(View::Redirect("/console/queue".into()))
     })
     .await
@@ -734,12 +740,13 @@ async fn send(c: web::Data<Console>, req: HttpRequest, form: web::Form<SendForm>
         Ok(x) => x,
         Err(e) => return failure(&e),
     };
+    let record = super::audit::SendRecord::new(audit::actor(&c, &req), &external_id, &msg);
     match c
         .pipeline
-        .run(move |p| async move { p.ingest(NAME, &external_id, msg).await })
+        .run(move |p| async move { p.ingest_with(NAME, &external_id, msg, record).await })
         .await
     {
-        Ok(o) => see_other(&format!("/console/messages/{}", o.message_id)),
+        Ok((o, _)) => see_other(&format!("/console/messages/{}", o.message_id)),
         Err(e) => failure(&e),
     }
 }
