@@ -207,15 +207,16 @@ impl JobHandler for DispatchHandler {
         let windows = &windows;
         let kept_until = self.defer_until();
         let loaded = &rows;
-        let rows_of = &rows_of;
-        let results: Vec<Ran> = join_all(
-            jobs.iter()
-                .zip(batch)
-                .zip(&taken)
-                .zip(&waiting)
-                .enumerate()
-                .map(|(i, (((job, job_row), run), waits))| async move {
-                    let result = async {
+        // Each with the message it is for, which names its agent and transport in the log.
+        let each = jobs
+            .iter()
+            .zip(batch)
+            .zip(&taken)
+            .zip(&waiting)
+            .zip(&rows_of);
+        let results: Vec<Ran> = join_all(each.map(
+            |((((job, job_row), run), waits), &message)| async move {
+                let result = async {
                     let job = job.as_ref().map_err(Clone::clone)?;
                     let rows = loaded.as_ref().map_err(Clone::clone)?;
                     let row = lookup(rows, &job.message_id)?;
@@ -240,9 +241,9 @@ impl JobHandler for DispatchHandler {
                     self.run(row, job, run, windows).instrument(span).await
                 }
                 .await;
-                    Ran(result, kept_until, rows_of[i])
-                }),
-        )
+                Ran(result, kept_until, message)
+            },
+        ))
         .await;
 
         let now = core.clock.now_ms();
