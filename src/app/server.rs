@@ -142,8 +142,8 @@ pub(super) fn public(
 const PRIVATE_MAX_CONNECTIONS: usize = 64;
 
 /// The private server on the metrics listener: metrics, health and readiness, and the
-/// transports' private `routes`, with the access log when `log.access` is on. It has its own worker and connection cap, so a flood of the
-/// public listener never fails a probe.
+/// transports' private `routes`, with the access log when `log.access` is on. It has its own
+/// worker and connection cap, so a flood of the public listener never fails a probe.
 ///
 /// # Errors
 /// [`Error::Startup`] when the server cannot start.
