@@ -207,9 +207,7 @@ impl crate::queue::Attempted for Ended<'_> {
     }
 
     fn about(&self) -> crate::queue::About<'_> {
-        self.1.map_or_else(crate::queue::About::default, |row| {
-            crate::queue::About::new(&row.agent, &row.transport)
-        })
+        super::dispatch::about(self.1)
     }
 }
 

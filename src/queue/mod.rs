@@ -164,10 +164,10 @@ fn log_failure(job: &JobRow, about: About<'_>, end: &Finish, now: i64) {
                 kind = %job.kind,
                 agent = about.agent(),
                 transport = about.transport(),
-                attempts = job.attempts,
-                max_attempts = job.max_attempts,
                 why,
                 error = %error,
+                attempts = job.attempts,
+                max_attempts = job.max_attempts,
                 "job dead"
             );
         }

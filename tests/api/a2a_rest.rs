@@ -282,6 +282,23 @@ async fn json_rpc(t: &TestApp, path: &str, method: &str, params: Value) -> Value
     resp.json().await.unwrap()
 }
 
+/// A task of the echo agent, made over JSON-RPC: its id.
+async fn echo_task(t: &TestApp) -> String {
+    let message = json!({"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+                         "parts": [{"text": "push me"}]});
+    let sent = json_rpc(
+        t,
+        "/agents/echo/a2a",
+        "SendMessage",
+        json!({"message": message}),
+    )
+    .await;
+    sent["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {sent}"))
+        .to_owned()
+}
+
 /// Push configs pointing where the SSRF guard would refuse to send (loopback, private,
 /// link-local and metadata addresses, `localhost`, plain http) are refused when they are
 /// created, on both bindings and inline in a send's `configuration`, and nothing is stored:
@@ -293,13 +310,7 @@ async fn push_configs_the_guard_would_refuse_are_refused_at_creation() {
         c.net.allow_private_addresses = false;
     })
     .await;
-    let (_, sent) = post(
-        &t,
-        "/agents/echo/a2a/message:send",
-        &send_body("push me", "g-1"),
-    )
-    .await;
-    let id = sent["task"]["id"].as_str().unwrap().to_owned();
+    let id = echo_task(&t).await;
     let base = format!("/agents/echo/a2a/tasks/{id}/pushNotificationConfigs");
     let refused = [
         "https://127.0.0.1:8443/hook",
@@ -357,13 +368,7 @@ async fn push_configs_the_guard_would_refuse_are_refused_at_creation() {
 
     // The development switch on: loopback over plain http is accepted, as the guard sends there.
     let dev = spawn_app(Engine::Sqlite, |_, _| {}).await;
-    let (_, sent) = post(
-        &dev,
-        "/agents/echo/a2a/message:send",
-        &send_body("push me", "g-2"),
-    )
-    .await;
-    let id = sent["task"]["id"].as_str().unwrap().to_owned();
+    let id = echo_task(&dev).await;
     let r = json_rpc(
         &dev,
         "/agents/echo/a2a",

@@ -105,6 +105,14 @@ pub(super) fn response(
     row.response().map_err(OutboundError::from)
 }
 
+/// Whom a job for the message `row` worked for: its agent and transport (nothing when the
+/// message was not found).
+pub(super) fn about(row: Option<&StoredMessage>) -> crate::queue::About<'_> {
+    row.map_or_else(crate::queue::About::default, |row| {
+        crate::queue::About::new(&row.agent, &row.transport)
+    })
+}
+
 /// A dispatch job's result, the lease a job kept to wait for its thread is renewed to, and the
 /// message it was for (its agent and transport name the job in the log).
 struct Ran<'a>(
@@ -119,9 +127,7 @@ impl crate::queue::Attempted for Ran<'_> {
     }
 
     fn about(&self) -> crate::queue::About<'_> {
-        self.2.map_or_else(crate::queue::About::default, |row| {
-            crate::queue::About::new(&row.agent, &row.transport)
-        })
+        about(self.2)
     }
 
     fn deferred_until(&self) -> Option<i64> {
