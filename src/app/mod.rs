@@ -3,6 +3,7 @@
 //! The transports are those [`TRANSPORTS`] lists; everything that names transports (job kinds,
 //! `[conversation.transports]`, the agents table, listener addresses) is derived from the list.
 
+mod access;
 mod server;
 mod signals;
 
@@ -240,6 +241,11 @@ fn spawn_workers(
         }
     }
     let queue = &pipeline.services().queue;
+    for (d, _) in modules {
+        for kind in d.job_kinds {
+            queue.runs_for(kind, d.name);
+        }
+    }
     Ok(jobs
         .into_iter()
         .flat_map(|(kind, handler)| queue.spawn_workers(kind, handler, shutdown.clone()))
@@ -260,6 +266,11 @@ impl Application {
     /// # Errors
     /// As [`Application::build`].
     pub async fn build_with(mut config: Config, opts: Options) -> Result<Self> {
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            "switchboard {} starting",
+            env!("CARGO_PKG_VERSION")
+        );
         let transports: Vec<Descriptor> = TRANSPORTS.iter().chain(&opts.modules).copied().collect();
         let (listener, http_addr) = bind(config.server.bind)?;
         config
@@ -311,11 +322,11 @@ impl Application {
         // After every transport has registered its notification channels.
         workers.extend(queue.spawn_listener(shutdown_rx));
         let (server, admitted) = server::public(&config, listener, routes, &pipeline)?;
-        let metrics_server = server::private(metrics_listener, private_routes, &pipeline)?;
+        let metrics_server = server::private(&config, metrics_listener, private_routes, &pipeline)?;
         let (server_handle, metrics_handle) = (server.handle(), metrics_server.handle());
         let server_tasks = vec![tokio::spawn(server), tokio::spawn(metrics_server)];
         let (domain, max_connections) = (parts.site.domain(), admitted.max_connections);
-        tracing::info!(%http_addr, %metrics_addr, %domain, backend = ?parts.db.backend(), max_connections, open_file_limit = ?admitted.open_files, "switchboard is up");
+        tracing::info!(version = env!("CARGO_PKG_VERSION"), %http_addr, %metrics_addr, %domain, backend = ?parts.db.backend(), max_connections, open_file_limit = ?admitted.open_files, "switchboard is up");
         let app = Self {
             http_addr,
             metrics_addr,

@@ -7,7 +7,8 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::{App, HttpServer, middleware::from_fn, web};
+use actix_web::middleware::{Condition, from_fn};
+use actix_web::{App, HttpServer, web};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -38,6 +39,7 @@ pub(super) fn public(
     let metrics = Arc::clone(&pipeline.services().metrics);
     let srv = &config.server;
     let max_body = srv.max_body_bytes;
+    let access = config.log.access;
     let grace = srv.shutdown_grace_seconds;
     let deadlines = http::limits::Deadlines {
         body: Duration::from_millis(srv.body_timeout_ms),
@@ -87,7 +89,8 @@ pub(super) fn public(
             .app_data(web::Data::new(clients.clone()))
             .wrap(from_fn(http::limits::deadlines))
             .wrap(from_fn(http::client::client))
-            .wrap(from_fn(http::track));
+            .wrap(from_fn(http::track))
+            .wrap(Condition::new(access, from_fn(super::access::log)));
         for r in &routes {
             let r = r.clone();
             app = app.configure(move |c| r(c));
@@ -139,12 +142,13 @@ pub(super) fn public(
 const PRIVATE_MAX_CONNECTIONS: usize = 64;
 
 /// The private server on the metrics listener: metrics, health and readiness, and the
-/// transports' private `routes`. It has its own worker and connection cap, so a flood of the
-/// public listener never fails a probe.
+/// transports' private `routes`, with the access log when `log.access` is on. It has its own
+/// worker and connection cap, so a flood of the public listener never fails a probe.
 ///
 /// # Errors
 /// [`Error::Startup`] when the server cannot start.
 pub(super) fn private(
+    config: &Config,
     listener: TcpListener,
     routes: Vec<Routes>,
     pipeline: &Pipeline,
@@ -152,14 +156,17 @@ pub(super) fn private(
     let state = AppState {
         pipeline: pipeline.front(),
     };
+    let access = config.log.access;
     Ok(HttpServer::new(move || {
         let (s, routes) = (state.clone(), routes.clone());
-        App::new().configure(move |c| {
-            http::configure_metrics(c, s);
-            for r in &routes {
-                r(c);
-            }
-        })
+        App::new()
+            .wrap(Condition::new(access, from_fn(super::access::log)))
+            .configure(move |c| {
+                http::configure_metrics(c, s);
+                for r in &routes {
+                    r(c);
+                }
+            })
     })
     .workers(1)
     .max_connections(PRIVATE_MAX_CONNECTIONS)

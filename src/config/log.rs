@@ -1,4 +1,4 @@
-//! `[log]`: the log format and filter.
+//! `[log]`: the log format, the filter, and the access log.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +20,10 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// A `tracing` filter such as `info,switchboard=debug`; `RUST_LOG` wins when set.
     pub filter: String,
+    /// One INFO line per HTTP request on each listener (target `switchboard::access`): client
+    /// address, method, path without its query, status, bytes, duration, user agent. Off by
+    /// default.
+    pub access: bool,
 }
 
 impl Default for LogConfig {
@@ -27,6 +31,7 @@ impl Default for LogConfig {
         Self {
             format: LogFormat::Pretty,
             filter: "info".into(),
+            access: false,
         }
     }
 }

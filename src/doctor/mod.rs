@@ -231,10 +231,52 @@ const HOST_FIX: &str = "the reverse proxy must pass the client's Host header (ng
      proxy_set_header Host $host; Caddy does by default), and server.public_url must be the \
      URL clients use";
 
+/// Whether `base` names a local development setup: its host is loopback, a private or
+/// link-local address, or `localhost` — nothing a remote server could reach.
+fn is_local(base: &str) -> bool {
+    let Ok(url) = url::Url::parse(base) else {
+        return false;
+    };
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => crate::net::is_forbidden_ip(IpAddr::V4(ip)),
+        Some(url::Host::Ipv6(ip)) => crate::net::is_forbidden_ip(IpAddr::V6(ip)),
+        Some(url::Host::Domain(d)) => {
+            d.eq_ignore_ascii_case("localhost") || d.to_ascii_lowercase().ends_with(".localhost")
+        }
+        None => false,
+    }
+}
+
+/// The fix for a public URL the doctor could not fetch. On a local development setup (public
+/// URL on loopback or a private address) the SSRF guard refuses it unless the development
+/// switch is on, and otherwise nothing listens there: DNS and the proxy have nothing to do with
+/// it. A public one is reached through DNS and the proxy in front.
+fn unreachable_fix(local: bool, refused: bool, base: &str) -> String {
+    match (local, refused) {
+        (true, true) => format!(
+            "{base} is a local development address, which the SSRF guard refuses: for              development set net.allow_private_addresses = true (never in production); for a              public deployment set server.public_url to its public https:// URL"
+        ),
+        (true, false) => format!(
+            "nothing answers at {base}: start the server (`switchboard serve`) with this              configuration, and make server.bind the address server.public_url names"
+        ),
+        (false, true) => format!(
+            "{base} resolves to a non-public address, which the SSRF guard refuses: publish              the public host's address in DNS, or set server.public_url to the URL clients use"
+        ),
+        (false, false) => "check DNS for the public host and the proxy in front".to_owned(),
+    }
+}
+
 async fn web_checks(config: &Config, site: &Site, http: &HttpClient, report: &mut Report) {
     let base = site.base_url();
+    let local = is_local(base);
     if base.starts_with("https://") {
         report.pass("https", format!("{base} is served over HTTPS"));
+    } else if local && !config.net.allow_private_addresses {
+        report.warn(
+            "https",
+            format!("{base} is plain http on a local address: a development setup"),
+            "nothing to do for development (set net.allow_private_addresses = true to let the              doctor reach it); to federate and receive mail, serve a public https:// URL and              set server.public_url to it",
+        );
     } else if config.net.allow_private_addresses {
         report.warn(
             "https",
@@ -265,11 +307,27 @@ async fn web_checks(config: &Config, site: &Site, http: &HttpClient, report: &mu
             ),
             HOST_FIX,
         ),
-        Err(e) => report.fail(
-            "host",
-            format!("{e}: {base} does not reach this server"),
-            "check DNS for the public host and the proxy in front",
-        ),
+        Err(e) => {
+            let refused = e.contains(crate::net::REFUSED);
+            let fix = unreachable_fix(local, refused, base);
+            if local && refused {
+                // A development setup as such: the rest is fetched from the same place.
+                report.warn(
+                    "host",
+                    format!("{base} is not checked: the SSRF guard refuses local addresses"),
+                    fix,
+                );
+                return;
+            }
+            report.fail(
+                "host",
+                format!("{e}: {base} does not reach this server"),
+                fix,
+            );
+            if local {
+                return;
+            }
+        }
     }
 
     let Some(agent) = config.agents.first().map(|a| a.name.clone()) else {

@@ -90,6 +90,47 @@ pub fn check_url(url: &url::Url, allow_private: bool) -> Result<(), String> {
     }
 }
 
+/// The refusal of a name that resolves only to forbidden addresses, as it may be told to a
+/// remote party: it names the host the party gave, never what it resolved to.
+fn refused_name(host: &str) -> String {
+    format!("{REFUSED}: {host} is not a public destination")
+}
+
+/// How long [`check_target`] waits for a name to resolve before it lets the URL through (the
+/// guard checks it again when it is used).
+const TARGET_LOOKUP: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Checks a URL a caller asks switchboard to call later (an A2A push config) as the guard would
+/// when it is used: [`check_url`], then, for a name, its addresses, refused when all of them are
+/// forbidden. A name that does not resolve in time, or at all, passes (it may by then; the
+/// guard checks it again). The error text never names the resolved addresses.
+///
+/// # Errors
+/// Why the URL is refused.
+pub async fn check_target(url: &url::Url, allow_private: bool) -> Result<(), String> {
+    check_url(url, allow_private)?;
+    if allow_private {
+        return Ok(());
+    }
+    let Some(url::Host::Domain(host)) = url.host() else {
+        return Ok(());
+    };
+    let lookup = tokio::net::lookup_host((host, 0));
+    let addrs: Vec<SocketAddr> = match tokio::time::timeout(TARGET_LOOKUP, lookup).await {
+        Ok(Ok(addrs)) => addrs.collect(),
+        Ok(Err(_)) | Err(_) => return Ok(()),
+    };
+    if !addrs.is_empty() && addrs.iter().all(|a| is_forbidden_ip(a.ip())) {
+        tracing::warn!(
+            host,
+            addresses = ?addrs.iter().map(SocketAddr::ip).collect::<Vec<_>>(),
+            "SSRF guard: the name resolves only to non-public addresses; refused"
+        );
+        return Err(refused_name(host));
+    }
+    Ok(())
+}
+
 /// Resolves names with the system resolver and drops forbidden addresses; a name with only
 /// forbidden addresses fails.
 #[derive(Debug)]
@@ -111,10 +152,16 @@ impl reqwest::dns::Resolve for GuardedResolver {
                 .filter(|a| allow_private || !is_forbidden_ip(a.ip()))
                 .collect();
             if allowed.is_empty() {
-                let msg = format!("{REFUSED}: {host} resolves only to non-public addresses");
+                // What the name resolved to is logged for the operator, never put in the error:
+                // its text may reach a remote party (a 401's reason, a JSON-RPC error).
+                tracing::warn!(
+                    host = %host,
+                    addresses = ?addrs.iter().map(SocketAddr::ip).collect::<Vec<_>>(),
+                    "SSRF guard: the name resolves only to non-public addresses; refused"
+                );
                 return Err(Box::new(std::io::Error::new(
                     std::io::ErrorKind::PermissionDenied,
-                    msg,
+                    refused_name(&host),
                 ))
                     as Box<dyn std::error::Error + Send + Sync>);
             }
@@ -177,10 +224,15 @@ mod tests {
         .await
         .err()
         .unwrap();
+        // Refused by the guard, naming the host; what it resolved to is logged, not told.
+        let text = err.to_string();
         assert!(
-            err.to_string()
-                .contains("resolves only to non-public addresses"),
+            text.contains(REFUSED) && text.contains("localhost"),
             "{err}"
+        );
+        assert!(
+            !text.contains("127.0.0.1") && !text.contains("::1"),
+            "the refusal names no resolved address: {err}"
         );
         let addrs: Vec<_> = GuardedResolver {
             allow_private: true,
@@ -190,6 +242,29 @@ mod tests {
         .unwrap()
         .collect();
         assert!(addrs.iter().all(|a| a.ip().is_loopback()) && !addrs.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_target_is_checked_as_the_guard_would_use_it() {
+        let check = |u: &str, allow: bool| {
+            let u = url::Url::parse(u).unwrap();
+            async move { check_target(&u, allow).await }
+        };
+        for u in [
+            "https://127.0.0.1/hook",
+            "https://169.254.169.254/latest",
+            "https://[::1]/hook",
+            "https://10.1.2.3/hook",
+            "https://localhost/hook",
+            "http://example.com/hook",
+        ] {
+            let err = check(u, false).await.expect_err(u);
+            assert!(err.contains(REFUSED), "{u}: {err}");
+        }
+        // The development switch lets loopback and plain http through, as it does at delivery.
+        check("http://127.0.0.1:9/hook", true).await.unwrap();
+        check("http://localhost:9/hook", true).await.unwrap();
+        check("https://93.184.215.14/hook", false).await.unwrap();
     }
 
     #[test]

@@ -27,7 +27,7 @@ use bytes::Bytes;
 use reqwest::{Method, StatusCode, header::HeaderMap};
 
 pub use cache::DocumentCache;
-pub use guard::{GuardedResolver, check_url, is_forbidden_ip};
+pub use guard::{GuardedResolver, REFUSED, check_target, check_url, is_forbidden_ip};
 pub use hmac::{
     SIGNATURE_HEADER, TIMESTAMP_HEADER, constant_time_eq, hmac_hex, sign, signed_headers,
 };

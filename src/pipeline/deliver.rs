@@ -20,6 +20,7 @@ pub(super) struct DeliverHandler(pub(super) Arc<Core>);
 /// What one delivery attempt was about and how it went.
 struct Attempt {
     response_id: String,
+    agent: String,
     transport: String,
     received_at: Option<Timestamp>,
     result: std::result::Result<(), OutboundError>,
@@ -35,6 +36,7 @@ impl DeliverHandler {
     ) -> Attempt {
         let mut attempt = Attempt {
             response_id: String::new(),
+            agent: String::new(),
             transport: "unknown".into(),
             received_at: None,
             result: Ok(()),
@@ -61,6 +63,7 @@ impl DeliverHandler {
             let (row, response, job_continues) = response?;
             attempt.response_id.clone_from(&row.id);
             attempt.transport.clone_from(&row.transport);
+            attempt.agent.clone_from(&row.agent);
             let originals = originals.as_ref().map_err(Clone::clone)?;
             let original_row = lookup(originals, &response.in_reply_to)?;
             if original_row.deleted_at.is_some() {
@@ -182,6 +185,30 @@ impl crate::queue::Attempted for Attempt {
     fn error(&self) -> Option<&OutboundError> {
         self.result.as_ref().err()
     }
+
+    fn about(&self) -> crate::queue::About<'_> {
+        if self.agent.is_empty() {
+            return crate::queue::About::default();
+        }
+        crate::queue::About::new(&self.agent, &self.transport)
+    }
+}
+
+/// A `turn_end` job's result, and the message it was for (its agent and transport name the job
+/// in the log).
+struct Ended<'a>(
+    std::result::Result<(), OutboundError>,
+    Option<&'a StoredMessage>,
+);
+
+impl crate::queue::Attempted for Ended<'_> {
+    fn error(&self) -> Option<&OutboundError> {
+        self.0.as_ref().err()
+    }
+
+    fn about(&self) -> crate::queue::About<'_> {
+        super::dispatch::about(self.1)
+    }
 }
 
 /// Handles `turn_end` jobs: tells the message's transport that its turn ended without a
@@ -211,7 +238,15 @@ impl JobHandler for TurnEndHandler {
     async fn handle(&self, owner: &str, batch: &[JobRow]) -> Result<()> {
         let core = &self.0;
         let (jobs, rows) = load_batch(core, batch, |j: &TurnEndJob| j.message_id.as_str()).await;
-        let results = join_all(jobs.iter().map(|job| self.run(job, &rows))).await;
+        let results: Vec<Ended> = join_all(jobs.iter().map(|job| async {
+            let row = job.as_ref().ok().and_then(|j| {
+                rows.as_ref()
+                    .ok()
+                    .and_then(|r| lookup(r, &j.message_id).ok())
+            });
+            Ended(self.run(job, &rows).await, row)
+        }))
+        .await;
         let now = core.clock.now_ms();
         let mut tx = core.db.begin().await?;
         let finished = core

@@ -76,6 +76,9 @@ pub struct Queue {
     metrics: Arc<Metrics>,
     /// Channels registered for this instance's one `LISTEN` connection, until it starts.
     listener: std::sync::Mutex<Option<Listener>>,
+    /// The transport whose jobs each kind is, for a transport's own kinds ([`Queue::runs_for`]):
+    /// the transport a failure's log line names when its handler does not say.
+    transports: std::sync::Mutex<HashMap<&'static str, &'static str>>,
 }
 
 /// The result of one job's attempt, as [`Queue::finish`] needs it: whether it failed, and why.
@@ -93,6 +96,82 @@ pub trait Attempted {
     /// ([`Finish::Waiting`]).
     fn waiting_until(&self) -> Option<i64> {
         None
+    }
+
+    /// The agent and transport the job worked for, named in the log lines of its failure; `-`
+    /// where the handler does not know them (a job whose payload could not be read).
+    fn about(&self) -> About<'_> {
+        About::default()
+    }
+}
+
+/// Whom a job worked for, as its failure's log lines name it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct About<'a> {
+    /// The agent's name.
+    pub agent: Option<&'a str>,
+    /// The transport's name.
+    pub transport: Option<&'a str>,
+}
+
+impl<'a> About<'a> {
+    /// A job that worked for `agent` through `transport`.
+    #[must_use]
+    pub fn new(agent: &'a str, transport: &'a str) -> Self {
+        Self {
+            agent: Some(agent),
+            transport: Some(transport),
+        }
+    }
+
+    /// The agent's name, `-` when unknown.
+    #[must_use]
+    pub fn agent(&self) -> &'a str {
+        self.agent.unwrap_or("-")
+    }
+
+    /// The transport's name, `-` when unknown.
+    #[must_use]
+    pub fn transport(&self) -> &'a str {
+        self.transport.unwrap_or("-")
+    }
+}
+
+/// Logs how a failed job ended, once its end is recorded: one WARN line when it runs again, one
+/// ERROR line when it went dead (no attempt left, or refused for good), each naming the job, its
+/// kind, its agent and transport, its attempts and the last error.
+fn log_failure(job: &JobRow, about: About<'_>, end: &Finish, now: i64) {
+    match end {
+        Finish::Retry { run_at, error } => tracing::warn!(
+            job = %job.id,
+            kind = %job.kind,
+            agent = about.agent(),
+            transport = about.transport(),
+            attempt = job.attempts,
+            max_attempts = job.max_attempts,
+            retry_in_ms = run_at.saturating_sub(now),
+            error = %error,
+            "job failed; it runs again"
+        ),
+        Finish::Dead { error } => {
+            let why = if job.attempts >= job.max_attempts {
+                "no attempt left"
+            } else {
+                "refused for good"
+            };
+            tracing::error!(
+                job = %job.id,
+                kind = %job.kind,
+                agent = about.agent(),
+                transport = about.transport(),
+                why,
+                error = %error,
+                attempts = job.attempts,
+                max_attempts = job.max_attempts,
+                "job dead"
+            );
+        }
+        Finish::Done | Finish::Deferred { .. } | Finish::Waiting { .. } => {}
     }
 }
 
@@ -204,7 +283,53 @@ impl Queue {
             local: std::sync::Mutex::new(HashMap::new()),
             metrics,
             listener: std::sync::Mutex::new(Some(Listener::new())),
+            transports: std::sync::Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Records that jobs of `kind` run for `transport` (a transport's own job kind): the log
+    /// lines of their failures name it.
+    pub fn runs_for(&self, kind: &'static str, transport: &'static str) {
+        self.transports
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(kind, transport);
+    }
+
+    /// Whom a failed `job` worked for: what its handler says, else the transport its kind runs
+    /// for and the agent its payload names (a top-level `agent`), else `-`. Read only on a
+    /// failure.
+    fn about_failed<'a>(
+        &self,
+        job: &'a JobRow,
+        said: About<'a>,
+        agent: &'a mut Option<String>,
+    ) -> About<'a> {
+        let transport = said.transport.or_else(|| {
+            self.transports
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(job.kind.as_str())
+                .copied()
+        });
+        if said.agent.is_some() {
+            return About {
+                agent: said.agent,
+                transport,
+            };
+        }
+        *agent = serde_json::from_str::<serde_json::Value>(&job.payload)
+            .ok()
+            .and_then(|v| {
+                v.get("agent")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned)
+            });
+        let agent: &'a Option<String> = agent;
+        About {
+            agent: agent.as_deref(),
+            transport,
+        }
     }
 
     fn locals(&self) -> std::sync::MutexGuard<'_, HashMap<&'static str, Local>> {
@@ -498,10 +623,7 @@ impl Queue {
                     (None, Some(run_at)) => Finish::Waiting { run_at },
                     (None, None) => Finish::Done,
                 },
-                Some(e) => {
-                    tracing::warn!(job = %job.id, kind = %job.kind, attempt = job.attempts, error = %e, "job failed");
-                    self.finish_for_error(job, e)
-                }
+                Some(e) => self.finish_for_error(job, e),
             })
             .collect();
         let mut alike: Vec<(&Finish, Vec<&str>)> = Vec::new();
@@ -517,11 +639,32 @@ impl Queue {
         }
         let ends: Vec<Option<Finish>> = batch
             .iter()
+            .zip(results)
             .zip(ends)
-            .map(|(job, end)| {
+            .map(|((job, result), end)| {
                 let held = held.contains(&job.id);
-                if !held {
-                    tracing::warn!(job = %job.id, kind = %job.kind, "lease lost; another worker owns this job");
+                let failed = !matches!(
+                    end,
+                    Finish::Done | Finish::Deferred { .. } | Finish::Waiting { .. }
+                );
+                if held && failed {
+                    let mut agent = None;
+                    log_failure(
+                        job,
+                        self.about_failed(job, result.about(), &mut agent),
+                        &end,
+                        now,
+                    );
+                } else if !held {
+                    let mut agent = None;
+                    let about = self.about_failed(job, result.about(), &mut agent);
+                    tracing::warn!(
+                        job = %job.id,
+                        kind = %job.kind,
+                        agent = about.agent(),
+                        transport = about.transport(),
+                        "lease lost; another worker owns this job"
+                    );
                 }
                 held.then_some(end)
             })

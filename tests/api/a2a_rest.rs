@@ -267,3 +267,114 @@ async fn bad_input_gets_a_status_and_a_reason() {
     let (s3, _, reused) = rest(&t, reqwest::Method::POST, send, Some(&other), &key).await;
     assert_eq!((s3, reason(&reused)), (400, "INVALID_PARAMS"), "{reused}");
 }
+
+/// One JSON-RPC 1.0 call at `path`: the parsed body (always HTTP 200).
+async fn json_rpc(t: &TestApp, path: &str, method: &str, params: Value) -> Value {
+    let resp = t
+        .http
+        .post(format!("{}{path}", t.base))
+        .header("A2A-Version", "1.0")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.json().await.unwrap()
+}
+
+/// A task of the echo agent, made over JSON-RPC: its id.
+async fn echo_task(t: &TestApp) -> String {
+    let message = json!({"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+                         "parts": [{"text": "push me"}]});
+    let sent = json_rpc(
+        t,
+        "/agents/echo/a2a",
+        "SendMessage",
+        json!({"message": message}),
+    )
+    .await;
+    sent["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {sent}"))
+        .to_owned()
+}
+
+/// Push configs pointing where the SSRF guard would refuse to send (loopback, private,
+/// link-local and metadata addresses, `localhost`, plain http) are refused when they are
+/// created, on both bindings and inline in a send's `configuration`, and nothing is stored:
+/// no caller can make jobs that can only die. With the development switch on, as the guard
+/// follows it, loopback is accepted.
+#[tokio::test]
+async fn push_configs_the_guard_would_refuse_are_refused_at_creation() {
+    let t = spawn_app(Engine::Sqlite, |c, _| {
+        c.net.allow_private_addresses = false;
+    })
+    .await;
+    let id = echo_task(&t).await;
+    let base = format!("/agents/echo/a2a/tasks/{id}/pushNotificationConfigs");
+    let refused = [
+        "https://127.0.0.1:8443/hook",
+        "https://[::1]/hook",
+        "https://10.0.0.7/hook",
+        "https://192.168.1.2/hook",
+        "https://169.254.169.254/latest/meta-data",
+        "https://localhost/hook",
+        "http://hooks.example/a2a",
+    ];
+    for url in refused {
+        // HTTP+JSON: 400 with the field named.
+        let (status, bad) = post(&t, &base, &json!({"id": "cfg", "url": url}).to_string()).await;
+        assert_eq!(status, 400, "{url}: {bad}");
+        assert_eq!(
+            bad["error"]["details"][1]["fieldViolations"][0]["field"], "url",
+            "{url}: {bad}"
+        );
+        // JSON-RPC: -32602.
+        let r = json_rpc(
+            &t,
+            "/agents/echo/a2a",
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": id, "id": "cfg", "url": url}),
+        )
+        .await;
+        assert_eq!(r["error"]["code"], -32602, "{url}: {r}");
+        let message = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("url") && message.contains("https://"),
+            "{url}: the message says what is wrong and what works: {r}"
+        );
+        // Inline in a send's configuration, on both bindings: refused before any task exists.
+        let inline = json!({
+            "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
+                        "parts": [{"text": "inline"}]},
+            "configuration": {"taskPushNotificationConfig": {"url": url}},
+        });
+        let r = json_rpc(&t, "/agents/echo/a2a", "SendMessage", inline.clone()).await;
+        assert_eq!(r["error"]["code"], -32602, "{url}: {r}");
+        let (status, bad) = post(&t, "/agents/echo/a2a/message:send", &inline.to_string()).await;
+        assert_eq!(status, 400, "{url}: {bad}");
+    }
+    let (status, listed) = get(&t, &base).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["configs"], json!([]), "nothing was stored: {listed}");
+    // A public https URL is still accepted.
+    let (status, ok) = post(
+        &t,
+        &base,
+        &json!({"id": "ok", "url": "https://93.184.215.14/a2a"}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{ok}");
+
+    // The development switch on: loopback over plain http is accepted, as the guard sends there.
+    let dev = spawn_app(Engine::Sqlite, |_, _| {}).await;
+    let id = echo_task(&dev).await;
+    let r = json_rpc(
+        &dev,
+        "/agents/echo/a2a",
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": id, "id": "local", "url": "http://127.0.0.1:9/hook"}),
+    )
+    .await;
+    assert!(r.get("error").is_none(), "{r}");
+}

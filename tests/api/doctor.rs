@@ -390,3 +390,67 @@ async fn each_wrong_thing_fails_with_its_fix() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("pass  dkim"), "{out}");
 }
+
+/// A local development setup (plain http on loopback) is told from a broken public one, and
+/// each gets its own fix: locally with the development switch off the guard refuses to fetch
+/// the public URL, which is said as such (turn the switch on, or serve a public https URL) and
+/// is no failure; locally with nothing listening, start the server; only a public URL that
+/// cannot be fetched gets the DNS and proxy advice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_setup_is_told_from_a_broken_public_one() {
+    let t = spawn_app(Engine::Sqlite, |_, _| {}).await;
+    // The web checks are what this is about: the mail checks are left out.
+    let mut running = t.app().config().clone();
+    running.email.enabled = false;
+    assert!(
+        running
+            .server
+            .public_url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("http://127.0.0.1:")),
+        "the server runs on loopback"
+    );
+
+    let mut local = running.clone();
+    local.net.allow_private_addresses = false;
+    let report = run(&t, &local, now_s()).await;
+    let (level, text) = check(&report, "https");
+    assert_eq!(level, Level::Warn, "{report}");
+    assert!(text.contains("development"), "{text}");
+    let (level, text) = check(&report, "host");
+    assert_eq!(level, Level::Warn, "{report}");
+    assert!(
+        text.contains("net.allow_private_addresses = true") && text.contains("https://"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("DNS") && !text.contains("proxy"),
+        "no DNS or proxy advice for a local setup: {text}"
+    );
+    assert!(
+        report.get("webfinger").is_none(),
+        "the fetches refused for the same reason are not run: {report}"
+    );
+    assert!(!report.failed(), "{report}");
+
+    // Locally with the switch on and nothing listening at the public URL: start the server.
+    let mut stopped = running.clone();
+    stopped.server.public_url = Some(format!("http://{}", free_port().await));
+    let report = run(&t, &stopped, now_s()).await;
+    let (level, text) = check(&report, "host");
+    assert_eq!(level, Level::Fail, "{report}");
+    assert!(
+        text.contains("switchboard serve") && !text.contains("DNS"),
+        "{text}"
+    );
+
+    // A public URL that does not resolve: DNS and the proxy.
+    let mut public = running.clone();
+    public.net.allow_private_addresses = false;
+    public.server.public_url = Some("https://switchboard.invalid".into());
+    let report = run(&t, &public, now_s()).await;
+    assert_eq!(check(&report, "https").0, Level::Pass, "{report}");
+    let (level, text) = check(&report, "host");
+    assert_eq!(level, Level::Fail, "{report}");
+    assert!(text.contains("check DNS"), "{text}");
+}

@@ -234,7 +234,14 @@ async fn deliver_in(core: &Core, tx: &mut Tx, job_id: &str, a: &Answer) -> Optio
         return None;
     }
     if let Err(e) = &result {
-        tracing::warn!(response = %a.response.id, error = %e, "delivery failed");
+        tracing::warn!(
+            job = %job_id,
+            response = %a.response.id,
+            agent = %a.agent,
+            transport = %a.transport,
+            error = %e,
+            "delivery failed"
+        );
     }
     Some(DeliveredIn {
         job_id: job_id.to_owned(),

@@ -105,12 +105,29 @@ pub(super) fn response(
     row.response().map_err(OutboundError::from)
 }
 
-/// A dispatch job's result, and the lease a job kept to wait for its thread is renewed to.
-struct Ran(std::result::Result<Dispatched, OutboundError>, i64);
+/// Whom a job for the message `row` worked for: its agent and transport (nothing when the
+/// message was not found).
+pub(super) fn about(row: Option<&StoredMessage>) -> crate::queue::About<'_> {
+    row.map_or_else(crate::queue::About::default, |row| {
+        crate::queue::About::new(&row.agent, &row.transport)
+    })
+}
 
-impl crate::queue::Attempted for Ran {
+/// A dispatch job's result, the lease a job kept to wait for its thread is renewed to, and the
+/// message it was for (its agent and transport name the job in the log).
+struct Ran<'a>(
+    std::result::Result<Dispatched, OutboundError>,
+    i64,
+    Option<&'a StoredMessage>,
+);
+
+impl crate::queue::Attempted for Ran<'_> {
     fn error(&self) -> Option<&OutboundError> {
         self.0.as_ref().err()
+    }
+
+    fn about(&self) -> crate::queue::About<'_> {
+        about(self.2)
     }
 
     fn deferred_until(&self) -> Option<i64> {
@@ -196,8 +213,15 @@ impl JobHandler for DispatchHandler {
         let windows = &windows;
         let kept_until = self.defer_until();
         let loaded = &rows;
-        let results: Vec<Ran> = join_all(jobs.iter().zip(batch).zip(&taken).zip(&waiting).map(
-            |(((job, job_row), run), waits)| async move {
+        // Each with the message it is for, which names its agent and transport in the log.
+        let each = jobs
+            .iter()
+            .zip(batch)
+            .zip(&taken)
+            .zip(&waiting)
+            .zip(&rows_of);
+        let results: Vec<Ran> = join_all(each.map(
+            |((((job, job_row), run), waits), &message)| async move {
                 let result = async {
                     let job = job.as_ref().map_err(Clone::clone)?;
                     let rows = loaded.as_ref().map_err(Clone::clone)?;
@@ -223,7 +247,7 @@ impl JobHandler for DispatchHandler {
                     self.run(row, job, run, windows).instrument(span).await
                 }
                 .await;
-                Ran(result, kept_until)
+                Ran(result, kept_until, message)
             },
         ))
         .await;
@@ -245,7 +269,7 @@ impl JobHandler for DispatchHandler {
                 results
                     .into_iter()
                     .enumerate()
-                    .map(|(i, Ran(ran, _))| JobResult {
+                    .map(|(i, Ran(ran, _, _))| JobResult {
                         message_id: jobs[i].as_ref().ok().map(|j| j.message_id.clone()),
                         run: row_of(i).map(|r| ((r.thread_id.clone(), r.agent.clone()), r.seq)),
                         ends_turns: row_of(i)

@@ -206,6 +206,7 @@ async fn build_state(
         trust: parts.trust.clone(),
         public_url: public_url.to_owned(),
         web_domain: parts.site.domain().to_owned(),
+        allow_private: config.net.allow_private_addresses,
     }))
 }
 

@@ -227,8 +227,22 @@ fn authorize(state: &ApiState, req: &HttpRequest) -> Result<crate::store::audit:
     if constant_time_eq(given.as_bytes(), token.expose().as_bytes()) {
         Ok(audit::api_actor(token.expose(), req))
     } else {
+        refused(req, if given.is_empty() { "missing" } else { "wrong" });
         Err(Error::Unauthenticated)
     }
+}
+
+/// Logs a request refused for its operator API token (`missing` or `wrong`), with the client
+/// address (behind a trusted proxy, the client it names).
+fn refused(req: &HttpRequest, token: &str) {
+    let client = crate::http::client_addr(req).or_else(|| req.peer_addr().map(|p| p.ip()));
+    tracing::warn!(
+        client = %client.map_or_else(|| "-".to_owned(), |c| c.to_string()),
+        method = %req.method(),
+        path = req.path(),
+        token,
+        "operator API: authentication refused"
+    );
 }
 
 /// Turns an API request body into a NormalizedMessage, filling what the API may omit.

@@ -12,13 +12,17 @@ use crate::transports::a2a::wire::{
 
 pub(super) async fn dispatch(state: Served, mut call: Call) -> Result<Reply, RpcError> {
     call.caller = state
-        .authenticate(call.authorization.as_deref(), call.agent.as_deref())
+        .authenticate(
+            call.authorization.as_deref(),
+            call.agent.as_deref(),
+            call.client,
+        )
         .await?;
     if call.caller.issuer.is_none() {
         call.caller.sender.client = call.client;
     }
     if let Some(agent) = &call.agent {
-        state.admit(&call.caller, agent)?;
+        state.admit(&call.caller, agent, call.client)?;
     }
     match call.method {
         "SendMessage" => send(&state, call, false).await,

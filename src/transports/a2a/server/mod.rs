@@ -69,6 +69,9 @@ pub struct A2aState {
     /// The public host (with its port when not the default); an `@name@{this}` lead also
     /// names a local agent when handles are on another domain (`server.handle_domain`).
     pub web_domain: String,
+    /// `net.allow_private_addresses`: push configs are checked at creation as the SSRF guard
+    /// checks their notifications.
+    pub allow_private: bool,
 }
 
 /// A call being served on the main runtime: the routes' state (what it dereferences to) and
@@ -93,7 +96,12 @@ impl std::ops::Deref for Served {
 impl Served {
     /// Refuses a caller the agent's policy does not admit (401), or that a block over its
     /// evidence's subject or issuer refuses (403, before any of its calls is served).
-    fn admit(&self, caller: &Caller, agent: &str) -> Result<(), RpcError> {
+    fn admit(
+        &self,
+        caller: &Caller,
+        agent: &str,
+        client: Option<std::net::IpAddr>,
+    ) -> Result<(), RpcError> {
         if caller.admitted_by(self.policy(agent)) {
             if self
                 .pipeline
@@ -107,6 +115,7 @@ impl Served {
             }
             Ok(())
         } else {
+            refused(client, Some(agent), "no bearer token from a trusted issuer");
             Err(RpcError::new(
                 wire::UNAUTHENTICATED,
                 format!("{agent} requires a bearer token from a trusted issuer"),
@@ -144,6 +153,7 @@ impl A2aState {
         &self,
         authorization: Option<&str>,
         agent: Option<&str>,
+        client: Option<std::net::IpAddr>,
     ) -> Result<Caller, RpcError> {
         let Some(value) = authorization else {
             return Ok(Caller::anonymous());
@@ -161,12 +171,26 @@ impl A2aState {
             .or_else(|| value.strip_prefix("bearer "))
             .map(str::trim)
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| RpcError::new(wire::UNAUTHENTICATED, "use Authorization: Bearer"))?;
+            .ok_or_else(|| {
+                refused(client, agent, "not a bearer token");
+                RpcError::new(wire::UNAUTHENTICATED, "use Authorization: Bearer")
+            })?;
         self.verifier.verify(token, &policies).await.map_err(|e| {
-            tracing::info!(reason = %e, "A2A bearer token refused");
+            refused(client, agent, &e.to_string());
             RpcError::new(wire::UNAUTHENTICATED, "invalid token")
         })
     }
+}
+
+/// Logs an A2A call refused for its credentials, with the client address (behind a trusted
+/// proxy, the client it names), the agent it was for and why.
+fn refused(client: Option<std::net::IpAddr>, agent: Option<&str>, reason: &str) {
+    tracing::warn!(
+        client = %client.map_or_else(|| "-".to_owned(), |c| c.to_string()),
+        agent = agent.unwrap_or("-"),
+        reason,
+        "A2A: authentication refused"
+    );
 }
 
 /// A card's resource: GET and HEAD, `405` with `Allow` for any other method.

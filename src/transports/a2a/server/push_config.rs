@@ -58,6 +58,28 @@ pub(super) fn parse_push_config(
     Ok(out)
 }
 
+/// Refuses a push config (in the 1.0 shape, as [`parse_push_config`] gives it) whose URL the
+/// SSRF guard would refuse when its notifications are sent (`net.allow_private_addresses` as
+/// `allow_private`): a loopback, private, link-local or metadata address, a name that resolves
+/// only to such addresses, plain `http://` unless the development switch allows it. Refused at
+/// creation, it never becomes a job that can only die.
+pub(super) async fn check_push_target(cfg: &Value, allow_private: bool) -> Result<(), RpcError> {
+    let url = cfg.get("url").and_then(Value::as_str).unwrap_or_default();
+    let parsed =
+        url::Url::parse(url).map_err(|_| RpcError::invalid_field("url", "is not a URL"))?;
+    crate::net::check_target(&parsed, allow_private)
+        .await
+        .map_err(|why| {
+            RpcError::invalid_field(
+                "url",
+                format!(
+                    "notifications cannot be sent there ({why}); use an https:// URL of a \
+                     public address"
+                ),
+            )
+        })
+}
+
 /// A stored (1.0) push config in the caller's generation.
 fn render_push_config(cfg: &Value, version: Version) -> Value {
     match version {
@@ -127,6 +149,7 @@ pub(super) async fn create_push(state: &Served, call: &Call) -> Result<Value, Rp
     let task_id = push_task_id(call)?;
     let row = visible_task(state, call, &task_id).await?;
     let cfg = parse_push_config(&Value::Object(call.params.clone()), call.version, &row.id)?;
+    check_push_target(&cfg, state.allow_private).await?;
     if TaskState::parse(&row.state).is_some_and(TaskState::is_terminal) {
         // Nothing more will happen to a finished task: the config is told its last event (the
         // final state) once, instead of waiting for events that never come.

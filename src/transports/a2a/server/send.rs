@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 
 use super::Served;
 use super::call::{Call, Reply, param_usize};
-use super::push_config::{parse_push_config, store_push_config};
+use super::push_config::{check_push_target, parse_push_config, store_push_config};
 use super::stream::open_stream;
 use super::tasks::{render_task, task_result, visible_task};
 use super::turn::{
@@ -112,6 +112,15 @@ pub(super) fn parse_message(call: &Call) -> Result<(WireMessage, Value), RpcErro
 
 pub(super) async fn send(state: &Served, call: Call, streaming: bool) -> Result<Reply, RpcError> {
     let config = send_config(&call)?;
+    if let Some(p) = &config.push {
+        let cfg = parse_push_config(p, call.version, "")?;
+        check_push_target(&cfg, state.allow_private)
+            .await
+            .map_err(|e| RpcError {
+                message: format!("configuration: {}", e.message),
+                ..e
+            })?;
+    }
     let (msg, raw) = parse_message(&call)?;
     let owner = call.caller.owner.clone();
     let limits = Limits {
@@ -264,15 +273,15 @@ pub(super) async fn send(state: &Served, call: Call, streaming: bool) -> Result<
         },
     };
     if call.agent.is_some() {
-        state.admit(&call.caller, &agent)?;
+        state.admit(&call.caller, &agent, call.client)?;
     } else {
         // At the hub the token was checked against whichever agent's issuer matched first;
         // the agent this message goes to must accept it under its own policy (audiences,
         // keys, algorithms), not merely trust the same issuer.
         let caller = state
-            .authenticate(call.authorization.as_deref(), Some(&agent))
+            .authenticate(call.authorization.as_deref(), Some(&agent), call.client)
             .await?;
-        state.admit(&caller, &agent)?;
+        state.admit(&caller, &agent, call.client)?;
     }
     let task_id = uuid::Uuid::now_v7().to_string();
     let context_id = msg
