@@ -732,14 +732,8 @@ async fn a_resend_while_running_joins_its_task(engine: Engine) {
         (g["result"]["status"]["state"] == "TASK_STATE_COMPLETED").then_some(())
     })
     .await;
-    let ctx = a["result"]["task"]["contextId"].clone();
-    let all = rpc(
-        &t,
-        "/agents/slow/a2a",
-        "ListTasks",
-        json!({"contextId": ctx}),
-    )
-    .await;
+    let by_context = json!({"contextId": a["result"]["task"]["contextId"]});
+    let all = rpc(&t, "/agents/slow/a2a", "ListTasks", by_context).await;
     assert_eq!(all["result"]["totalSize"], 1, "{all}");
     assert_eq!(gate.seen.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

@@ -146,15 +146,28 @@ async fn rest(
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// An HTTP+JSON `GET` from client `c`: its status and JSON body.
+async fn get(c: &reqwest::Client, t: &TestApp, path: &str) -> (u16, Value) {
+    rest(c, t, reqwest::Method::GET, path, None).await
+}
+
 fn task_of(answer: &Value) -> (String, String) {
-    let task = &answer["result"]["task"];
-    let id = task["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no task: {answer}"));
-    (
-        id.to_owned(),
-        task["contextId"].as_str().unwrap().to_owned(),
-    )
+    let field = |k: &str| answer["result"]["task"][k].as_str().map(str::to_owned);
+    match (field("id"), field("contextId")) {
+        (Some(id), Some(ctx)) => (id, ctx),
+        _ => panic!("no task: {answer}"),
+    }
+}
+
+/// Opens a conversation (in `context`, when given) with `text`: its task and context ids.
+async fn open(
+    c: &reqwest::Client,
+    t: &TestApp,
+    path: &str,
+    text: &str,
+    context: Option<&str>,
+) -> (String, String) {
+    task_of(&send(c, t, path, message(text, &fresh_id(), context)).await)
 }
 
 /// Asserts a ListTasks result (JSON-RPC `result` or HTTP+JSON body) shows nothing.
@@ -172,15 +185,7 @@ async fn anonymous_callers_see_only_their_own(engine: Engine) {
     let conversations = "/agents/hook/a2a";
 
     // The first caller opens a conversation and continues it.
-    let (task, ctx) = task_of(
-        &send(
-            &first,
-            &t,
-            conversations,
-            message(SECRET, &fresh_id(), None),
-        )
-        .await,
-    );
+    let (task, ctx) = open(&first, &t, conversations, SECRET, None).await;
     for id in [&task, &ctx] {
         let u = uuid::Uuid::parse_str(id).unwrap();
         assert_eq!(
@@ -191,15 +196,7 @@ async fn anonymous_callers_see_only_their_own(engine: Engine) {
     }
     crate::helpers::a2a_task_ended(&t, "hook", &task).await;
     let more = "and my PIN is 42-SECRET";
-    let (second, same_ctx) = task_of(
-        &send(
-            &first,
-            &t,
-            conversations,
-            message(more, &fresh_id(), Some(&ctx)),
-        )
-        .await,
-    );
+    let (second, same_ctx) = open(&first, &t, conversations, more, Some(&ctx)).await;
     assert_eq!(same_ctx, ctx);
     crate::helpers::a2a_task_ended(&t, "hook", &second).await;
     let continued = hook.bodies.lock().unwrap()[1].to_string();
@@ -249,14 +246,7 @@ async fn anonymous_callers_see_only_their_own(engine: Engine) {
                 let listed = rpc(&other, &t, path, "ListTasks", params, None).await;
                 assert_lists_nothing(&listed["result"], &format!("{who}, ListTasks at {path}"));
             }
-            let (status, listed) = rest(
-                &other,
-                &t,
-                reqwest::Method::GET,
-                &format!("{path}/tasks"),
-                None,
-            )
-            .await;
+            let (status, listed) = get(&other, &t, &format!("{path}/tasks")).await;
             assert_eq!(status, 200, "{listed}");
             assert_lists_nothing(&listed, &format!("{who}, GET {path}/tasks"));
         }
@@ -279,15 +269,7 @@ async fn anonymous_callers_see_only_their_own(engine: Engine) {
         }
         // A conversation of its own, over JSON-RPC and over HTTP+JSON: the agent is told
         // nothing of the first caller's.
-        let (mine, _) = task_of(
-            &send(
-                &other,
-                &t,
-                conversations,
-                message("hello from someone else", &fresh_id(), None),
-            )
-            .await,
-        );
+        let (mine, _) = open(&other, &t, conversations, "hello from elsewhere", None).await;
         assert_ne!(mine, task);
         let ended = crate::helpers::a2a_task_ended(&t, "hook", &mine).await;
         assert!(!ended.to_string().contains("SECRET"), "{ended}");
@@ -308,8 +290,7 @@ async fn anonymous_callers_see_only_their_own(engine: Engine) {
     // first caller's conversation is with.
     let calls = hook.calls();
     let other = client_from("127.0.0.2");
-    let (at_hub, _) =
-        task_of(&send(&other, &t, "/a2a", message("hi hub", &fresh_id(), None)).await);
+    let (at_hub, _) = open(&other, &t, "/a2a", "hi hub", None).await;
     crate::helpers::a2a_task_ended(&t, "echo", &at_hub).await;
     assert_eq!(
         hook.calls(),
@@ -400,40 +381,23 @@ async fn introspect(form: web::Form<Vec<(String, String)>>) -> HttpResponse {
 /// Someone else's task, whoever the two callers are, answers every method exactly as an id
 /// that never existed: no method tells that it exists.
 async fn others_tasks_answer_as_unknown(engine: Engine) {
-    use switchboard::config::{
-        A2aAuthConfig, AgentA2aConfig, AgentConfig, IntrospectionConfig, Secret,
-    };
     let url = serve_route!(Arc::new(()), post, "/introspect", introspect);
-    let t = crate::helpers::spawn_app(engine, move |c, _| {
-        c.agents.push(AgentConfig {
-            activitypub: None,
-            access: None,
-            name: "guarded".into(),
-            display_name: None,
-            summary: None,
-            backend: BackendConfig::Echo,
-            email: None,
-            a2a: Some(AgentA2aConfig {
-                skills: vec![],
-                extended_skills: vec![],
-                auth: A2aAuthConfig::Oauth {
-                    issuers: vec![],
-                    introspection: Some(IntrospectionConfig {
-                        url,
-                        client_id: "switchboard".into(),
-                        client_secret: Secret::new("s3cret"),
-                        audience: Some("privacy-test".into()),
-                        cache_seconds: 60,
-                    }),
-                    token_url: None,
-                    metadata_url: None,
-                    leeway_seconds: 5,
-                },
-            }),
-            notify: Vec::new(),
-        });
-    })
-    .await;
+    // An agent whose callers present an introspected bearer token.
+    let guarded: switchboard::config::AgentConfig = toml::from_str(&format!(
+        r#"
+        name = "guarded"
+        backend = {{ kind = "echo" }}
+        [a2a.auth]
+        kind = "oauth"
+        [a2a.auth.introspection]
+        url = "{url}"
+        client_id = "switchboard"
+        client_secret = "s3cret"
+        audience = "privacy-test"
+        "#
+    ))
+    .unwrap();
+    let t = crate::helpers::spawn_app(engine, move |c, _| c.agents.push(guarded)).await;
     let anonymous = client_from("127.0.0.2");
     let identified = reqwest::Client::builder()
         .default_headers(
@@ -446,23 +410,8 @@ async fn others_tasks_answer_as_unknown(engine: Engine) {
         )
         .build()
         .unwrap();
-    let theirs = send(
-        &identified,
-        &t,
-        "/agents/guarded/a2a",
-        message(SECRET, &fresh_id(), None),
-    )
-    .await;
-    let (their_task, their_ctx) = task_of(&theirs);
-    let (anon_task, _) = task_of(
-        &send(
-            &anonymous,
-            &t,
-            "/agents/echo/a2a",
-            message("hi", &fresh_id(), None),
-        )
-        .await,
-    );
+    let (their_task, their_ctx) = open(&identified, &t, "/agents/guarded/a2a", SECRET, None).await;
+    let (anon_task, _) = open(&anonymous, &t, "/agents/echo/a2a", "hi", None).await;
     crate::helpers::a2a_task_ended(&t, "echo", &anon_task).await;
 
     // Each method on the other's task and on an id that never existed, at the hub.
@@ -508,14 +457,7 @@ async fn others_tasks_answer_as_unknown(engine: Engine) {
             assert!(answer.get("error").is_some(), "{who} {method}: {answer}");
             assert_eq!(answer["error"], expected["error"], "{who} {method}");
         }
-        let (status, body) = rest(
-            caller,
-            &t,
-            reqwest::Method::GET,
-            &format!("/a2a/tasks/{task}"),
-            None,
-        )
-        .await;
+        let (status, body) = get(caller, &t, &format!("/a2a/tasks/{task}")).await;
         assert_eq!(status, 404, "{who}: {body}");
     }
     // The identified caller's context is not the anonymous caller's to join, nor to route by.
@@ -535,26 +477,12 @@ async fn others_tasks_answer_as_unknown(engine: Engine) {
     .await;
     assert_eq!(joined["error"]["code"], -32602, "{joined}");
     assert_eq!(joined["error"], never["error"]);
-    let listed = rpc(
-        &anonymous,
-        &t,
-        "/a2a",
-        "ListTasks",
-        json!({"contextId": their_ctx}),
-        None,
-    )
-    .await;
+    let by_context = json!({"contextId": their_ctx});
+    let listed = rpc(&anonymous, &t, "/a2a", "ListTasks", by_context, None).await;
     assert_lists_nothing(&listed["result"], "the identified caller's context");
     // The owner still has its task.
-    let own = rpc(
-        &identified,
-        &t,
-        "/a2a",
-        "GetTask",
-        json!({"id": their_task}),
-        None,
-    )
-    .await;
+    let by_id = json!({"id": their_task});
+    let own = rpc(&identified, &t, "/a2a", "GetTask", by_id, None).await;
     assert_eq!(own["result"]["id"], their_task.as_str(), "{own}");
 }
 on_both_engines!(others_tasks_answer_as_unknown);
