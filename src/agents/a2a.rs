@@ -4,10 +4,12 @@
 //! It resolves the card (cached), calls the agent's first JSON-RPC interface with
 //! `SendStreamingMessage` when the card allows streaming (else a blocking `SendMessage`, then
 //! `GetTask` polling while the task is still running), and maps the task's artifacts, status
-//! message and state back to a NormalizedResponse. The switchboard thread id is the contextId,
-//! so a conversation continues in one context across restarts; a task that asked for input is
-//! continued by the next message of its thread (found from the agent's last stored response in
-//! that thread, so a restart, or another instance, continues it too).
+//! message and state back to a NormalizedResponse. A thread's first message names no context;
+//! the next ones carry the contextId the agent answered with, so a conversation continues in one
+//! context across restarts (the agent names its contexts: a server may refuse one a client
+//! invents, and switchboard does for anonymous callers); a task that asked for input is
+//! continued by the next message of its thread. Both are found from the agent's last stored
+//! response in that thread, so a restart, or another instance, continues them too.
 
 use std::time::Duration;
 
@@ -427,6 +429,8 @@ fn from_remote_part(p: &Value) -> Option<Part> {
 #[derive(Debug, Default)]
 struct Outcome {
     task_id: Option<String>,
+    /// The context the agent answered in.
+    context_id: Option<String>,
     state: Option<String>,
     status_parts: Vec<Value>,
     artifacts: Vec<(String, Vec<Value>)>,
@@ -454,6 +458,12 @@ impl Outcome {
     }
 
     fn fold(&mut self, r: &Value) {
+        if let Some(c) = ["task", "message", "statusUpdate", "artifactUpdate"]
+            .iter()
+            .find_map(|k| r.get(*k)?.get("contextId")?.as_str())
+        {
+            self.context_id = Some(c.to_owned());
+        }
         if let Some(t) = r.get("task") {
             self.task_id = t["id"].as_str().map(str::to_owned);
             self.status(&t["status"]);
@@ -507,25 +517,34 @@ impl AgentBackend for A2aAgent {
 impl A2aAgent {
     /// The remote task this agent's last response in `thread` left waiting for input (or
     /// authorisation), if it did.
-    async fn waiting_task(&self, thread: &str) -> Result<Option<String>, OutboundError> {
+    /// The remote context of `thread` (the one the agent last answered in) and the remote task
+    /// waiting for this message, if one asked for input.
+    async fn remote_turn(
+        &self,
+        thread: &str,
+    ) -> Result<(Option<String>, Option<String>), OutboundError> {
         let Some(row) = messages::last_response(&self.db, thread, &self.agent)
             .await
             .map_err(|e| OutboundError::temporary(format!("the thread's last turn: {e}")))?
         else {
-            return Ok(None);
+            return Ok((None, None));
         };
         let Ok(last) = serde_json::from_str::<LastTurn>(&row.body) else {
-            return Ok(None);
+            return Ok((None, None));
         };
-        if !matches!(
+        let meta = |key: &str| {
+            last.metadata
+                .as_ref()
+                .and_then(|m| m.get(key)?.as_str().map(str::to_owned))
+        };
+        let waiting = matches!(
             last.state,
             Some(ResponseState::InputRequired | ResponseState::AuthRequired)
-        ) {
-            return Ok(None);
-        }
-        Ok(last
-            .metadata
-            .and_then(|m| m.get("a2a_remote_task_id")?.as_str().map(str::to_owned)))
+        );
+        Ok((
+            meta("a2a_remote_context_id"),
+            waiting.then(|| meta("a2a_remote_task_id")).flatten(),
+        ))
     }
 
     async fn answer(
@@ -543,12 +562,15 @@ impl A2aAgent {
         }
         let mut message = json!({
             "messageId": msg.id,
-            "contextId": msg.thread_id,
             "role": "ROLE_USER",
             "parts": parts,
         });
-        if let Some(task_id) = self.waiting_task(&msg.thread_id).await? {
-            message["taskId"] = json!(task_id);
+        let (context_id, task_id) = self.remote_turn(&msg.thread_id).await?;
+        if let Some(c) = context_id {
+            message["contextId"] = json!(c);
+        }
+        if let Some(t) = task_id {
+            message["taskId"] = json!(t);
         }
         // The chain always travels, so that the remote agent, and any agent its own backend
         // calls in turn, is judged as a turn of an agent conversation (its hop limit, and the
@@ -617,6 +639,9 @@ impl A2aAgent {
         let mut metadata = Map::new();
         if let Some(id) = &outcome.task_id {
             metadata.insert("a2a_remote_task_id".into(), json!(id));
+        }
+        if let Some(id) = &outcome.context_id {
+            metadata.insert("a2a_remote_context_id".into(), json!(id));
         }
         let state = if parts.is_empty() && state.is_none() {
             Some(ResponseState::Failed)

@@ -287,8 +287,15 @@ async fn send_get_list_cancel(engine: Engine) {
     })
     .await;
 
-    // ListTasks: newest first, paginated, artifacts omitted unless asked.
-    let page1 = rpc(&t, "/a2a", "ListTasks", json!({"pageSize": 1})).await;
+    // ListTasks: newest first, paginated, artifacts omitted unless asked. An anonymous caller
+    // lists the context it holds.
+    let page1 = rpc(
+        &t,
+        "/a2a",
+        "ListTasks",
+        json!({"pageSize": 1, "contextId": ctx}),
+    )
+    .await;
     let p = &page1["result"];
     assert_eq!(p["totalSize"], 2);
     assert_eq!(p["tasks"][0]["id"], id2.as_str());
@@ -299,7 +306,7 @@ async fn send_get_list_cancel(engine: Engine) {
         &t,
         "/a2a",
         "ListTasks",
-        json!({"pageSize": 1, "pageToken": token, "includeArtifacts": true}),
+        json!({"pageSize": 1, "pageToken": token, "includeArtifacts": true, "contextId": ctx}),
     )
     .await;
     assert_eq!(page2["result"]["tasks"][0]["id"], id);
@@ -648,7 +655,8 @@ async fn idempotency_key_and_resend(engine: Engine) {
     )
     .await;
     assert_eq!(other["error"]["code"], -32602, "{other}");
-    let listed = rpc(&t, "/a2a", "ListTasks", json!({})).await;
+    let ctx = a["result"]["task"]["contextId"].clone();
+    let listed = rpc(&t, "/a2a", "ListTasks", json!({"contextId": ctx})).await;
     assert_eq!(listed["result"]["totalSize"], 1, "{listed}");
     // Keys are scoped per endpoint: the same key at another agent's endpoint is another key.
     let elsewhere = rpc_with(
@@ -724,7 +732,8 @@ async fn a_resend_while_running_joins_its_task(engine: Engine) {
         (g["result"]["status"]["state"] == "TASK_STATE_COMPLETED").then_some(())
     })
     .await;
-    let all = rpc(&t, "/agents/slow/a2a", "ListTasks", json!({})).await;
+    let by_context = json!({"contextId": a["result"]["task"]["contextId"]});
+    let all = rpc(&t, "/agents/slow/a2a", "ListTasks", by_context).await;
     assert_eq!(all["result"]["totalSize"], 1, "{all}");
     assert_eq!(gate.seen.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

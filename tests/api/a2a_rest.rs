@@ -82,7 +82,12 @@ async fn the_rest_resources_serve_the_same_methods(engine: Engine) {
     assert_eq!(done["artifacts"][0]["parts"][0]["text"], "hi rest");
     assert_eq!(done["history"].as_array().map(Vec::len), Some(1), "{done}");
 
-    let (status, listed) = get(&t, "/agents/echo/a2a/tasks?pageSize=5").await;
+    let ctx = task["contextId"].as_str().unwrap().to_owned();
+    let (status, listed) = get(
+        &t,
+        &format!("/agents/echo/a2a/tasks?pageSize=5&contextId={ctx}"),
+    )
+    .await;
     assert_eq!(status, 200);
     assert!(
         listed["tasks"]

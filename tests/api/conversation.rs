@@ -401,17 +401,27 @@ async fn interrupt_cancels_the_call_in_flight(engine: Engine) {
 }
 on_both_engines!(interrupt_cancels_the_call_in_flight);
 
-/// An A2A send of `text` in context `context` to `agent`, returning at once: its task id.
-async fn a2a_in_context(t: &TestApp, agent: &str, context: &str, text: &str) -> String {
+/// An A2A send of `text` to `agent`, returning at once: its task id and context id. Without
+/// `context` it opens a conversation (the server names its context: an anonymous caller
+/// continues only a context the server gave it), with one it continues that conversation.
+async fn a2a_in_context(
+    t: &TestApp,
+    agent: &str,
+    context: Option<&str>,
+    text: &str,
+) -> (String, String) {
+    let mut message = serde_json::json!({"messageId": uuid::Uuid::now_v7().to_string(),
+        "role": "ROLE_USER", "parts": [{"text": text}]});
+    if let Some(c) = context {
+        message["contextId"] = serde_json::json!(c);
+    }
     let sent: serde_json::Value = t
         .http
         .post(format!("{}/agents/{agent}/a2a", t.base))
         .header("A2A-Version", "1.0")
         .json(
             &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-            "message": {"messageId": uuid::Uuid::now_v7().to_string(), "role": "ROLE_USER",
-                        "contextId": context, "parts": [{"text": text}]},
-            "configuration": {"returnImmediately": true}}}),
+            "message": message, "configuration": {"returnImmediately": true}}}),
         )
         .send()
         .await
@@ -419,10 +429,14 @@ async fn a2a_in_context(t: &TestApp, agent: &str, context: &str, text: &str) -> 
         .json()
         .await
         .unwrap();
-    sent["result"]["task"]["id"]
+    let task = &sent["result"]["task"];
+    let id = task["id"]
         .as_str()
-        .unwrap_or_else(|| panic!("no task: {sent}"))
-        .to_owned()
+        .unwrap_or_else(|| panic!("no task: {sent}"));
+    (
+        id.to_owned(),
+        task["contextId"].as_str().unwrap().to_owned(),
+    )
 }
 
 /// The A2A task `id`, once it has completed.
@@ -436,9 +450,9 @@ async fn completed_task(t: &TestApp, agent: &str, id: &str) -> serde_json::Value
 /// the turn that answers has one.
 async fn a2a_tasks_of_merged_and_interrupted_turns_still_end(engine: Engine) {
     let (mut t, agent) = app(engine, 0, QueueMode::Interrupt).await;
-    let first = a2a_in_context(&t, "paced", "ctx-int", "slow first").await;
+    let (first, ctx) = a2a_in_context(&t, "paced", None, "slow first").await;
     agent.wait_calls(1).await;
-    let second = a2a_in_context(&t, "paced", "ctx-int", "never mind").await;
+    let (second, _) = a2a_in_context(&t, "paced", Some(&ctx), "never mind").await;
     let interrupted = completed_task(&t, "paced", &first).await;
     assert!(
         interrupted["artifacts"]
@@ -458,10 +472,10 @@ async fn a2a_tasks_of_merged_and_interrupted_turns_still_end(engine: Engine) {
     t.stop().await;
 
     let (mut t, agent) = app(engine, 0, QueueMode::Collect).await;
-    let first = a2a_in_context(&t, "paced", "ctx-col", "slow first").await;
+    let (first, ctx) = a2a_in_context(&t, "paced", None, "slow first").await;
     agent.wait_calls(1).await;
-    let merged = a2a_in_context(&t, "paced", "ctx-col", "a").await;
-    let latest = a2a_in_context(&t, "paced", "ctx-col", "b").await;
+    let (merged, _) = a2a_in_context(&t, "paced", Some(&ctx), "a").await;
+    let (latest, _) = a2a_in_context(&t, "paced", Some(&ctx), "b").await;
     for (id, answered) in [(first, true), (merged, false), (latest, true)] {
         let task = completed_task(&t, "paced", &id).await;
         let artifacts = task["artifacts"].as_array().map_or(0, Vec::len);

@@ -7,6 +7,7 @@
 mod a2a;
 mod a2a_cards;
 mod a2a_oauth;
+mod a2a_privacy;
 mod a2a_rest;
 mod a2a_turns;
 mod activitypub;

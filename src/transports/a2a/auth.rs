@@ -31,7 +31,9 @@ const INTROSPECTION_CACHE_MAX: usize = 10_000;
 /// A verified (or anonymous) caller.
 #[derive(Debug, Clone)]
 pub struct Caller {
-    /// The principal tasks are scoped to.
+    /// The principal tasks are scoped to: `{issuer}#{sub}`, or for an anonymous caller
+    /// `anonymous@{client address}` (see [`super::scope`]: that scopes only its idempotency
+    /// keys and resends).
     pub owner: String,
     /// The sender record of its messages.
     pub sender: Sender,
@@ -40,11 +42,11 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// No credential.
+    /// No credential (from an unknown address, until the call's address is known).
     #[must_use]
     pub fn anonymous() -> Self {
         Self {
-            owner: "anonymous".into(),
+            owner: super::scope::anonymous_owner(None),
             sender: Sender {
                 address: "@anonymous@a2a.invalid".into(),
                 display_name: None,

@@ -5,13 +5,14 @@
 //! pipeline; outbound: [`A2aTransport::deliver`] turns the agent's NormalizedResponse into task
 //! status, artifacts and stream events. Layout: [`wire`] (shapes, errors, 0.3 translation),
 //! [`mapping`] (parts and states), [`tasks`] (durable tasks and change notifications),
-//! [`card`] (agent cards), [`server`] (JSON-RPC and SSE handlers).
+//! [`scope`] (whose a task is), [`card`] (agent cards), [`server`] (JSON-RPC and SSE handlers).
 
 pub mod auth;
 pub mod card;
 pub mod mapping;
 pub mod push;
 pub mod reply_context;
+pub mod scope;
 pub mod server;
 pub mod store;
 pub mod tasks;

@@ -206,19 +206,47 @@ pub async fn tasks_by_wire_message(
     .await
 }
 
+/// Whose tasks a query reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Owner<'a> {
+    /// One identified principal's (or, for idempotency and resends, one anonymous owner's).
+    Exactly(&'a str),
+    /// Any anonymous caller's: only ever read with a task or context id, the capability that
+    /// stands for an anonymous caller ([`super::scope`]).
+    Anonymous,
+}
+
+impl<'a> Owner<'a> {
+    /// The condition on `owner`, with its argument as `$n`.
+    fn condition(self, n: usize) -> (String, Arg<'a>) {
+        match self {
+            Owner::Exactly(o) => (format!("owner = ${n}"), Arg::Text(o)),
+            Owner::Anonymous => (
+                format!("owner LIKE ${n}"),
+                Arg::Text(super::scope::ANONYMOUS_OWNERS),
+            ),
+        }
+    }
+}
+
 /// The agent a context belongs to, if any task of `owner` used it.
 ///
 /// # Errors
 /// Database errors.
-pub async fn agent_of_context(db: &Db, owner: &str, context_id: &str) -> Result<Option<String>> {
+pub async fn agent_of_context(
+    db: &Db,
+    owner: Owner<'_>,
+    context_id: &str,
+) -> Result<Option<String>> {
     #[derive(sqlx::FromRow, serde::Deserialize)]
     struct AgentRow {
         agent: String,
     }
+    let (cond, arg) = owner.condition(2);
     let row: Option<AgentRow> = db
         .fetch_optional(
-            "SELECT agent FROM a2a_tasks WHERE context_id = $1 AND owner = $2 LIMIT 1",
-            &[Arg::Text(context_id), Arg::Text(owner)],
+            &format!("SELECT agent FROM a2a_tasks WHERE context_id = $1 AND {cond} LIMIT 1"),
+            &[Arg::Text(context_id), arg],
         )
         .await?;
     Ok(row.map(|r| r.agent))
@@ -257,10 +285,10 @@ pub async fn events_after(db: &Db, task_id: &str, seq: i64) -> Result<Vec<EventR
 }
 
 /// What ListTasks filters on.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct TaskFilter<'a> {
-    /// The caller.
-    pub owner: &'a str,
+    /// Whose tasks.
+    pub owner: Owner<'a>,
     /// Restrict to one agent (per-agent endpoint).
     pub agent: Option<&'a str>,
     /// Restrict to one context.
@@ -272,8 +300,8 @@ pub struct TaskFilter<'a> {
 }
 
 fn filter_sql<'a>(f: &TaskFilter<'a>) -> (String, Vec<Arg<'a>>) {
-    let mut sql = String::from("owner = $1");
-    let mut args = vec![Arg::Text(f.owner)];
+    let (mut sql, owner) = f.owner.condition(1);
+    let mut args = vec![owner];
     let mut add = |col: &str, a: Arg<'a>, args: &mut Vec<Arg<'a>>| {
         args.push(a);
         sql.push_str(&format!(" AND {col} ${}", args.len()));

@@ -473,6 +473,9 @@ pub(super) struct NewTask {
     any_agent: bool,
     /// The push config's id and (1.0) body.
     push: Option<(String, String)>,
+    /// An anonymous caller's: the message's parts and the context it named, which a running
+    /// task must also have for the message to be its resend.
+    anonymous_resend: Option<(serde_json::Value, Option<String>)>,
     /// What became of it (set by the write).
     pub(super) created: Option<Created>,
     pushes: Option<crate::queue::Enqueued>,
@@ -495,9 +498,49 @@ impl NewTask {
             idempotency_key,
             any_agent,
             push,
+            anonymous_resend: None,
             created: None,
             pushes: None,
         }
+    }
+
+    /// An anonymous caller's task: a running task (of the same client address) is taken for
+    /// its resend only when its current turn has these `parts` too, and is in `context` when
+    /// the message named one, so that nobody learns another caller's task by reusing the
+    /// `messageId` of its message.
+    pub(super) fn resent_only_as(
+        mut self,
+        parts: serde_json::Value,
+        context: Option<String>,
+    ) -> Self {
+        self.anonymous_resend = Some((parts, context));
+        self
+    }
+
+    /// Whether the running task `known` (of the same owner and message id) takes this message
+    /// as its resend.
+    fn resend_of(&self, known: &TaskRow) -> bool {
+        if !(self.any_agent || known.agent.eq_ignore_ascii_case(&self.row.agent)) {
+            return false;
+        }
+        let Some((parts, context)) = &self.anonymous_resend else {
+            return true;
+        };
+        if context.as_ref().is_some_and(|c| *c != known.context_id) {
+            return false;
+        }
+        let Ok(doc) = serde_json::from_str::<serde_json::Value>(&known.body) else {
+            return false;
+        };
+        doc.get("history")
+            .and_then(serde_json::Value::as_array)
+            .and_then(|h| {
+                h.iter().rev().find(|m| {
+                    m.get("messageId").and_then(serde_json::Value::as_str)
+                        == Some(known.wire_message_id.as_str())
+                })
+            })
+            .is_some_and(|m| m.get("parts") == Some(parts))
     }
 }
 
@@ -510,10 +553,7 @@ impl crate::pipeline::IngestWrite for NewTask {
         let known =
             sql::tasks_by_wire_message(tx, &self.row.owner, &self.row.wire_message_id, &running)
                 .await?;
-        if let Some(k) = known
-            .into_iter()
-            .find(|k| self.any_agent || k.agent.eq_ignore_ascii_case(&self.row.agent))
-        {
+        if let Some(k) = known.into_iter().find(|k| self.resend_of(k)) {
             self.created = Some(Created::Resent(Box::new(k)));
             return Ok(false);
         }

@@ -6,6 +6,7 @@ use super::call::{Call, Reply};
 use super::push_config::{create_push, delete_push, get_push, list_push};
 use super::send::send;
 use super::tasks::{cancel_task, get_task, list_tasks, subscribe};
+use crate::transports::a2a::scope;
 use crate::transports::a2a::wire::{
     METHOD_NOT_FOUND, RpcError, UNAUTHENTICATED, UNSUPPORTED_OPERATION,
 };
@@ -20,6 +21,7 @@ pub(super) async fn dispatch(state: Served, mut call: Call) -> Result<Reply, Rpc
         .await?;
     if call.caller.issuer.is_none() {
         call.caller.sender.client = call.client;
+        call.caller.owner = scope::anonymous_owner(call.client);
     }
     if let Some(agent) = &call.agent {
         state.admit(&call.caller, agent, call.client)?;

@@ -17,7 +17,8 @@ use super::turn::{
 use crate::error::Error;
 use crate::transports::a2a::NAME;
 use crate::transports::a2a::mapping::{self, Limits};
-use crate::transports::a2a::store::{self as sql, TaskRow};
+use crate::transports::a2a::scope;
+use crate::transports::a2a::store::{self as sql, Owner, TaskRow};
 use crate::transports::a2a::tasks::{Change, Created, NewTask, TaskEngine, internal};
 use crate::transports::a2a::wire::{
     self, RpcError, TaskState, UNSUPPORTED_OPERATION, Version, WireMessage,
@@ -257,18 +258,34 @@ pub(super) async fn send(state: &Served, call: Call, streaming: bool) -> Result<
         return finish_send(state, &call, &config, snapshot, streaming).await;
     }
 
-    // A new task: the agent is the endpoint's, else the one the text addresses, else the one
-    // the context belongs to, else the default.
+    // A new task. An anonymous caller continues only a context it holds: one an anonymous
+    // task of which it was given (its id was minted at random), never one it names itself.
+    let anonymous = call.caller.issuer.is_none();
+    let named_context = msg.context_id.as_deref().filter(|c| !c.is_empty());
+    let held_context_agent = match named_context {
+        Some(ctx) if anonymous => Some(
+            sql::agent_of_context(state.engine.db(), Owner::Anonymous, ctx)
+                .await
+                .map_err(|e| internal(&e))?
+                .ok_or_else(context_not_held)?,
+        ),
+        _ => None,
+    };
+    // The agent is the endpoint's, else the one the text addresses, else the one the context
+    // belongs to, else the default.
     let agent = match &call.agent {
         Some(a) => a.clone(),
         None => match addressed_agent(state, &msg.parts) {
             Some(a) => a,
-            None => match &msg.context_id {
-                Some(ctx) => sql::agent_of_context(state.engine.db(), &owner, ctx)
-                    .await
-                    .map_err(|e| internal(&e))?
-                    .unwrap_or_else(|| state.default_agent.clone()),
-                None => state.default_agent.clone(),
+            None => match (held_context_agent, named_context) {
+                (Some(a), _) => a,
+                (None, Some(ctx)) => {
+                    sql::agent_of_context(state.engine.db(), Owner::Exactly(&owner), ctx)
+                        .await
+                        .map_err(|e| internal(&e))?
+                        .unwrap_or_else(|| state.default_agent.clone())
+                }
+                (None, None) => state.default_agent.clone(),
             },
         },
     };
@@ -283,12 +300,8 @@ pub(super) async fn send(state: &Served, call: Call, streaming: bool) -> Result<
             .await?;
         state.admit(&caller, &agent, call.client)?;
     }
-    let task_id = uuid::Uuid::now_v7().to_string();
-    let context_id = msg
-        .context_id
-        .clone()
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let task_id = scope::mint_id();
+    let context_id = named_context.map_or_else(scope::mint_id, str::to_owned);
     let status = json!({ "state": TaskState::Submitted.v1(), "timestamp": wire::timestamp(now) });
     let mut task = json!({
         "id": task_id,
@@ -336,7 +349,7 @@ pub(super) async fn send(state: &Served, call: Call, streaming: bool) -> Result<
     attach_attestations(state, &call, &msg, &row, false, &mut nm).await;
     // The task, its first event and its message are committed together; a resend of a running
     // task's message attaches to that task instead.
-    let new_task = NewTask::new(
+    let mut new_task = NewTask::new(
         &state.engine,
         working,
         vec![(1, ev.to_string())],
@@ -344,6 +357,12 @@ pub(super) async fn send(state: &Served, call: Call, streaming: bool) -> Result<
         call.agent.is_none(),
         push,
     );
+    if anonymous {
+        new_task = new_task.resent_only_as(
+            raw.get("parts").cloned().unwrap_or(Value::Null),
+            named_context.map(str::to_owned),
+        );
+    }
     let external_id = turn_key(&row.id, 1);
     let (_, new_task) = state
         .pipeline
@@ -363,6 +382,17 @@ pub(super) async fn send(state: &Served, call: Call, streaming: bool) -> Result<
         }
         None => Err(internal(&Error::Unavailable)),
     }
+}
+
+/// The refusal of a `contextId` an anonymous caller does not hold: the same whether nobody,
+/// another anonymous caller or an identified one uses it (the A2A specification has a server
+/// that cannot accept a client's `contextId` refuse it, rather than mint another).
+fn context_not_held() -> RpcError {
+    RpcError::invalid_field(
+        "message.contextId",
+        "is not a conversation this caller can continue: without credentials, only a contextId \
+         this server returned can be continued; leave it out to start a new conversation",
+    )
 }
 
 /// A digest of a call's parameters in their RFC 8785 canonical form, so equal requests digest

@@ -1,5 +1,6 @@
 //! The task operations: get, list (with page tokens), cancel and resubscribe, and the Task
-//! document as a caller sees it.
+//! document as a caller sees it. Who sees which task is [`crate::transports::a2a::scope`]'s
+//! rule: another caller's task answers exactly as an unknown id does.
 
 use base64::Engine as _;
 use serde_json::{Value, json};
@@ -7,7 +8,9 @@ use serde_json::{Value, json};
 use super::Served;
 use super::call::{Call, Reply, param_str, param_usize};
 use super::stream::open_stream;
-use crate::transports::a2a::store::{self as sql, TaskFilter, TaskRow};
+use crate::transports::a2a::auth::Caller;
+use crate::transports::a2a::scope;
+use crate::transports::a2a::store::{self as sql, Owner, TaskFilter, TaskRow};
 use crate::transports::a2a::tasks::{Change, TaskEngine, internal};
 use crate::transports::a2a::wire::{
     self, RpcError, TASK_NOT_CANCELABLE, TaskState, UNSUPPORTED_OPERATION, Version,
@@ -51,7 +54,17 @@ pub(super) fn task_result(version: Version, task: &Value) -> Value {
     }
 }
 
-/// The task `id` if the caller may see it (others' tasks look not found).
+/// Whether `caller` may read and continue a task stored under `owner`: an identified caller
+/// its own, an anonymous caller any anonymous task whose id it holds (the id is its capability).
+pub(super) fn may_see(caller: &Caller, owner: &str) -> bool {
+    if caller.issuer.is_none() {
+        scope::is_anonymous(owner)
+    } else {
+        owner == caller.owner
+    }
+}
+
+/// The task `id` if the caller may see it (others' tasks look exactly like unknown ones).
 pub(super) async fn visible_task(
     state: &Served,
     call: &Call,
@@ -66,7 +79,7 @@ pub(super) async fn visible_task(
         .agent
         .as_deref()
         .is_none_or(|a| a.eq_ignore_ascii_case(&row.agent));
-    if row.owner == call.caller.owner && agent_ok {
+    if may_see(&call.caller, &row.owner) && agent_ok {
         Ok(row)
     } else {
         Err(RpcError::task_not_found())
@@ -139,10 +152,26 @@ pub(super) async fn list_tasks(state: &Served, call: &Call) -> Result<Value, Rpc
         .get("includeArtifacts")
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    let context_id = param_str(p, "contextId")?.filter(|c| !c.is_empty());
+    let anonymous = call.caller.issuer.is_none();
+    if anonymous && context_id.is_none() {
+        // Nothing tells one anonymous caller from another but the ids it holds: without a
+        // context to list, there is nothing of its own to show.
+        return Ok(json!({
+            "tasks": [],
+            "nextPageToken": "",
+            "pageSize": page_size,
+            "totalSize": 0,
+        }));
+    }
     let filter = TaskFilter {
-        owner: &call.caller.owner,
+        owner: if anonymous {
+            Owner::Anonymous
+        } else {
+            Owner::Exactly(&call.caller.owner)
+        },
         agent: call.agent.as_deref(),
-        context_id: param_str(p, "contextId")?.filter(|c| !c.is_empty()),
+        context_id,
         state: status,
         status_after,
     };

@@ -12,6 +12,7 @@ use crate::message::{
 };
 use crate::transports::a2a::NAME;
 use crate::transports::a2a::mapping::{self, InPart};
+use crate::transports::a2a::scope;
 use crate::transports::a2a::store::{self as sql, TaskRow};
 use crate::transports::a2a::tasks::internal;
 use crate::transports::a2a::wire::{self, RpcError, WireMessage};
@@ -244,7 +245,11 @@ pub(super) fn turn_message(
         .map_err(|why| RpcError::invalid_field("message.metadata", why))?;
     let mut nm = NormalizedMessage {
         id,
-        thread_id: format!("{}\n{}", row.owner, row.context_id),
+        thread_id: format!(
+            "{}\n{}",
+            scope::thread_principal(&row.owner),
+            row.context_id
+        ),
         in_reply_to,
         sender: call.caller.sender.clone(),
         recipient: agent.address.clone(),
