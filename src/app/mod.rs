@@ -299,7 +299,12 @@ impl Application {
         // After every transport has registered its notification channels.
         workers.extend(queue.spawn_listener(shutdown_rx));
         let (server, admitted) = server::public(&config, listener, routes, &pipeline)?;
-        let metrics_server = server::private(metrics_listener, private_routes, &pipeline)?;
+        let metrics_server = server::private(
+            metrics_listener,
+            private_routes,
+            api::console::host::AllowedHosts::new(&config.console.hostnames),
+            &pipeline,
+        )?;
         let (server_handle, metrics_handle) = (server.handle(), metrics_server.handle());
         let server_tasks = vec![tokio::spawn(server), tokio::spawn(metrics_server)];
         let (domain, max_connections) = (parts.site.domain(), admitted.max_connections);

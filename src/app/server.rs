@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::http::{self, AppState};
 use crate::pipeline::Pipeline;
 use crate::transports::Routes;
+use crate::transports::api::console::host::{self, AllowedHosts};
 
 /// The connection cap the public server admits under, and the open-file limit it was derived
 /// from (for the start-up line).
@@ -140,13 +141,15 @@ const PRIVATE_MAX_CONNECTIONS: usize = 64;
 
 /// The private server on the metrics listener: metrics, health and readiness, and the
 /// transports' private `routes`. It has its own worker and connection cap, so a flood of the
-/// public listener never fails a probe.
+/// public listener never fails a probe; every route answers only the `Host` names in `hosts`
+/// (421 otherwise, against DNS rebinding).
 ///
 /// # Errors
 /// [`Error::Startup`] when the server cannot start.
 pub(super) fn private(
     listener: TcpListener,
     routes: Vec<Routes>,
+    hosts: AllowedHosts,
     pipeline: &Pipeline,
 ) -> Result<actix_web::dev::Server> {
     let state = AppState {
@@ -154,13 +157,17 @@ pub(super) fn private(
     };
     Ok(HttpServer::new(move || {
         let (s, routes) = (state.clone(), routes.clone());
-        App::new().configure(move |c| {
-            http::configure_metrics(c, s);
-            for r in &routes {
-                r(c);
-            }
-        })
+        App::new()
+            .app_data(web::Data::new(hosts.clone()))
+            .wrap(from_fn(host::guard))
+            .configure(move |c| {
+                http::configure_metrics(c, s);
+                for r in &routes {
+                    r(c);
+                }
+            })
     })
+    .on_connect(host::on_connect)
     .workers(1)
     .max_connections(PRIVATE_MAX_CONNECTIONS)
     .client_request_timeout(Duration::from_secs(5))

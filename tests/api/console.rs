@@ -18,19 +18,19 @@ use switchboard::store::jobs;
 
 use crate::helpers::{Engine, TestApp, interop, serve_route, spawn_app, test_config, wait_for};
 
-const TOKEN: &str = "console-token";
+pub(crate) const TOKEN: &str = "console-token";
 /// The W3C WebDriver element reference key.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// A chromedriver process and one headless Chromium session; both end when dropped.
-struct Browser {
+pub(crate) struct Browser {
     driver: Child,
     http: reqwest::Client,
     session: String,
 }
 
 impl Browser {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let exe =
             std::env::var("SWITCHBOARD_CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -76,7 +76,7 @@ impl Browser {
         }
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+    pub(crate) async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
         let mut r = self.http.request(method, format!("{}{path}", self.session));
         if let Some(b) = body {
             r = r.json(&b);
@@ -86,12 +86,12 @@ impl Browser {
         v["value"].clone()
     }
 
-    async fn go(&self, url: &str) {
+    pub(crate) async fn go(&self, url: &str) {
         self.call(reqwest::Method::POST, "/url", Some(json!({"url": url})))
             .await;
     }
 
-    async fn source(&self) -> String {
+    pub(crate) async fn source(&self) -> String {
         self.call(reqwest::Method::GET, "/source", None)
             .await
             .as_str()
@@ -101,7 +101,7 @@ impl Browser {
 
     /// The page's source once it contains `marker` (a click that navigates may return before
     /// the next page is there).
-    async fn source_with(&self, marker: &str) -> String {
+    pub(crate) async fn source_with(&self, marker: &str) -> String {
         wait_for(20, marker, || async {
             let s = self.source().await;
             s.contains(marker).then_some(s)
@@ -109,7 +109,7 @@ impl Browser {
         .await
     }
 
-    async fn find(&self, css: &str) -> String {
+    pub(crate) async fn find(&self, css: &str) -> String {
         let v = self
             .call(
                 reqwest::Method::POST,
@@ -120,7 +120,7 @@ impl Browser {
         v[ELEMENT].as_str().unwrap().to_owned()
     }
 
-    async fn click(&self, css: &str) {
+    pub(crate) async fn click(&self, css: &str) {
         let el = self.find(css).await;
         self.call(
             reqwest::Method::POST,
@@ -130,7 +130,7 @@ impl Browser {
         .await;
     }
 
-    async fn type_into(&self, css: &str, text: &str) {
+    pub(crate) async fn type_into(&self, css: &str, text: &str) {
         let el = self.find(css).await;
         self.call(
             reqwest::Method::POST,
@@ -140,7 +140,7 @@ impl Browser {
         .await;
     }
 
-    async fn text(&self, css: &str) -> String {
+    pub(crate) async fn text(&self, css: &str) -> String {
         let el = self.find(css).await;
         self.call(reqwest::Method::GET, &format!("/element/{el}/text"), None)
             .await
@@ -190,12 +190,12 @@ impl Drop for Browser {
     }
 }
 
-async fn broken(calls: web::Data<Arc<AtomicUsize>>) -> HttpResponse {
+pub(crate) async fn broken(calls: web::Data<Arc<AtomicUsize>>) -> HttpResponse {
     calls.fetch_add(1, Ordering::SeqCst);
     HttpResponse::InternalServerError().finish()
 }
 
-async fn post_message(t: &TestApp, to: &str, key: &str, text: &str) -> (String, String) {
+pub(crate) async fn post_message(t: &TestApp, to: &str, key: &str, text: &str) -> (String, String) {
     let r: Value = t
         .http
         .post(format!("{}/api/v1/messages", t.base))
@@ -381,16 +381,20 @@ async fn console_needs_its_token() {
             .status(),
         401
     );
+    // The sign-in form's session and anti-forgery token.
+    let (pre, csrf) = crate::console_csrf::form_session(&http, &format!("{console}/login")).await;
     let wrong = http
         .post(format!("{console}/login"))
-        .form(&[("token", "nope")])
+        .header("cookie", &pre)
+        .form(&[("token", "nope"), ("csrf", &csrf)])
         .send()
         .await
         .unwrap();
     assert_eq!(wrong.status(), 401);
     let ok = http
         .post(format!("{console}/login"))
-        .form(&[("token", TOKEN)])
+        .header("cookie", &pre)
+        .form(&[("token", TOKEN), ("csrf", &csrf)])
         .send()
         .await
         .unwrap();
