@@ -50,8 +50,7 @@ impl ConsoleConfig {
         for h in &self.hostnames {
             let plain = !h.is_empty()
                 && h.len() <= 253
-                && h
-                    .bytes()
+                && h.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
             if !plain {
                 problems.push(format!(

@@ -76,7 +76,12 @@ impl Browser {
         }
     }
 
-    pub(crate) async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Value {
         let mut r = self.http.request(method, format!("{}{path}", self.session));
         if let Some(b) = body {
             r = r.json(&b);

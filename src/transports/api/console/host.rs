@@ -104,7 +104,10 @@ pub async fn guard(
         .app_data::<web::Data<AllowedHosts>>()
         .is_some_and(|a| a.allows(host.as_deref(), local));
     if allowed {
-        return next.call(req).await.map(ServiceResponse::map_into_left_body);
+        return next
+            .call(req)
+            .await
+            .map(ServiceResponse::map_into_left_body);
     }
     let client = req.peer_addr().map(|a| a.ip());
     tracing::warn!(

@@ -139,7 +139,11 @@ impl Console {
     /// session (signed in when a token is set) whose anti-forgery token it carries. The refusal
     /// otherwise: 403 (401 for a session that has not signed in), nothing done.
     #[allow(clippy::result_large_err)]
-    fn check_form(&self, req: &HttpRequest, csrf: &str) -> std::result::Result<Session, HttpResponse> {
+    fn check_form(
+        &self,
+        req: &HttpRequest,
+        csrf: &str,
+    ) -> std::result::Result<Session, HttpResponse> {
         let client = client_addr(req);
         if !same_origin(req) {
             tracing::warn!(
@@ -196,9 +200,7 @@ fn same_origin(req: &HttpRequest) -> bool {
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         let info = req.connection_info();
         let own = format!("{}://{}", info.scheme(), info.host());
-        return origin
-            .to_str()
-            .is_ok_and(|o| o.eq_ignore_ascii_case(&own));
+        return origin.to_str().is_ok_and(|o| o.eq_ignore_ascii_case(&own));
     }
     match req.headers().get("sec-fetch-site") {
         None => true,
@@ -297,7 +299,10 @@ impl Chrome {
 
 /// `html` with the anti-forgery token as a hidden field at the start of each of its forms.
 fn with_csrf(html: &str, csrf: &str) -> String {
-    let field = format!("<input type=\"hidden\" name=\"{CSRF_FIELD}\" value=\"{}\">", esc(csrf));
+    let field = format!(
+        "<input type=\"hidden\" name=\"{CSRF_FIELD}\" value=\"{}\">",
+        esc(csrf)
+    );
     let mut out = String::with_capacity(html.len());
     let mut rest = html;
     while let Some(at) = rest.find("<form") {
@@ -505,7 +510,11 @@ struct LoginForm {
 /// `POST /console/login`: from the console's origin, with the sign-in form's anti-forgery
 /// token, at most [`session::MAX_FAILURES`] failures a minute per client address (then 429);
 /// a success replaces the session with a new signed-in one.
-async fn login(c: web::Data<Console>, req: HttpRequest, form: web::Form<LoginForm>) -> HttpResponse {
+async fn login(
+    c: web::Data<Console>,
+    req: HttpRequest,
+    form: web::Form<LoginForm>,
+) -> HttpResponse {
     let Some(token) = &c.token else {
         return see_other("/console");
     };
@@ -524,7 +533,9 @@ async fn login(c: web::Data<Console>, req: HttpRequest, form: web::Form<LoginFor
     }
     let Some(old) = c.session(&req).filter(|s| s.forms_match(&form.csrf)) else {
         tracing::warn!(client = %client_label(client), "console sign-in refused: no anti-forgery token of a session");
-        return forbidden("the sign-in form's anti-forgery token is missing or stale; reload the page");
+        return forbidden(
+            "the sign-in form's anti-forgery token is missing or stale; reload the page",
+        );
     };
     if !constant_time_eq(form.token.as_bytes(), token.expose().as_bytes()) {
         if let Some(ip) = client {
@@ -544,7 +555,11 @@ async fn login(c: web::Data<Console>, req: HttpRequest, form: web::Form<LoginFor
 }
 
 /// `POST /console/logout`: ends the session and clears its cookie.
-async fn logout(c: web::Data<Console>, req: HttpRequest, form: web::Form<TokenOnly>) -> HttpResponse {
+async fn logout(
+    c: web::Data<Console>,
+    req: HttpRequest,
+    form: web::Form<TokenOnly>,
+) -> HttpResponse {
     match c.check_form(&req, &form.csrf) {
         Ok(session) => {
             c.sessions.revoke(&session.id);

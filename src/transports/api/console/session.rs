@@ -199,7 +199,10 @@ mod tests {
         assert!(s.get(&a.id, 59_000).is_some());
         // Idle time counts from the last request.
         assert!(s.get(&a.id, 118_000).is_some());
-        assert!(s.get(&a.id, 178_001).is_none(), "expired after a minute idle");
+        assert!(
+            s.get(&a.id, 178_001).is_none(),
+            "expired after a minute idle"
+        );
         assert!(s.get(&a.id, 0).is_none(), "and gone");
         s.revoke(&b.id);
         assert!(s.get(&b.id, 1).is_none(), "revoked");
@@ -219,7 +222,11 @@ mod tests {
         assert_eq!(s.throttled(ip, 5_000), Some(55));
         assert_eq!(s.throttled(other, 5_000), None, "per address");
         assert_eq!(s.throttled(ip, 59_999), Some(1));
-        assert_eq!(s.throttled(ip, 60_000), None, "the first failure left the window");
+        assert_eq!(
+            s.throttled(ip, 60_000),
+            None,
+            "the first failure left the window"
+        );
         s.failed(ip, 60_000);
         assert_eq!(s.throttled(ip, 60_000), Some(1));
     }
