@@ -269,7 +269,7 @@ async fn console_forms_need_the_anti_forgery_token_and_the_same_origin() {
         let cookie = if token {
             sign_in(&http, &console).await
         } else {
-            form_session(&http, &console).await.0
+            form_session(&http, &format!("{console}/blocks")).await.0
         };
         let page = http
             .get(format!("{console}/blocks"))
@@ -291,7 +291,7 @@ async fn console_forms_need_the_anti_forgery_token_and_the_same_origin() {
         let other = if token {
             sign_in(&http, &console).await
         } else {
-            form_session(&http, &console).await.0
+            form_session(&http, &format!("{console}/blocks")).await.0
         };
         let other_csrf = csrf_in(
             &http

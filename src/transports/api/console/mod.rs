@@ -457,7 +457,8 @@ where
     }
 }
 
-/// A form that carries nothing but the anti-forgery token.
+/// A form that carries nothing but the anti-forgery token (a body that is not a form reads as
+/// one without it, so the refusal is the console's).
 #[derive(serde::Deserialize)]
 struct TokenOnly {
     #[serde(default)]
@@ -558,9 +559,10 @@ async fn login(
 async fn logout(
     c: web::Data<Console>,
     req: HttpRequest,
-    form: web::Form<TokenOnly>,
+    form: Option<web::Form<TokenOnly>>,
 ) -> HttpResponse {
-    match c.check_form(&req, &form.csrf) {
+    let csrf = form.map(|f| f.into_inner().csrf).unwrap_or_default();
+    match c.check_form(&req, &csrf) {
         Ok(session) => {
             c.sessions.revoke(&session.id);
             tracing::info!(client = %client_label(client_addr(&req)), "console: signed out");
@@ -976,9 +978,10 @@ async fn queue_retry(
 async fn queue_purge(
     c: web::Data<Console>,
     req: HttpRequest,
-    form: web::Form<TokenOnly>,
+    form: Option<web::Form<TokenOnly>>,
 ) -> HttpResponse {
-    guarded_form(&c, &req, &form.csrf, move |p| async move {
+    let csrf = form.map(|f| f.into_inner().csrf).unwrap_or_default();
+    guarded_form(&c, &req, &csrf, move |p| async move {
         let db = p.db();
         jobs::purge(db, "dead").await?;
         Ok(View::Redirect("/console/queue".into()))
