@@ -310,7 +310,7 @@ async fn console_forms_need_the_anti_forgery_token_and_the_same_origin() {
                 let mut r = http
                     .post(format!("{console}/blocks"))
                     .header("cookie", cookie)
-                    .form(&[("kind", "sender"), ("pattern", &pattern), ("csrf", &csrf)]);
+                    .form(&[("kind", "sender"), ("pattern", pattern), ("csrf", &csrf)]);
                 for (k, v) in headers {
                     r = r.header(k, v);
                 }

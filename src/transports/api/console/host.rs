@@ -49,7 +49,7 @@ impl AllowedHosts {
         if let Ok(ip) = name.parse::<IpAddr>() {
             return ip.is_loopback() || Some(ip) == local;
         }
-        self.names.iter().any(|n| *n == name)
+        self.names.contains(&name)
     }
 }
 

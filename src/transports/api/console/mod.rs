@@ -185,7 +185,7 @@ fn client_label(client: Option<IpAddr>) -> String {
     client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string())
 }
 
-fn header_str<'a>(req: &'a HttpRequest, name: impl header::AsHeaderName) -> &'a str {
+fn header_str(req: &HttpRequest, name: impl header::AsHeaderName) -> &str {
     req.headers()
         .get(name)
         .and_then(|v| v.to_str().ok())
