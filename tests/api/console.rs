@@ -195,6 +195,28 @@ impl Drop for Browser {
     }
 }
 
+/// Adds the agent `broken`, whose webhook at `hook` fails, with one dispatch attempt (so its
+/// job goes dead at once).
+pub(crate) fn with_broken_agent(c: &mut switchboard::config::Config, hook: String) {
+    c.agents.push(AgentConfig {
+        activitypub: None,
+        access: None,
+        name: "broken".into(),
+        display_name: None,
+        summary: None,
+        backend: BackendConfig::Webhook {
+            url: hook,
+            secret: Secret::new("hook-secret"),
+            timeout_ms: 2_000,
+            assembled: false,
+        },
+        a2a: None,
+        email: None,
+        notify: Vec::new(),
+    });
+    c.queue.kinds.get_mut("dispatch").unwrap().max_attempts = 1;
+}
+
 pub(crate) async fn broken(calls: web::Data<Arc<AtomicUsize>>) -> HttpResponse {
     calls.fetch_add(1, Ordering::SeqCst);
     HttpResponse::InternalServerError().finish()
@@ -231,23 +253,7 @@ async fn console_in_chromium() {
     let hook = serve_route!(calls.clone(), post, "/hook", broken);
     let mut t = spawn_app(Engine::Sqlite, move |c, _| {
         c.console.token = Some(Secret::new(TOKEN));
-        c.agents.push(AgentConfig {
-            activitypub: None,
-            access: None,
-            name: "broken".into(),
-            display_name: None,
-            summary: None,
-            backend: BackendConfig::Webhook {
-                url: hook,
-                secret: Secret::new("hook-secret"),
-                timeout_ms: 2_000,
-                assembled: false,
-            },
-            a2a: None,
-            email: None,
-            notify: Vec::new(),
-        });
-        c.queue.kinds.get_mut("dispatch").unwrap().max_attempts = 1;
+        with_broken_agent(c, hook);
     })
     .await;
     let console = format!("http://{}/console", t.app().metrics_addr());
@@ -358,10 +364,7 @@ async fn console_in_chromium() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_needs_its_token() {
-    let mut t = spawn_app(Engine::Sqlite, |c, _| {
-        c.console.token = Some(Secret::new(TOKEN));
-    })
-    .await;
+    let mut t = crate::console_csrf::app_with_token().await;
     let console = format!("http://{}/console", t.app().metrics_addr());
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

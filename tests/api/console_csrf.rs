@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use actix_web::{HttpResponse, web};
 use serde_json::{Value, json};
-use switchboard::config::{AgentConfig, BackendConfig, Secret};
+use switchboard::config::Secret;
 use switchboard::store::{jobs, messages};
 
-use crate::console::{Browser, TOKEN, broken, post_message};
+use crate::console::{Browser, TOKEN, broken, post_message, with_broken_agent};
 use crate::helpers::{
     Binary, Engine, TestApp, fresh_db, interop, serve_route, spawn_app, wait_for,
 };
@@ -53,18 +53,43 @@ pub(crate) async fn form_session(http: &reqwest::Client, url: &str) -> (String, 
     (cookie, csrf_in(&r.text().await.unwrap()))
 }
 
+/// The page at `url` for the session `cookie`.
+async fn page_text(http: &reqwest::Client, url: &str, cookie: &str) -> String {
+    let r = http.get(url).header("cookie", cookie).send().await.unwrap();
+    r.text().await.unwrap()
+}
+
+/// The `Set-Cookie` of a response.
+fn set_cookie(r: &reqwest::Response) -> &str {
+    r.headers()["set-cookie"].to_str().unwrap()
+}
+
+/// The sign-in form sent with `token`, from the session `pre` with its anti-forgery token.
+async fn post_sign_in(
+    http: &reqwest::Client,
+    console: &str,
+    (pre, csrf): (&str, &str),
+    token: &str,
+) -> reqwest::Response {
+    let form = [("token", token), ("csrf", csrf)];
+    let r = http.post(format!("{console}/login")).header("cookie", pre);
+    r.form(&form).send().await.unwrap()
+}
+
 /// Signs in with the token: the signed-in session's cookie.
 async fn sign_in(http: &reqwest::Client, console: &str) -> String {
     let (pre, csrf) = form_session(http, &format!("{console}/login")).await;
-    let r = http
-        .post(format!("{console}/login"))
-        .header("cookie", &pre)
-        .form(&[("token", TOKEN), ("csrf", &csrf)])
-        .send()
-        .await
-        .unwrap();
+    let r = post_sign_in(http, console, (&pre, &csrf), TOKEN).await;
     assert_eq!(r.status(), 303);
     session_of(&r).unwrap()
+}
+
+/// An app whose console has the token.
+pub(crate) async fn app_with_token() -> TestApp {
+    spawn_app(Engine::Sqlite, |c, _| {
+        c.console.token = Some(Secret::new(TOKEN));
+    })
+    .await
 }
 
 /// The page served from another origin: one console form (`action`, its fields and a guessed
@@ -95,23 +120,7 @@ async fn app_with_a_dead_job(token: bool, calls: &Arc<AtomicUsize>) -> (TestApp,
         if token {
             c.console.token = Some(Secret::new(TOKEN));
         }
-        c.agents.push(AgentConfig {
-            activitypub: None,
-            access: None,
-            name: "broken".into(),
-            display_name: None,
-            summary: None,
-            backend: BackendConfig::Webhook {
-                url: hook,
-                secret: Secret::new("hook-secret"),
-                timeout_ms: 2_000,
-                assembled: false,
-            },
-            a2a: None,
-            email: None,
-            notify: Vec::new(),
-        });
-        c.queue.kinds.get_mut("dispatch").unwrap().max_attempts = 1;
+        with_broken_agent(c, hook);
     })
     .await;
     let (id, _) = post_message(&t, &t.agent("broken"), "dead-1", "fail please").await;
@@ -125,21 +134,10 @@ async fn app_with_a_dead_job(token: bool, calls: &Arc<AtomicUsize>) -> (TestApp,
     (t, job)
 }
 
-async fn blocks(t: &TestApp) -> Vec<Value> {
-    let v: Value = t
-        .http
-        .get(format!("{}/api/v1/blocks", t.base))
-        .bearer_auth("test-token")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["blocks"]
-        .as_array()
-        .cloned()
-        .unwrap_or_else(|| panic!("{v}"))
+/// The ids of the blocks in force.
+fn blocks(t: &TestApp) -> Vec<String> {
+    let list = t.app().pipeline().blocks().list();
+    list.iter().map(|b| b.id.clone()).collect()
 }
 
 /// Has Chromium, signed in to the console at `console` (or just visiting it, without a
@@ -166,7 +164,7 @@ async fn each_form_from_another_site(
     let block_id = block["id"].as_str().unwrap().to_owned();
     let db = t.open_db().await;
     let sent_before = messages::counts(&db).await.unwrap();
-    let blocks_before = blocks(t).await;
+    let blocks_before = blocks(t);
     let echo = t.agent("echo");
     let forms: Vec<(&str, Vec<(&str, &str)>)> = vec![
         (
@@ -214,7 +212,7 @@ async fn each_form_from_another_site(
     {
         assert_eq!((&a.direction, a.n), (&b.direction, b.n));
     }
-    assert_eq!(blocks(t).await, blocks_before);
+    assert_eq!(blocks(t), blocks_before);
     assert_eq!(jobs::get(&db, job).await.unwrap().unwrap().state, "dead");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     // Still signed in (the forged sign-out did nothing), and the console's own form works.
@@ -271,15 +269,7 @@ async fn console_forms_need_the_anti_forgery_token_and_the_same_origin() {
         } else {
             form_session(&http, &format!("{console}/blocks")).await.0
         };
-        let page = http
-            .get(format!("{console}/blocks"))
-            .header("cookie", &cookie)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let page = page_text(&http, &format!("{console}/blocks"), &cookie).await;
         let csrf = csrf_in(&page);
         assert_eq!(csrf.len(), 64, "{csrf}");
         assert!(
@@ -293,17 +283,7 @@ async fn console_forms_need_the_anti_forgery_token_and_the_same_origin() {
         } else {
             form_session(&http, &format!("{console}/blocks")).await.0
         };
-        let other_csrf = csrf_in(
-            &http
-                .get(format!("{console}/blocks"))
-                .header("cookie", &other)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap(),
-        );
+        let other_csrf = csrf_in(&page_text(&http, &format!("{console}/blocks"), &other).await);
         let block = |csrf: String, headers: Vec<(&'static str, String)>, pattern: &'static str| {
             let (http, console, cookie) = (&http, &console, &cookie);
             async move {
@@ -317,55 +297,37 @@ async fn console_forms_need_the_anti_forgery_token_and_the_same_origin() {
                 r.send().await.unwrap().status().as_u16()
             }
         };
-        for (csrf, headers, why) in [
-            (String::new(), vec![("origin", origin.clone())], "no token"),
-            (
-                "0".repeat(64),
-                vec![("origin", origin.clone())],
-                "a wrong token",
-            ),
-            (
-                other_csrf.clone(),
-                vec![("origin", origin.clone())],
-                "another session's token",
-            ),
-            (
-                csrf.clone(),
-                vec![("origin", "https://evil.example".into())],
-                "a foreign Origin",
-            ),
-            (
-                csrf.clone(),
-                vec![("origin", "null".into())],
-                "an opaque Origin",
-            ),
-            (
-                csrf.clone(),
-                vec![("origin", origin.replace("127.0.0.1", "localhost"))],
-                "another name of the same listener",
-            ),
-            (
-                csrf.clone(),
-                vec![("sec-fetch-site", "cross-site".into())],
-                "cross-site",
-            ),
-            (
-                csrf.clone(),
-                vec![("sec-fetch-site", "same-site".into())],
-                "same-site",
-            ),
-            (
-                csrf.clone(),
-                vec![
-                    ("origin", "https://evil.example".into()),
-                    ("sec-fetch-site", "same-origin".into()),
-                ],
-                "a foreign Origin wins over Sec-Fetch-Site",
-            ),
-        ] {
-            assert_eq!(block(csrf, headers, "*").await, 403, "{why}");
+        let own = || vec![("origin", origin.clone())];
+        for (wrong, why) in [(String::new(), "none"), ("0".repeat(64), "a wrong one")] {
+            assert_eq!(block(wrong, own(), "*").await, 403, "token: {why}");
         }
-        assert!(blocks(&t).await.is_empty(), "nothing was blocked");
+        assert_eq!(
+            block(other_csrf, own(), "*").await,
+            403,
+            "another session's"
+        );
+        let localhost = origin.replace("127.0.0.1", "localhost");
+        for (name, value) in [
+            ("origin", "https://evil.example"),
+            ("origin", "null"),
+            ("origin", localhost.as_str()),
+            ("sec-fetch-site", "cross-site"),
+            ("sec-fetch-site", "same-site"),
+        ] {
+            let headers = vec![(name, value.to_owned())];
+            assert_eq!(
+                block(csrf.clone(), headers, "*").await,
+                403,
+                "{name}: {value}"
+            );
+        }
+        // A foreign Origin wins over Sec-Fetch-Site.
+        let both = vec![
+            ("origin", "https://evil.example".to_owned()),
+            ("sec-fetch-site", "same-origin".to_owned()),
+        ];
+        assert_eq!(block(csrf.clone(), both, "*").await, 403);
+        assert!(blocks(&t).is_empty(), "nothing was blocked");
         // The session's token from its own origin: done.
         assert_eq!(
             block(csrf.clone(), vec![("origin", origin.clone())], "a.example").await,
@@ -380,7 +342,7 @@ async fn console_forms_need_the_anti_forgery_token_and_the_same_origin() {
             .await,
             303
         );
-        assert_eq!(blocks(&t).await.len(), 2);
+        assert_eq!(blocks(&t).len(), 2);
         // Without a session cookie at all.
         let r = http
             .post(format!("{console}/queue/purge"))
@@ -396,29 +358,20 @@ async fn console_forms_need_the_anti_forgery_token_and_the_same_origin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_sessions_are_random_per_sign_in_scoped_and_revocable() {
-    let mut t = spawn_app(Engine::Sqlite, |c, _| {
-        c.console.token = Some(Secret::new(TOKEN));
-    })
-    .await;
+    let mut t = app_with_token().await;
     let origin = format!("http://{}", t.app().metrics_addr());
     let console = format!("{origin}/console");
     let http = client();
     // The sign-in form's own session is replaced by a new one on signing in.
     let r = http.get(format!("{console}/login")).send().await.unwrap();
-    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let set = set_cookie(&r).to_owned();
     for attr in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
         assert!(set.contains(attr), "{set}");
     }
     assert!(!set.contains("Secure"), "plain http: {set}");
     let pre = session_of(&r).unwrap();
     let csrf = csrf_in(&r.text().await.unwrap());
-    let r = http
-        .post(format!("{console}/login"))
-        .header("cookie", &pre)
-        .form(&[("token", TOKEN), ("csrf", &csrf)])
-        .send()
-        .await
-        .unwrap();
+    let r = post_sign_in(&http, &console, (&pre, &csrf), TOKEN).await;
     let first = session_of(&r).unwrap();
     assert_ne!(first, pre, "a new session on signing in");
     let second = sign_in(&http, &console).await;
@@ -453,12 +406,7 @@ async fn console_sessions_are_random_per_sign_in_scoped_and_revocable() {
         .send()
         .await
         .unwrap();
-    assert!(
-        r.headers()["set-cookie"]
-            .to_str()
-            .unwrap()
-            .contains("; Secure")
-    );
+    assert!(set_cookie(&r).contains("; Secure"));
     // Signing out revokes that session only.
     let r = page(first.clone()).await;
     let csrf = csrf_in(&r.text().await.unwrap());
@@ -471,12 +419,7 @@ async fn console_sessions_are_random_per_sign_in_scoped_and_revocable() {
         .await
         .unwrap();
     assert_eq!(out.status(), 303);
-    assert!(
-        out.headers()["set-cookie"]
-            .to_str()
-            .unwrap()
-            .contains("Max-Age=0")
-    );
+    assert!(set_cookie(&out).contains("Max-Age=0"));
     let r = page(first.clone()).await;
     assert_eq!(r.status(), 303);
     assert_eq!(r.headers()["location"], "/console/login");
@@ -489,33 +432,20 @@ async fn console_sessions_are_random_per_sign_in_scoped_and_revocable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_sign_in_is_throttled_and_refusals_logged() {
     let db = fresh_db(Engine::Sqlite).await;
+    let text = format!(
+        "[server]\nbind = \"127.0.0.1:0\"\nmetrics_bind = \"127.0.0.1:0\"\n\
+         [database]\nurl = \"{}\"\n[log]\nformat = \"json\"\n[email]\nenabled = false\n\
+         [console]\ntoken = \"{TOKEN}\"\n",
+        db.url
+    );
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("switchboard.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nbind = \"127.0.0.1:0\"\nmetrics_bind = \"127.0.0.1:0\"\n\
-             [database]\nurl = \"{}\"\n[log]\nformat = \"json\"\n[email]\nenabled = false\n\
-             [console]\ntoken = \"{TOKEN}\"\n",
-            db.url
-        ),
-    )
-    .unwrap();
+    std::fs::write(&config, text).unwrap();
     let server = Binary::start(&config, None);
     let console = format!("http://{}/console", server.metrics_addr());
     let http = client();
     let (pre, csrf) = form_session(&http, &format!("{console}/login")).await;
-    let try_token = |token: &'static str| {
-        let (http, console, pre, csrf) = (&http, &console, &pre, &csrf);
-        async move {
-            http.post(format!("{console}/login"))
-                .header("cookie", pre)
-                .form(&[("token", token), ("csrf", csrf)])
-                .send()
-                .await
-                .unwrap()
-        }
-    };
+    let try_token = |token: &'static str| post_sign_in(&http, &console, (&pre, &csrf), token);
     for _ in 0..5 {
         assert_eq!(try_token("guess").await.status(), 401);
     }
