@@ -100,24 +100,95 @@ mod tests {
     use crate::transports::activitypub::fuzzing::{ap_inbox, ap_signature};
     use crate::transports::email::fuzzing::{email_message, smtp_session};
 
+    type Target = fn(&[u8]);
+
+    /// Every fuzz target: its name (a `[[bin]]` of `fuzz/Cargo.toml` and a directory of
+    /// `fuzz/corpus`), the path its `fuzz/fuzz_targets/NAME.rs` calls, and that function.
+    const TARGETS: [(&str, &str, Target); 6] = [
+        (
+            "smtp_session",
+            "switchboard::transports::email::fuzzing::smtp_session",
+            smtp_session,
+        ),
+        (
+            "email_message",
+            "switchboard::transports::email::fuzzing::email_message",
+            email_message,
+        ),
+        (
+            "ap_inbox",
+            "switchboard::transports::activitypub::fuzzing::ap_inbox",
+            ap_inbox,
+        ),
+        (
+            "ap_signature",
+            "switchboard::transports::activitypub::fuzzing::ap_signature",
+            ap_signature,
+        ),
+        (
+            "a2a_rpc",
+            "switchboard::transports::a2a::server::fuzzing::a2a_rpc",
+            a2a_rpc,
+        ),
+        ("address", "switchboard::fuzzing::address", address),
+    ];
+
+    fn fuzz_file(path: &str) -> String {
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+            .unwrap()
+    }
+
+    /// The test command replays the seeds here instead of building the fuzz crate: every seed
+    /// and kept finding goes through the function its target calls, and each failing one is
+    /// named (its panic is printed above the list).
     #[test]
     fn every_seed_and_kept_finding_holds_its_targets_properties() {
-        type Target = fn(&[u8]);
-        let targets: [(&str, Target); 6] = [
-            ("smtp_session", smtp_session),
-            ("email_message", email_message),
-            ("ap_inbox", ap_inbox),
-            ("ap_signature", ap_signature),
-            ("a2a_rpc", a2a_rpc),
-            ("address", address),
-        ];
-        for (target, run) in targets {
+        let mut failed = Vec::new();
+        for (target, _, run) in TARGETS {
             let seeds = seeds(target);
             assert!(seeds.len() >= 5, "{target} has {} seeds", seeds.len());
             for (name, data) in seeds {
-                let ran = std::panic::catch_unwind(|| run(&data));
-                assert!(ran.is_ok(), "fuzz/corpus/{target}/{name} fails");
+                if std::panic::catch_unwind(|| run(&data)).is_err() {
+                    failed.push(format!("fuzz/corpus/{target}/{name}"));
+                }
             }
+        }
+        assert!(failed.is_empty(), "seeds that fail: {failed:?}");
+    }
+
+    /// The replay above covers what `scripts/fuzz` runs: the same targets as `fuzz/Cargo.toml`
+    /// and `fuzz/corpus`, each replayed through the very function its harness calls.
+    #[test]
+    fn the_seed_replay_covers_every_fuzz_target_through_its_harness_function() {
+        let manifest = fuzz_file("fuzz/Cargo.toml");
+        let mut bins: Vec<&str> = manifest
+            .lines()
+            .filter_map(|l| l.strip_prefix("name = \""))
+            .filter_map(|l| l.strip_suffix('"'))
+            .filter(|n| *n != "switchboard-fuzz")
+            .collect();
+        bins.sort_unstable();
+        let mut corpora: Vec<String> =
+            std::fs::read_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+        corpora.sort_unstable();
+        let mut names: Vec<&str> = TARGETS.iter().map(|(n, _, _)| *n).collect();
+        names.sort_unstable();
+        assert_eq!(bins, names, "fuzz/Cargo.toml's targets");
+        assert_eq!(corpora, names, "fuzz/corpus's directories");
+        for (target, path, _) in TARGETS {
+            let harness = fuzz_file(&format!("fuzz/fuzz_targets/{target}.rs"));
+            let body = harness
+                .lines()
+                .find(|l| l.starts_with("libfuzzer_sys::fuzz_target!"))
+                .unwrap_or_default();
+            assert_eq!(
+                body,
+                format!("libfuzzer_sys::fuzz_target!(|data: &[u8]| {path}(data));"),
+                "fuzz/fuzz_targets/{target}.rs calls its entry point alone"
+            );
         }
     }
 }

@@ -8,12 +8,21 @@
 //! cannot generate them); every signature and verification goes through ring.
 //!
 //! Key names are namespaced by their user: `ap:actor:{agent}`, `dkim:{selector}`, `a2a:push`.
+//!
+//! With a key-encryption key ([`Kek`], `server.kek` or `server.kek_file`) every private key
+//! written is sealed with AES-256-GCM (ring), a random nonce per record, the key's name and
+//! algorithm bound in as associated data, and the KEK's id stored beside it; a plain record
+//! (written before there was a KEK) is still read, and [`encrypt_plain`] seals those,
+//! [`rotate`] re-seals every record under a new KEK. [`check_kek`] refuses at start-up a
+//! database whose records were sealed under another KEK, or with none configured.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use base64::Engine as _;
 use der::Decode as _;
-use ring::rand::SystemRandom;
+use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::rand::{SecureRandom as _, SystemRandom};
 use ring::signature::{self, Ed25519KeyPair, KeyPair as _, RsaKeyPair, UnparsedPublicKey};
 
 use crate::clock::SharedClock;
@@ -124,6 +133,214 @@ impl Ed25519Key {
     }
 }
 
+/// The length of a key-encryption key: AES-256.
+pub const KEK_BYTES: usize = 32;
+
+/// A key-encryption key: seals the private keys stored in the `keys` table (AES-256-GCM).
+pub struct Kek {
+    key: LessSafeKey,
+    id: String,
+}
+
+impl std::fmt::Debug for Kek {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kek({})", self.id)
+    }
+}
+
+impl Kek {
+    /// A KEK from its text: 32 bytes as 64 hex digits or as base64 (standard or URL-safe,
+    /// padded or not); surrounding whitespace is ignored.
+    ///
+    /// # Errors
+    /// [`Error::Config`] saying what is wrong, never the value.
+    pub fn parse(text: &str) -> Result<Self> {
+        let text = text.trim();
+        let bytes = if text.len() == 2 * KEK_BYTES && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            hex::decode(text).ok()
+        } else {
+            let unpadded = text.trim_end_matches('=');
+            base64::engine::general_purpose::STANDARD_NO_PAD
+                .decode(unpadded)
+                .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(unpadded))
+                .ok()
+        };
+        match bytes {
+            Some(b) if b.len() == KEK_BYTES => Self::from_bytes(&b),
+            _ => Err(Error::Config(format!(
+                "must be {KEK_BYTES} bytes as 64 hex digits or base64 (`openssl rand -hex 32`)"
+            ))),
+        }
+    }
+
+    /// A KEK from its 32 bytes.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when `bytes` is not 32 bytes long.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let key = UnboundKey::new(&AES_256_GCM, bytes)
+            .map_err(|_| Error::Config(format!("a KEK is {KEK_BYTES} bytes")))?;
+        // The id names the KEK without revealing it: a digest of a domain tag and the key.
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        ctx.update(b"switchboard kek id\0");
+        ctx.update(bytes);
+        let id = hex::encode(&ctx.finish().as_ref()[..8]);
+        Ok(Self {
+            key: LessSafeKey::new(key),
+            id,
+        })
+    }
+
+    /// The KEK's id, stored with each record it seals (16 hex digits of a digest of it).
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// What the key `name` of `algorithm` is bound to: a record moved to another name fails to
+    /// open.
+    fn aad(name: &str, algorithm: &str) -> Vec<u8> {
+        format!("switchboard key\0{name}\0{algorithm}").into_bytes()
+    }
+
+    /// `plain` sealed: a random nonce, then the ciphertext and its tag.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if the system's random source or ring fails.
+    pub fn seal(&self, name: &str, algorithm: &str, plain: &[u8]) -> Result<Vec<u8>> {
+        let mut nonce = [0u8; NONCE_LEN];
+        SystemRandom::new()
+            .fill(&mut nonce)
+            .map_err(|_| Error::Unavailable)?;
+        let mut sealed = plain.to_vec();
+        self.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(Self::aad(name, algorithm)),
+                &mut sealed,
+            )
+            .map_err(|_| Error::Unavailable)?;
+        let mut out = nonce.to_vec();
+        out.append(&mut sealed);
+        Ok(out)
+    }
+
+    /// The private key inside a record [`Kek::seal`] wrote for `name`.
+    ///
+    /// # Errors
+    /// [`Error::Startup`] when the record does not open with this KEK (another KEK, or
+    /// altered).
+    pub fn open(&self, name: &str, algorithm: &str, sealed: &[u8]) -> Result<Vec<u8>> {
+        let refused =
+            || Error::Startup(format!("key {name}: does not decrypt with KEK {}", self.id));
+        if sealed.len() < NONCE_LEN {
+            return Err(refused());
+        }
+        let (nonce, body) = sealed.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| refused())?;
+        let mut body = body.to_vec();
+        let plain = self
+            .key
+            .open_in_place(nonce, Aad::from(Self::aad(name, algorithm)), &mut body)
+            .map_err(|_| refused())?;
+        Ok(plain.to_vec())
+    }
+}
+
+/// The private key of a stored row, opened with `kek` when the row is sealed.
+///
+/// # Errors
+/// [`Error::Startup`] naming the key and the KEK when the row is sealed under another KEK or
+/// none is given.
+fn unseal(
+    name: &str,
+    algorithm: &str,
+    kek_id: Option<&str>,
+    private: &[u8],
+    kek: Option<&Kek>,
+) -> Result<Vec<u8>> {
+    match (kek_id, kek) {
+        (None, _) => Ok(private.to_vec()),
+        (Some(id), Some(kek)) if id == kek.id() => kek.open(name, algorithm, private),
+        (Some(id), Some(kek)) => Err(Error::Startup(format!(
+            "key {name} is encrypted under KEK {id}, not under the KEK given (KEK {}): the \
+             wrong KEK",
+            kek.id()
+        ))),
+        (Some(id), None) => Err(Error::Startup(format!(
+            "key {name} is encrypted under KEK {id}; set server.kek_file (or server.kek)"
+        ))),
+    }
+}
+
+/// Refuses a database whose private keys this server cannot read: a record sealed under
+/// another KEK than `kek`, or any sealed one when there is no KEK. Each KEK id found is tried
+/// on one of its records, so a KEK whose id matches but whose key differs is refused too.
+/// Returns how many records are still plain.
+///
+/// # Errors
+/// [`Error::Startup`] naming the KEK ids; database errors.
+pub async fn check_kek(db: &Db, kek: Option<&Kek>) -> Result<usize> {
+    let rows = store::keys::all(db).await?;
+    let mut tried = std::collections::HashSet::new();
+    for row in &rows {
+        if let Some(id) = row.kek_id.as_deref()
+            && tried.insert(id)
+        {
+            unseal(&row.name, &row.algorithm, Some(id), &row.private_der, kek)?;
+        }
+    }
+    Ok(rows.iter().filter(|r| r.kek_id.is_none()).count())
+}
+
+/// Seals every plain record under `kek`; records already sealed under it are left alone.
+/// Returns how many were sealed.
+///
+/// # Errors
+/// As [`check_kek`]; database errors.
+pub async fn encrypt_plain(db: &Db, kek: &Kek) -> Result<usize> {
+    check_kek(db, Some(kek)).await?;
+    let mut sealed = 0;
+    for row in store::keys::all(db).await? {
+        if row.kek_id.is_some() {
+            continue;
+        }
+        let record = kek.seal(&row.name, &row.algorithm, &row.private_der)?;
+        sealed += store::keys::reseal(db, &row.name, None, &record, kek.id()).await?;
+    }
+    Ok(usize::try_from(sealed).unwrap_or(usize::MAX))
+}
+
+/// Re-seals every record sealed under `old` (and every plain one) under `new`. Returns how
+/// many were written.
+///
+/// # Errors
+/// [`Error::Startup`] when a record is sealed under neither KEK or does not open; database
+/// errors.
+pub async fn rotate(db: &Db, old: &Kek, new: &Kek) -> Result<usize> {
+    let rows = store::keys::all(db).await?;
+    // Every record must open before any is rewritten.
+    let mut plain = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let was = row.kek_id.as_deref();
+        if was == Some(new.id()) {
+            continue;
+        }
+        let kek = was.map(|_| old);
+        plain.push((
+            row,
+            unseal(&row.name, &row.algorithm, was, &row.private_der, kek)?,
+        ));
+    }
+    let mut written = 0;
+    for (row, private) in plain {
+        let record = new.seal(&row.name, &row.algorithm, &private)?;
+        let was = row.kek_id.as_deref();
+        written += store::keys::reseal(db, &row.name, was, &record, new.id()).await?;
+    }
+    Ok(usize::try_from(written).unwrap_or(usize::MAX))
+}
+
 #[derive(Debug, Default)]
 struct Cache {
     rsa: HashMap<String, Arc<RsaKey>>,
@@ -135,6 +352,8 @@ struct Cache {
 pub struct Keys {
     db: Db,
     clock: SharedClock,
+    /// Seals the private keys written, opens the sealed ones read.
+    kek: Option<Arc<Kek>>,
     cache: Arc<Mutex<Cache>>,
     /// Held while a key missing from the cache is loaded or generated, so that many callers
     /// asking at once (the first burst of deliveries) wait for one key instead of each
@@ -149,9 +368,17 @@ impl Keys {
         Self {
             db,
             clock,
+            kek: None,
             cache: Arc::default(),
             loading: Arc::default(),
         }
+    }
+
+    /// The same store, sealing the keys it writes with `kek` and opening those sealed with it.
+    #[must_use]
+    pub fn with_kek(mut self, kek: Option<Arc<Kek>>) -> Self {
+        self.kek = kek;
+        self
     }
 
     /// The RSA-2048 key called `name`, generated and stored on first use.
@@ -175,10 +402,8 @@ impl Keys {
                 self.store(name, RSA, private_der, public_der).await?
             }
         };
-        if row.algorithm != RSA {
-            return Err(Error::Invalid(format!("key {name} is {}", row.algorithm)));
-        }
-        let key = Arc::new(RsaKey::from_der(row.private_der, row.public_der)?);
+        let private = self.private_of(name, RSA, &row)?;
+        let key = Arc::new(RsaKey::from_der(private, row.public_der)?);
         self.lock().rsa.insert(name.to_owned(), key.clone());
         Ok(key)
     }
@@ -203,12 +428,24 @@ impl Keys {
                 self.store(name, ED25519, fresh.pkcs8, public).await?
             }
         };
-        if row.algorithm != ED25519 {
-            return Err(Error::Invalid(format!("key {name} is {}", row.algorithm)));
-        }
-        let key = Arc::new(Ed25519Key::from_der(row.private_der)?);
+        let private = self.private_of(name, ED25519, &row)?;
+        let key = Arc::new(Ed25519Key::from_der(private)?);
         self.lock().ed25519.insert(name.to_owned(), key.clone());
         Ok(key)
+    }
+
+    /// The private key in `row`, stored as `name`, which must hold a key of `algorithm`.
+    fn private_of(&self, name: &str, algorithm: &str, row: &KeyRow) -> Result<Vec<u8>> {
+        if row.algorithm != algorithm {
+            return Err(Error::Invalid(format!("key {name} is {}", row.algorithm)));
+        }
+        unseal(
+            name,
+            algorithm,
+            row.kek_id.as_deref(),
+            &row.private_der,
+            self.kek.as_deref(),
+        )
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
@@ -225,9 +462,20 @@ impl Keys {
         public_der: Vec<u8>,
     ) -> Result<KeyRow> {
         let now = self.clock.now_ms();
-        let row =
-            store::keys::insert_or_keep(&self.db, name, algorithm, &private_der, &public_der, now)
-                .await?;
+        let (record, kek_id) = match &self.kek {
+            Some(kek) => (kek.seal(name, algorithm, &private_der)?, Some(kek.id())),
+            None => (private_der, None),
+        };
+        let row = store::keys::insert_or_keep(
+            &self.db,
+            name,
+            algorithm,
+            &record,
+            &public_der,
+            kek_id,
+            now,
+        )
+        .await?;
         tracing::info!(key = name, algorithm, "generated signing key");
         Ok(row)
     }

@@ -25,11 +25,16 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the server (SQLite and the echo agent when nothing is configured).
-    Serve,
+    Serve {
+        #[command(flatten)]
+        weak: AllowWeak,
+    },
     /// Validate the configuration and print the effective values, secrets masked.
     CheckConfig {
         /// File to check instead of --config.
         file: Option<PathBuf>,
+        #[command(flatten)]
+        weak: AllowWeak,
     },
     /// List the configured agents: fediverse handle, email address, A2A card URL, backend.
     Agents {
@@ -62,6 +67,12 @@ enum Command {
     },
     /// Print the DNS TXT record publishing the DKIM key of outbound mail (made on first use).
     Dkim,
+    /// Encrypt the private keys stored in the database under the key-encryption key
+    /// (`server.kek_file` or `server.kek`), or move them to a new one.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// Check from the outside what federation and mail need (public documents, DNS records,
     /// the SMTP certificate, the database): pass/warn/fail with the fix; exits 1 on a failure.
     Doctor {
@@ -81,6 +92,26 @@ enum Command {
     },
 }
 
+/// The escape from the refusal of weak secrets.
+#[derive(Debug, clap::Args)]
+struct AllowWeak {
+    /// Accept webhook secrets, API and console tokens shorter than 16 bytes (or empty). For
+    /// tests only: a short secret can be guessed, an empty webhook secret forged.
+    #[arg(long)]
+    allow_weak: bool,
+}
+
+impl AllowWeak {
+    /// The configuration's weak secrets, unless they are allowed.
+    fn problems(&self, config: &Config) -> Vec<String> {
+        if self.allow_weak {
+            Vec::new()
+        } else {
+            config.weak_secrets()
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum AgentsCommand {
     /// Move an agent's fediverse account to another one, which must already name the agent
@@ -92,6 +123,19 @@ enum AgentsCommand {
         /// The new account: `@user@host` or its actor URL.
         #[arg(long)]
         to: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Encrypt every private key still stored plain under the configured KEK.
+    Encrypt,
+    /// Re-encrypt every private key sealed under the old KEK (and every plain one) under the
+    /// configured KEK. Stop every instance first; start them again with the new KEK.
+    Rotate {
+        /// The file holding the KEK the keys are encrypted with now.
+        #[arg(long)]
+        old_kek_file: PathBuf,
     },
 }
 
@@ -152,7 +196,7 @@ impl StateFilter {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig { file } => {
+        Command::CheckConfig { file, weak } => {
             let path = file.or(cli.config);
             let config = Config::from_env(path.as_deref())?;
             print!("{}", config.to_masked_toml()?);
@@ -161,6 +205,7 @@ async fn main() -> anyhow::Result<()> {
                 Err(e) => vec![e.to_string()],
                 Ok(()) => Vec::new(),
             };
+            problems.extend(weak.problems(&config));
             problems.extend(ops::check_environment(&config, &app::job_kinds()));
             anyhow::ensure!(
                 problems.is_empty(),
@@ -180,11 +225,20 @@ async fn main() -> anyhow::Result<()> {
             std::fs::write(&file, switchboard::transports::api::openapi::document())
                 .with_context(|| format!("writing {}", file.display()))?;
         }
-        Command::Serve => {
+        Command::Serve { weak } => {
+            // First, so that no signal during start-up takes the default action (a SIGHUP
+            // would end the process).
+            let signals = app::Signals::install()?;
             let config = Config::from_env(cli.config.as_deref())?;
+            let weak = weak.problems(&config);
+            anyhow::ensure!(
+                weak.is_empty(),
+                "configuration: {}\n(--allow-weak accepts them, for tests only)",
+                weak.join("\n")
+            );
             let traces = telemetry::init(&config.log, &config.telemetry)?;
             let app = Application::build(config).await?;
-            let stopped = app.run_until_stopped().await;
+            let stopped = app.run_until(signals).await;
             if let Some(traces) = traces {
                 traces.flush(std::time::Duration::from_secs(5)).await;
             }
@@ -193,7 +247,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Dkim => {
             let config = Config::from_env(cli.config.as_deref())?;
             let db = Db::open_existing(&config.database).await?;
-            let keys = switchboard::keys::Keys::new(db.clone(), std::sync::Arc::new(SystemClock));
+            let keys = switchboard::keys::Keys::new(db.clone(), std::sync::Arc::new(SystemClock))
+                .with_kek(config.server.kek()?);
             let (domain, _) = switchboard::transports::email::names(&config)?;
             let (name, value) = switchboard::transports::email::dkim_record(
                 &keys,
@@ -209,6 +264,34 @@ async fn main() -> anyhow::Result<()> {
                 .collect();
             println!("{name}. IN TXT {}", chunks.join(" "));
             db.close().await;
+        }
+        Command::Keys { command } => {
+            let config = Config::from_env(cli.config.as_deref())?;
+            let kek = config.server.kek()?.context(
+                "no key-encryption key: set server.kek_file (or SWITCHBOARD__SERVER__KEK) to 32 \
+                 random bytes, hex or base64 (`openssl rand -hex 32`)",
+            )?;
+            let db = Db::open_existing(&config.database).await?;
+            let done = match command {
+                KeysCommand::Encrypt => switchboard::keys::encrypt_plain(&db, &kek)
+                    .await
+                    .map(|n| format!("{n} key(s) encrypted under KEK {}", kek.id())),
+                KeysCommand::Rotate { old_kek_file } => {
+                    let text = std::fs::read_to_string(&old_kek_file)
+                        .with_context(|| format!("reading {}", old_kek_file.display()))?;
+                    let old = switchboard::keys::Kek::parse(&text)
+                        .with_context(|| format!("{}", old_kek_file.display()))?;
+                    switchboard::keys::rotate(&db, &old, &kek).await.map(|n| {
+                        format!(
+                            "{n} key(s) re-encrypted from KEK {} to KEK {}",
+                            old.id(),
+                            kek.id()
+                        )
+                    })
+                }
+            };
+            db.close().await;
+            println!("{}", done?);
         }
         Command::Doctor { smtp } => {
             let config = Config::from_env(cli.config.as_deref())?;

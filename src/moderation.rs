@@ -22,6 +22,7 @@ use crate::config::BlockConfig;
 use crate::error::{Error, Result};
 use crate::message::Sender;
 use crate::store::Db;
+use crate::store::audit::{self, Actor};
 use crate::store::blocks::{self as store, BlockRow};
 
 /// How often an instance reads the `blocks` table again, to see what other instances added.
@@ -417,11 +418,12 @@ impl Blocks {
     }
 
     /// Stores a block and puts it in force here at once (other instances within
-    /// [`REFRESH_INTERVAL`]). The same block twice is stored once.
+    /// [`REFRESH_INTERVAL`]). The same block twice is stored once. `by` is recorded in the
+    /// audit log in the same transaction.
     ///
     /// # Errors
     /// [`Error::Invalid`] for an empty pattern; database errors.
-    pub async fn add(&self, db: &Db, new: &NewBlock, now_ms: i64) -> Result<Block> {
+    pub async fn add(&self, db: &Db, new: &NewBlock, now_ms: i64, by: &Actor) -> Result<Block> {
         let pattern = new.pattern.trim();
         if pattern.is_empty() || pattern.len() > 512 {
             return Err(Error::Invalid("pattern: 1 to 512 characters".into()));
@@ -435,18 +437,43 @@ impl Blocks {
             reason: new.reason.clone().filter(|r| !r.is_empty()),
             created_at: now_ms,
         };
-        let stored = store::insert(db, &row).await?;
+        let mut tx = db.begin().await?;
+        let stored = store::insert(&mut tx, &row).await?;
+        let detail = serde_json::json!({
+            "kind": stored.kind, "pattern": stored.pattern, "agent": stored.agent,
+            "reason": stored.reason,
+        });
+        let entry = audit::Entry {
+            actor: by,
+            action: audit::action::BLOCK_ADD,
+            target: &stored.id,
+            detail,
+        };
+        audit::record(&mut tx, &entry, now_ms).await?;
+        tx.commit().await?;
         self.refresh(db).await?;
         Block::from_row(stored).ok_or_else(|| Error::corrupt("stored block of unknown kind"))
     }
 
     /// Removes a stored block; `false` when there is none with `id` (a configured block is
-    /// removed by editing the file).
+    /// removed by editing the file). A removal is recorded in the audit log, as done by `by`
+    /// at `now_ms`, in the same transaction.
     ///
     /// # Errors
     /// Database errors.
-    pub async fn remove(&self, db: &Db, id: &str) -> Result<bool> {
-        let removed = store::delete(db, id).await?;
+    pub async fn remove(&self, db: &Db, id: &str, now_ms: i64, by: &Actor) -> Result<bool> {
+        let mut tx = db.begin().await?;
+        let removed = store::delete(&mut tx, id).await?;
+        if removed {
+            let entry = audit::Entry {
+                actor: by,
+                action: audit::action::BLOCK_REMOVE,
+                target: id,
+                detail: serde_json::json!({}),
+            };
+            audit::record(&mut tx, &entry, now_ms).await?;
+        }
+        tx.commit().await?;
         self.refresh(db).await?;
         Ok(removed)
     }

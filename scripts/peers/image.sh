@@ -15,6 +15,11 @@
 #                           official image has rustup's, laid out the same way.
 #   A stand-in is labelled io.switchboard.stand-in with what it was made from and is made anew
 #   when that changes (another Rust toolchain, say).
+# - SWITCHBOARD_IMAGE_BINARY says where the image's binary comes from: `prebuilt` (the test
+#   packages the binary its own build made, through the Dockerfile's BINARY=prebuilt, instead of
+#   compiling the tree a third time) on a machine of the image's Debian release, `source` (the
+#   Dockerfile's own release build, as operators run it) elsewhere or with
+#   SWITCHBOARD_IMAGE_FROM_SOURCE=1. The Rust stand-in is made only for `source`.
 # - Where buildah cannot run here, SWITCHBOARD_IMAGE_SKIP says why, and the image test prints
 #   that line instead of running.
 # Idempotent; fails loudly when an install fails.
@@ -34,9 +39,29 @@ _sb_image_apt() {
     || { echo "image leg: apt-get install ${missing[*]} failed" >&2; return 1; }
 }
 
-# The base images of deploy/Dockerfile's FROM lines, as repository references.
+# The base images of deploy/Dockerfile's FROM lines, as repository references: not `scratch`,
+# a build argument or an earlier stage.
 _sb_image_bases() {
-  sed -n 's/^FROM[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/Ip' deploy/Dockerfile | sort -u
+  local stages
+  stages=$(sed -n 's/^FROM[[:space:]].*[[:space:]]AS[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/Ip' deploy/Dockerfile)
+  sed -n 's/^FROM[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/Ip' deploy/Dockerfile \
+    | grep -v -e '^scratch$' -e '^\$' | grep -vxF -e "${stages:-scratch}" | sort -u
+}
+
+# Where the image's binary comes from (SWITCHBOARD_IMAGE_BINARY above): `prebuilt` where this
+# machine runs the Debian release of the image's last base (debian:SUITE-slim), so a binary
+# built here runs there.
+_sb_image_binary() {
+  local runtime suite
+  runtime=$(sed -n 's/^FROM[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/Ip' deploy/Dockerfile | tail -n 1)
+  suite=${runtime#debian:}
+  suite=${suite%-slim}
+  if [ "${SWITCHBOARD_IMAGE_FROM_SOURCE:-0}" != 1 ] && [ -r /etc/os-release ] \
+     && [ "$(. /etc/os-release && echo "${ID:-}:${VERSION_CODENAME:-}")" = "debian:$suite" ]; then
+    echo prebuilt
+  else
+    echo source
+  fi
 }
 
 # The stand-in's label of an image in the storage ("" for an image that is no stand-in, "-"
@@ -138,7 +163,11 @@ EOF
     export SWITCHBOARD_IMAGE_SKIP="buildah cannot run here: ${out%%$'\n'*}"
     return 0
   fi
+  export SWITCHBOARD_IMAGE_BINARY
+  SWITCHBOARD_IMAGE_BINARY=$(_sb_image_binary)
   for base in $(_sb_image_bases); do
+    # The Rust image serves only the source stage.
+    [ "$SWITCHBOARD_IMAGE_BINARY" = prebuilt ] && [ "${base%%:*}" = rust ] && continue
     _sb_image_stand_in "$base" "$dir" || return 1
   done
   # A container of the runtime base runs a command: chroot isolation works here.

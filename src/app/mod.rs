@@ -4,6 +4,9 @@
 //! `[conversation.transports]`, the agents table, listener addresses) is derived from the list.
 
 mod server;
+mod signals;
+
+pub use signals::{Signals, Stop};
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -164,8 +167,17 @@ async fn parts(
     );
     let blocks = Arc::new(crate::moderation::Blocks::new(&config.moderation.blocks));
     blocks.refresh(&db).await?;
+    // Keys sealed under another KEK (or any, without one) stop the start here.
+    let kek = config.server.kek()?;
+    let plain = crate::keys::check_kek(&db, kek.as_deref()).await?;
+    if kek.is_some() && plain > 0 {
+        tracing::warn!(
+            plain,
+            "private keys stored unencrypted: `switchboard keys encrypt` seals them"
+        );
+    }
     let services = Services {
-        keys: Keys::new(db.clone(), clock.clone()),
+        keys: Keys::new(db.clone(), clock.clone()).with_kek(kek),
         agents: Arc::new(agents),
         blobs: BlobStore::new(db.clone(), clock.clone(), &config.media, site.base_url()),
         db,
@@ -372,13 +384,28 @@ impl Application {
         &self.config
     }
 
-    /// Runs until SIGTERM or SIGINT, then shuts down gracefully.
+    /// Runs until SIGTERM or SIGINT, then shuts down gracefully; a SIGHUP is logged and
+    /// ignored ([`Signals`]).
+    ///
+    /// # Errors
+    /// When the signal handlers cannot be installed, or shutdown could not release leased jobs.
+    pub async fn run_until_stopped(self) -> Result<()> {
+        let signals = Signals::install()?;
+        self.run_until(signals).await
+    }
+
+    /// [`Application::run_until_stopped`] with handlers installed earlier (`serve` installs them
+    /// before it builds anything, so a signal during start-up is answered too).
     ///
     /// # Errors
     /// When shutdown could not release leased jobs.
-    pub async fn run_until_stopped(self) -> Result<()> {
-        wait_for_signal().await;
-        tracing::info!("shutting down");
+    pub async fn run_until(self, mut signals: Signals) -> Result<()> {
+        let stop = signals.stop_requested().await;
+        tracing::info!(
+            signal = stop.name(),
+            grace_seconds = self.config.server.shutdown_grace_seconds,
+            "shutting down: listeners closed, draining in-flight work"
+        );
         self.shutdown().await
     }
 
@@ -424,28 +451,6 @@ impl Application {
         self.pipeline.db().close().await;
         tracing::info!("stopped");
         Ok(())
-    }
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

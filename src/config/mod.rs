@@ -3,7 +3,9 @@
 //!
 //! `SWITCHBOARD__SERVER__BIND=0.0.0.0:8080` sets `server.bind`; a numeric segment indexes an
 //! array (`SWITCHBOARD__AGENTS__0__NAME`). Unknown keys are rejected with their full path.
-//! Secrets are [`Secret`]s: they print as `********`.
+//! Secrets are [`Secret`]s: they print as `********`. Each may instead be read from a file
+//! named by the key with `_file` appended (`secret_file`, `token_file`, `url_file` under
+//! `[database]`), relative names in systemd's `$CREDENTIALS_DIRECTORY` when it is set.
 //!
 //! Each section lives in its own module with its defaults and a check of its own values;
 //! [`Config::check`] runs them all and reports every problem together.
@@ -64,7 +66,7 @@ pub use moderation::{BlockConfig, ModerationConfig};
 pub use net::NetConfig;
 pub use policy::PolicyConfig;
 pub use queue::{JobKindConfig, QueueConfig};
-pub use secret::Secret;
+pub use secret::{CREDENTIALS_DIRECTORY, MIN_SECRET_BYTES, Secret};
 pub use server::ServerConfig;
 pub use telemetry::TelemetryConfig;
 pub use trust::{TrustConfig, TrustedIssuerConfig};
@@ -183,6 +185,11 @@ impl Config {
                 apply_env(&mut value, path, raw)?;
             }
         }
+        let credentials = env
+            .iter()
+            .find(|(k, v)| k == CREDENTIALS_DIRECTORY && !v.is_empty())
+            .map(|(_, v)| std::path::PathBuf::from(v));
+        secret::read_secret_files(&mut value, credentials.as_deref()).map_err(Error::Config)?;
         let mut config: Self = serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             Error::Config(format!("{path}: {}", e.into_inner()))
@@ -265,6 +272,45 @@ impl Config {
         } else {
             Err(Error::Config(problems.join("\n")))
         }
+    }
+
+    /// The secrets too weak to guard what they guard, one line each naming its key: a webhook
+    /// secret, the API token or the console token shorter than [`MIN_SECRET_BYTES`] (or
+    /// empty). `check-config` and `serve` refuse them unless given `--allow-weak`, which is for
+    /// tests.
+    #[must_use]
+    pub fn weak_secrets(&self) -> Vec<String> {
+        let mut secrets: Vec<(String, &Secret)> = Vec::new();
+        for (i, agent) in self.agents.iter().enumerate() {
+            if let BackendConfig::Webhook { secret, .. } = &agent.backend {
+                secrets.push((format!("agents[{i}].backend.secret"), secret));
+            }
+        }
+        if let Some(t) = &self.api.token {
+            secrets.push(("api.token".into(), t));
+        }
+        if let Some(t) = &self.console.token {
+            secrets.push(("console.token".into(), t));
+        }
+        secrets
+            .into_iter()
+            .filter_map(|(key, secret)| {
+                let len = secret.expose().len();
+                if len == 0 {
+                    Some(format!(
+                        "{key}: empty; use at least {MIN_SECRET_BYTES} random bytes \
+                         (`openssl rand -hex 32`)"
+                    ))
+                } else if len < MIN_SECRET_BYTES {
+                    Some(format!(
+                        "{key}: {len} bytes is too short to be a secret; use at least \
+                         {MIN_SECRET_BYTES} random bytes (`openssl rand -hex 32`)"
+                    ))
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 
     /// The mail domain: `email.domain`, else the host of the public URL.

@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use super::secret::Secret;
+use crate::keys::Kek;
 use crate::message::is_domain;
 use crate::net::client_addr::TrustedProxies;
 
@@ -57,6 +59,10 @@ pub struct ServerConfig {
     /// valid header is closed. With `trusted_proxies` set, only those peers may name a client
     /// in it; empty, anyone may.
     pub proxy_protocol: bool,
+    /// The key-encryption key sealing the private keys stored in the database (AES-256-GCM):
+    /// 32 bytes as 64 hex digits or base64. Usually given by `kek_file` or
+    /// `SWITCHBOARD__SERVER__KEK`; unset, private keys are stored plain (`doctor` warns).
+    pub kek: Option<Secret>,
 }
 
 impl Default for ServerConfig {
@@ -77,6 +83,7 @@ impl Default for ServerConfig {
             keep_alive_ms: 5_000,
             trusted_proxies: Vec::new(),
             proxy_protocol: false,
+            kek: None,
         }
     }
 }
@@ -97,6 +104,24 @@ impl ServerConfig {
         Ok(url)
     }
 
+    /// The key-encryption key, when one is set.
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`] naming `server.kek` when it is not 32 bytes of hex or base64.
+    pub fn kek(&self) -> Result<Option<std::sync::Arc<Kek>>, crate::Error> {
+        self.kek
+            .as_ref()
+            .map(|k| {
+                Kek::parse(k.expose())
+                    .map(std::sync::Arc::new)
+                    .map_err(|e| match e {
+                        crate::Error::Config(m) => crate::Error::Config(format!("server.kek: {m}")),
+                        other => other,
+                    })
+            })
+            .transpose()
+    }
+
     /// The public host, with the port when it is not the scheme's default.
     pub(super) fn domain(&self) -> Option<String> {
         let url = self.public_url().ok()?;
@@ -110,6 +135,11 @@ impl ServerConfig {
     /// The public URL must be usable and name a host agents can be addressed at; plain http is
     /// expected only where private addresses are allowed (`net.allow_private_addresses`).
     pub(super) fn check(&self, allow_private_addresses: bool, problems: &mut Vec<String>) {
+        match self.kek() {
+            Err(crate::Error::Config(m)) => problems.push(m),
+            Err(e) => problems.push(format!("server.kek: {e}")),
+            Ok(_) => {}
+        }
         for (key, ms) in [
             ("header_timeout_ms", self.header_timeout_ms),
             ("body_timeout_ms", self.body_timeout_ms),

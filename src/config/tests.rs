@@ -266,6 +266,8 @@ fn example_config_loads_and_documents_every_key() {
         "secret",
         "timeout_ms",
         "url",
+        "token_file",
+        "secret_file",
     ] {
         if !text.contains(&format!("{key} =")) {
             missing.push(key.to_owned());
@@ -603,4 +605,98 @@ fn an_extended_card_needs_callers_who_authenticate_and_card_keys_are_jwks() {
         "#,
     );
     assert!(bad.is_err());
+}
+
+#[test]
+fn weak_secrets_are_named_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let text = "[api]\ntoken = \"x\"\n[console]\ntoken = \"fifteen-bytes!!\"\n\
+         [[agents]]\nname = \"w\"\nbackend = { kind = \"webhook\", url = \"https://a.example\", secret = \"\" }\n\
+         [[agents]]\nname = \"v\"\nbackend = { kind = \"webhook\", url = \"https://a.example\", secret = \"sixteen-bytes!!!\" }\n";
+    std::fs::write(&path, text).unwrap();
+    // Weak secrets load (tests use them); `check-config` and `serve` refuse them.
+    let c = Config::load(Some(&path), vec![]).unwrap();
+    let weak = c.weak_secrets();
+    assert_eq!(weak.len(), 3, "{weak:?}");
+    assert!(
+        weak[0].starts_with("agents[0].backend.secret: empty"),
+        "{weak:?}"
+    );
+    assert!(
+        weak[1].starts_with("api.token: 1 bytes is too short"),
+        "{weak:?}"
+    );
+    assert!(weak[2].starts_with("console.token: 15 bytes"), "{weak:?}");
+    assert!(
+        weak.iter().all(|w| !w.contains("fifteen")),
+        "never the secret itself"
+    );
+    assert!(Config::default().weak_secrets().is_empty());
+}
+
+#[test]
+fn secrets_come_from_files_and_systemd_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("credentials");
+    std::fs::create_dir(&creds).unwrap();
+    std::fs::write(dir.path().join("api.token"), "api-token-from-a-file\n").unwrap();
+    std::fs::write(creds.join("webhook"), "webhook-secret-credential\r\n").unwrap();
+    std::fs::write(dir.path().join("db.url"), "sqlite::memory:").unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[api]\ntoken_file = \"{}\"\n[database]\nurl_file = \"{}\"\n\
+             [[agents]]\nname = \"w\"\nbackend = {{ kind = \"webhook\", url = \"https://a.example\", secret_file = \"webhook\" }}\n",
+            dir.path().join("api.token").display(),
+            dir.path().join("db.url").display(),
+        ),
+    )
+    .unwrap();
+    let c = Config::load(
+        Some(&path),
+        env(&[(CREDENTIALS_DIRECTORY, creds.to_str().unwrap())]),
+    )
+    .unwrap();
+    assert_eq!(c.api.token.unwrap().expose(), "api-token-from-a-file");
+    assert_eq!(c.database.url.expose(), "sqlite::memory:");
+    let BackendConfig::Webhook { secret, .. } = &c.agents[0].backend else {
+        panic!("a webhook");
+    };
+    assert_eq!(secret.expose(), "webhook-secret-credential");
+
+    // An environment variable names a file too (a Kubernetes Secret mounted as files).
+    let c = Config::load(
+        None,
+        env(&[(
+            "SWITCHBOARD__CONSOLE__TOKEN_FILE",
+            dir.path().join("api.token").to_str().unwrap(),
+        )]),
+    )
+    .unwrap();
+    assert_eq!(c.console.token.unwrap().expose(), "api-token-from-a-file");
+
+    // Without $CREDENTIALS_DIRECTORY the relative name is not found; every problem is named.
+    let e = Config::load(
+        Some(&path),
+        env(&[("SWITCHBOARD__API__TOKEN", "also-given-as-a-value")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("api.token: set both"), "{e}");
+    assert!(e.contains("agents[0].backend.secret_file: webhook:"), "{e}");
+    assert!(!e.contains("also-given"), "{e}");
+
+    std::fs::write(creds.join("webhook"), "\n").unwrap();
+    let e = Config::load(
+        None,
+        env(&[(
+            "SWITCHBOARD__API__TOKEN_FILE",
+            creds.join("webhook").to_str().unwrap(),
+        )]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("api.token_file:") && e.contains("empty"), "{e}");
 }

@@ -450,5 +450,30 @@ async fn database_checks(config: &Config, report: &mut Report) -> Option<Db> {
             "media.secret is unset (one instance on SQLite: a key per start is enough)",
         ),
     }
+    // Private keys at rest: sealed under the key-encryption key, or readable by any backup.
+    let kek = config.server.kek().ok().flatten();
+    match (
+        kek.is_some(),
+        crate::keys::check_kek(&db, kek.as_deref()).await,
+    ) {
+        (_, Err(e)) => report.fail(
+            "kek",
+            e.to_string(),
+            "set server.kek_file to the KEK the keys were encrypted with",
+        ),
+        (false, Ok(_)) => report.warn(
+            "kek",
+            "no key-encryption key: private keys are stored unencrypted in the database and in \
+             every backup of it",
+            "set server.kek_file to 32 random bytes (`openssl rand -hex 32`), restart, then run \
+             `switchboard keys encrypt`",
+        ),
+        (true, Ok(0)) => report.pass("kek", "every private key is encrypted"),
+        (true, Ok(n)) => report.warn(
+            "kek",
+            format!("{n} private key(s) stored unencrypted"),
+            "run `switchboard keys encrypt`",
+        ),
+    }
     Some(db)
 }

@@ -10,7 +10,8 @@
 //!
 //! Retention (`database.retention_days`, [`Pipeline::spawn_retention`]) deletes the messages and
 //! responses stored before the cutoff outright, the blobs nothing refers to any more, and each
-//! transport's own rows about them ([`super::Transport::erase_before`]).
+//! transport's own rows about them ([`super::Transport::erase_before`]), and the audit records
+//! of operator actions as old ([`crate::store::audit::prune_before`]).
 //!
 //! This instance forgets what it holds of erased rows at once ([`super::Caches::forget`]);
 //! on PostgreSQL the other instances are told by `NOTIFY`, and forget everything they hold when
@@ -121,23 +122,10 @@ async fn retain(core: &Core, before: i64) {
             }
         }
     }
-    let mut blobs = 0;
-    for _ in 0..RETENTION_ROUNDS {
-        match crate::store::blobs::erase_unreferenced_before(&core.db, before, RETENTION_BATCH)
-            .await
-        {
-            Ok(n) => {
-                blobs += n;
-                if n < u64::try_from(RETENTION_BATCH).unwrap_or(u64::MAX) {
-                    break;
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "retention: deleting old blobs failed");
-                break;
-            }
-        }
-    }
+    let blobs = batches("blobs", || {
+        crate::store::blobs::erase_unreferenced_before(&core.db, before, RETENTION_BATCH)
+    })
+    .await;
     let mut own = 0;
     for t in core.transports.all() {
         for _ in 0..RETENTION_ROUNDS {
@@ -155,15 +143,45 @@ async fn retain(core: &Core, before: i64) {
             }
         }
     }
-    if messages + blobs + own > 0 {
+    let audited = batches("audit records", || {
+        crate::store::audit::prune_before(&core.db, before, RETENTION_BATCH)
+    })
+    .await;
+    if messages + blobs + own + audited > 0 {
         tracing::info!(
             messages,
             blobs,
             transport_rows = own,
+            audit_records = audited,
             before_ms = before,
             "retention: erased what was stored before the cutoff"
         );
     }
+}
+
+/// Runs `batch` (which deletes at most [`RETENTION_BATCH`] old `what`) until it deletes fewer,
+/// at most [`RETENTION_ROUNDS`] times; returns how many it deleted.
+async fn batches<F, Fut>(what: &str, mut batch: F) -> u64
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<u64>>,
+{
+    let mut deleted = 0;
+    for _ in 0..RETENTION_ROUNDS {
+        match batch().await {
+            Ok(n) => {
+                deleted += n;
+                if n < u64::try_from(RETENTION_BATCH).unwrap_or(u64::MAX) {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "retention: deleting old {what} failed");
+                break;
+            }
+        }
+    }
+    deleted
 }
 
 /// Deletes one batch of old rows; returns how many, and whether more may be waiting.

@@ -488,12 +488,14 @@ impl Pipeline {
 
     /// Adds a block at run time (the operator API, the console): stored, in force here at once
     /// and on the other instances at their next refresh; the same block twice is stored once.
+    /// Recorded in the audit log as done by `by`.
     ///
     /// # Errors
     /// [`Error::Invalid`] for an agent this instance does not host; database errors.
     pub async fn add_block(
         &self,
         new: &crate::moderation::NewBlock,
+        by: &crate::store::audit::Actor,
     ) -> Result<crate::moderation::Block> {
         if let Some(agent) = &new.agent
             && self.core.agents.get(agent).is_none()
@@ -501,7 +503,7 @@ impl Pipeline {
             return Err(Error::Invalid(format!("agent: no agent {agent:?}")));
         }
         let now = self.core.clock.now_ms();
-        let block = self.core.blocks.add(&self.core.db, new, now).await?;
+        let block = self.core.blocks.add(&self.core.db, new, now, by).await?;
         tracing::info!(block = %block.id, kind = block.kind.as_str(), pattern = %block.pattern, "block added");
         Ok(block)
     }

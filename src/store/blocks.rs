@@ -1,7 +1,7 @@
 //! The `blocks` table: the senders refused that the operator added at run time. The rules that
 //! use it are in [`crate::moderation`].
 
-use super::{Arg, Db};
+use super::{Arg, Db, Tx};
 use crate::error::Result;
 
 /// A stored block; an empty `agent` is stored for a server-wide one.
@@ -36,13 +36,13 @@ pub async fn list(db: &Db) -> Result<Vec<BlockRow>> {
 }
 
 /// Stores `row`, unless the same block (kind, pattern, agent) is stored already; returns the
-/// stored one either way.
+/// stored one either way; in `tx`, so that what the operator did is recorded with it.
 ///
 /// # Errors
 /// Database errors.
-pub async fn insert(db: &Db, row: &BlockRow) -> Result<BlockRow> {
+pub async fn insert(tx: &mut Tx, row: &BlockRow) -> Result<BlockRow> {
     let agent = row.agent.as_deref().unwrap_or_default();
-    db.execute(
+    tx.execute(
         "INSERT INTO blocks (id, kind, pattern, agent, reason, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (kind, pattern, agent) DO NOTHING",
         &[
@@ -55,8 +55,8 @@ pub async fn insert(db: &Db, row: &BlockRow) -> Result<BlockRow> {
         ],
     )
     .await?;
-    let stored = db
-        .write_fetch_all::<BlockRow>(
+    let stored = tx
+        .fetch_all::<BlockRow>(
             &format!(
                 "SELECT {COLUMNS} FROM blocks WHERE kind = $1 AND pattern = $2 AND agent = $3"
             ),
@@ -73,12 +73,12 @@ pub async fn insert(db: &Db, row: &BlockRow) -> Result<BlockRow> {
         .ok_or_else(|| crate::Error::corrupt("a block stored is not found"))
 }
 
-/// Removes the block `id`; `false` when there is none.
+/// Removes the block `id` in `tx`; `false` when there is none.
 ///
 /// # Errors
 /// Database errors.
-pub async fn delete(db: &Db, id: &str) -> Result<bool> {
-    Ok(db
+pub async fn delete(tx: &mut Tx, id: &str) -> Result<bool> {
+    Ok(tx
         .execute("DELETE FROM blocks WHERE id = $1", &[Arg::Text(id)])
         .await?
         > 0)

@@ -418,17 +418,37 @@ pub async fn get(db: &Db, id: &str) -> Result<Option<JobInfo>> {
     .await
 }
 
+/// Makes dead jobs ready again: the one with `id`, or every dead job when `None`.
+const RETRY_DEAD: &str = "UPDATE jobs SET state = 'ready', attempts = 0, run_at = $2, last_error = NULL, \
+     updated_at = $2 WHERE state = 'dead' AND ($1 IS NULL OR id = $1)";
+
 /// Puts dead jobs back: the one with `id`, or every dead job when `None`. Attempts restart.
 ///
 /// # Errors
 /// Database errors.
 pub async fn retry_dead(db: &Db, id: Option<&str>, now: i64) -> Result<u64> {
-    db.execute(
-        "UPDATE jobs SET state = 'ready', attempts = 0, run_at = $2, last_error = NULL, updated_at = $2 \
-         WHERE state = 'dead' AND ($1 IS NULL OR id = $1)",
-        &[Arg::OptText(id), Arg::Int(now)],
-    )
-    .await
+    db.execute(RETRY_DEAD, &[Arg::OptText(id), Arg::Int(now)])
+        .await
+}
+
+/// As [`retry_dead`], in `tx` (with the audit record of the operator who asked).
+///
+/// # Errors
+/// Database errors.
+pub async fn retry_dead_in(tx: &mut Tx, id: Option<&str>, now: i64) -> Result<u64> {
+    tx.execute(RETRY_DEAD, &[Arg::OptText(id), Arg::Int(now)])
+        .await
+}
+
+/// The statement that purges jobs in `state`, a terminal one.
+fn purge_statement(state: &str) -> Result<&'static str> {
+    if matches!(state, "dead" | "done") {
+        Ok("DELETE FROM jobs WHERE state = $1")
+    } else {
+        Err(Error::Invalid(format!(
+            "only dead or done jobs can be purged, not {state:?}"
+        )))
+    }
 }
 
 /// Deletes jobs in a terminal state (`dead` or `done`).
@@ -436,12 +456,16 @@ pub async fn retry_dead(db: &Db, id: Option<&str>, now: i64) -> Result<u64> {
 /// # Errors
 /// [`Error::Invalid`] for a non-terminal state; database errors.
 pub async fn purge(db: &Db, state: &str) -> Result<u64> {
-    if !matches!(state, "dead" | "done") {
-        return Err(Error::Invalid(format!(
-            "only dead or done jobs can be purged, not {state:?}"
-        )));
-    }
-    db.execute("DELETE FROM jobs WHERE state = $1", &[Arg::Text(state)])
+    db.execute(purge_statement(state)?, &[Arg::Text(state)])
+        .await
+}
+
+/// As [`purge`], in `tx` (with the audit record of the operator who asked).
+///
+/// # Errors
+/// [`Error::Invalid`] for a non-terminal state; database errors.
+pub async fn purge_in(tx: &mut Tx, state: &str) -> Result<u64> {
+    tx.execute(purge_statement(state)?, &[Arg::Text(state)])
         .await
 }
 

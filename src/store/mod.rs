@@ -1,5 +1,5 @@
 //! The database handle over SQLite or PostgreSQL, chosen by the URL, the portable helpers every
-//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys, used attestations, policy states, reports)
+//! query uses, and the SQL of the core tables (messages, threads, jobs, blobs, keys, used attestations, policy states, reports, the audit log)
 //! and of erasing messages ([`erasure`]). A
 //! transport's own tables have their SQL in the transport's folder (`store.rs` there), over the
 //! same handle and helpers.
@@ -12,6 +12,7 @@
 //! through sqlx's pool.
 
 pub mod attestations;
+pub mod audit;
 pub mod blobs;
 pub mod blocks;
 pub mod erasure;
@@ -612,6 +613,23 @@ impl Db {
                 .await?
                 .rows_affected(),
         })
+    }
+
+    /// Wakes workers of `kind` on every other instance now (PostgreSQL `NOTIFY` outside a
+    /// transaction; nothing on SQLite, which has one instance): for what a statement of its own
+    /// made due. [`Tx::notify`] is the form for what a transaction commits.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn notify(&self, kind: &str) -> Result<()> {
+        if let Pools::Postgres(_) = self.pools {
+            self.execute(
+                "SELECT pg_notify('switchboard_jobs', $1)",
+                &[Arg::Text(kind)],
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     /// Runs a writing statement that returns rows (`UPDATE … RETURNING`).

@@ -4,8 +4,6 @@
 //! against the `max_concurrent_calls` its operator set; the messages that wait recorded, and the
 //! oldest one woken when the run ends (`migrations/*/20261128000100_run_leases.sql`).
 
-use std::collections::HashSet;
-
 use super::{Arg, Db, Tx, rows};
 use crate::error::Result;
 
@@ -146,68 +144,91 @@ struct IdRow {
     id: String,
 }
 
-/// A job [`release`] made due, and its state (one still `running` is on its way back, or
-/// kept waiting by its instance).
-#[derive(sqlx::FromRow, serde::Deserialize)]
-struct Woken {
-    state: String,
-}
-
 /// Ends `owner`'s runs of `keys` (thread, agent) in `tx`, the transaction that commits their
-/// outcome, and makes the dispatch job of the oldest message waiting for each due now; returns
-/// whether any was in the table (notify the workers). A job still running (on its way back to
-/// the table to wait, on this instance or another) is changed too: should it be put back after
-/// this commits, its batch finds the run over and wakes it itself ([`wake_free`]); should it be
-/// being put back now, this waits for that and wakes it.
+/// outcome. It only deletes the leases: the messages waiting for those runs are woken by
+/// [`wake_next`] once `tx` has committed. Waking them here could lose a wake-up: this statement
+/// sees the waiters committed before it began, and a batch that records one meanwhile and looks
+/// for a free thread before this commits finds the run still held, so neither side would wake
+/// it (it then waited out its whole wait, seconds a turn: the 500-thread stall). It would also
+/// wait on the row locks of other batches' jobs inside the commit.
 ///
 /// # Errors
 /// Database errors.
-pub async fn release(tx: &mut Tx, owner: &str, keys: &[(&str, &str)], now: i64) -> Result<bool> {
+pub async fn release(tx: &mut Tx, owner: &str, keys: &[(&str, &str)]) -> Result<()> {
     if keys.is_empty() {
-        return Ok(false);
+        return Ok(());
     }
     let (values, mut args) = rows(keys, |(t, a)| [Arg::Text(t), Arg::Text(a)]);
-    let n = args.len();
-    args.extend([Arg::Text(owner), Arg::Int(now)]);
-    let (o, t) = (n + 1, n + 2);
-    let sql = format!(
-        "WITH k(thread_id, agent) AS (VALUES {values}), \
-         gone AS (DELETE FROM run_leases l USING k WHERE l.thread_id = k.thread_id AND l.agent = k.agent \
-                  AND l.owner = ${o} RETURNING l.thread_id, l.agent), \
-         next AS (SELECT DISTINCT ON (w.thread_id, w.agent) w.job_id FROM run_waiters w \
-                  JOIN gone g ON w.thread_id = g.thread_id AND w.agent = g.agent \
-                  WHERE w.until_ms >= ${t} ORDER BY w.thread_id, w.agent, w.seq) \
-         UPDATE jobs SET run_at = ${t} WHERE id IN (SELECT job_id FROM next) \
-         AND state IN ('ready', 'running') \
-         RETURNING id, state"
-    );
-    let woken: Vec<Woken> = tx.fetch_all(&sql, &args).await?;
-    Ok(woken.iter().any(|w| w.state == "ready"))
+    let o = args.len() + 1;
+    args.push(Arg::Text(owner));
+    tx.execute(
+        &format!(
+            "DELETE FROM run_leases l USING (VALUES {values}) AS k(thread_id, agent) \
+             WHERE l.thread_id = k.thread_id AND l.agent = k.agent AND l.owner = ${o}"
+        ),
+        &args,
+    )
+    .await?;
+    Ok(())
 }
 
-/// Of the waiting dispatch jobs `ids`, put back in the table in `tx`, makes due now those whose
-/// turn came while they ran (their thread is free and no older message waits): the run they
-/// waited for ended before they were back, so its end could not wake them. Returns the ids.
+/// After the commit that ended the runs of `keys` ([`release`], [`drop_leases`]): makes the
+/// dispatch job of the oldest message waiting for each of them due now, where the thread is still
+/// free and that job is back in the table; returns the ids woken. A job still running is left to
+/// its own batch, which looks for a free thread after its commit ([`wake_free`]): whichever of
+/// the two looks second sees the other's commit, so one of them wakes it. Jobs another
+/// transaction holds are skipped, never waited for.
 ///
 /// # Errors
-/// Database errors.
-pub async fn wake_free(tx: &mut Tx, ids: &[&str], now: i64) -> Result<HashSet<String>> {
+/// Database errors (the waiters are then tried when their wait runs out).
+pub async fn wake_next(db: &Db, keys: &[(&str, &str)], now: i64) -> Result<Vec<String>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (values, mut args) = rows(keys, |(t, a)| [Arg::Text(t), Arg::Text(a)]);
+    let t = args.len() + 1;
+    args.push(Arg::Int(now));
+    let sql = format!(
+        "WITH k(thread_id, agent) AS (VALUES {values}), \
+         next AS (SELECT DISTINCT ON (w.thread_id, w.agent) w.job_id FROM run_waiters w \
+                  JOIN k ON w.thread_id = k.thread_id AND w.agent = k.agent \
+                  WHERE w.until_ms >= ${t} \
+                  AND NOT EXISTS (SELECT 1 FROM run_leases l WHERE l.thread_id = w.thread_id \
+                                  AND l.agent = w.agent AND l.until_ms >= ${t}) \
+                  ORDER BY w.thread_id, w.agent, w.seq), \
+         due AS (SELECT j.id FROM jobs j WHERE j.id IN (SELECT job_id FROM next) \
+                 AND j.state = 'ready' AND j.run_at > ${t} FOR UPDATE SKIP LOCKED) \
+         UPDATE jobs SET run_at = ${t} WHERE id IN (SELECT id FROM due) RETURNING id"
+    );
+    let rows: Vec<IdRow> = db.write_fetch_all(&sql, &args).await?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// After the commit that put the waiting dispatch jobs `ids` back in the table: makes due now
+/// those whose turn came while they ran (their thread is free and no older message waits). The
+/// run they waited for may have ended before they were back, and its [`wake_next`] then left
+/// them to this. Returns the ids woken; jobs another transaction holds are skipped.
+///
+/// # Errors
+/// Database errors (the waiters are then tried when their wait runs out).
+pub async fn wake_free(db: &Db, ids: &[&str], now: i64) -> Result<Vec<String>> {
     if ids.is_empty() {
-        return Ok(HashSet::new());
+        return Ok(Vec::new());
     }
     let list = super::in_list(ids.len(), 2);
     let sql = format!(
-        "UPDATE jobs j SET run_at = $1 FROM run_waiters w \
-         WHERE j.id IN ({list}) AND j.state = 'ready' AND w.job_id = j.id AND w.until_ms >= $1 \
-         AND NOT EXISTS (SELECT 1 FROM run_leases l WHERE l.thread_id = w.thread_id AND l.agent = w.agent \
-                         AND l.until_ms >= $1) \
-         AND NOT EXISTS (SELECT 1 FROM run_waiters o WHERE o.thread_id = w.thread_id AND o.agent = w.agent \
-                         AND o.seq < w.seq AND o.until_ms >= $1) \
-         RETURNING j.id"
+        "WITH due AS (SELECT j.id FROM jobs j JOIN run_waiters w ON w.job_id = j.id \
+                      WHERE j.id IN ({list}) AND j.state = 'ready' AND w.until_ms >= $1 \
+                      AND NOT EXISTS (SELECT 1 FROM run_leases l WHERE l.thread_id = w.thread_id \
+                                      AND l.agent = w.agent AND l.until_ms >= $1) \
+                      AND NOT EXISTS (SELECT 1 FROM run_waiters o WHERE o.thread_id = w.thread_id \
+                                      AND o.agent = w.agent AND o.seq < w.seq AND o.until_ms >= $1) \
+                      FOR UPDATE OF j SKIP LOCKED) \
+         UPDATE jobs SET run_at = $1 WHERE id IN (SELECT id FROM due) RETURNING id"
     );
     let mut args = vec![Arg::Int(now)];
     args.extend(ids.iter().map(|id| Arg::Text(id)));
-    let rows: Vec<IdRow> = tx.fetch_all(&sql, &args).await?;
+    let rows: Vec<IdRow> = db.write_fetch_all(&sql, &args).await?;
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
 

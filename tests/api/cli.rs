@@ -296,7 +296,7 @@ callback_url = "{callback}"
 workers = 1
 [[agents]]
 name = "helper"
-backend = {{ kind = "webhook", url = "{hook}", secret = "s" }}
+backend = {{ kind = "webhook", url = "{hook}", secret = "a-webhook-secret-long-enough" }}
 "#
             ),
         )
@@ -493,4 +493,171 @@ fn logs_have_no_colour_codes_when_not_on_a_terminal() {
         seen.iter().all(|l| !l.contains('\u{1b}')),
         "colour codes in a piped log: {seen:#?}"
     );
+}
+
+/// Writes `text` to the file `name` in `dir`, and gives its path.
+fn config_file(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// An empty webhook secret, a one-character API token and a short console token are refused by
+/// `check-config` and `serve`, each named by its key; `--allow-weak` accepts them.
+#[test]
+fn weak_secrets_are_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = &config_file(
+        dir.path(),
+        "weak.toml",
+        r#"[server]
+bind = "127.0.0.1:0"
+metrics_bind = "127.0.0.1:0"
+[api]
+token = "x"
+[console]
+token = "short-console"
+[[agents]]
+name = "helper"
+backend = { kind = "webhook", url = "https://agent.example/hook", secret = "" }
+"#,
+    );
+    let (ok, _, err) = run(switchboard().args(["check-config", config]));
+    assert!(!ok, "weak secrets passed check-config");
+    let named = [
+        "agents[0].backend.secret: empty",
+        "api.token: 1 bytes is too short",
+        "console.token: 13 bytes is too short",
+    ];
+    assert!(named.iter().all(|n| err.contains(n)), "{err}");
+    assert!(
+        !err.contains("short-console"),
+        "a secret was printed: {err}"
+    );
+    let (ok, _, err) = run(switchboard().args(["check-config", config, "--allow-weak"]));
+    assert!(ok, "{err}");
+
+    // `serve` refuses to start (before it opens a database or a listener).
+    let (ok, _, err) = run(switchboard()
+        .args(["--config", config, "serve"])
+        .current_dir(dir.path()));
+    assert!(!ok, "serve started with weak secrets");
+    assert!(
+        err.contains("api.token: 1 bytes") && err.contains("--allow-weak"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("switchboard.db").exists(),
+        "serve opened a database"
+    );
+}
+
+/// Secrets come from files: absolute paths, and names in systemd's `$CREDENTIALS_DIRECTORY`;
+/// a secret given both ways is refused.
+#[test]
+fn check_config_reads_secrets_from_files_and_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("creds");
+    std::fs::create_dir(&creds).unwrap();
+    let hook = dir.path().join("webhook.secret");
+    std::fs::write(&hook, "webhook-secret-from-a-file-0123\n").unwrap();
+    std::fs::write(creds.join("api-token"), "api-token-from-a-credential\n").unwrap();
+    let config = &config_file(
+        dir.path(),
+        "files.toml",
+        &format!(
+            r#"[api]
+token_file = "api-token"
+[[agents]]
+name = "helper"
+backend = {{ kind = "webhook", url = "https://agent.example/hook", secret_file = "{}" }}
+"#,
+            hook.display()
+        ),
+    );
+    let (ok, out, err) = run(switchboard()
+        .args(["check-config", config])
+        .env("CREDENTIALS_DIRECTORY", &creds));
+    assert!(ok, "{err}");
+    assert!(
+        !out.contains("from-a-file") && !out.contains("from-a-credential"),
+        "{out}"
+    );
+    assert!(out.contains("secret = \"********\""), "{out}");
+
+    // Outside the unit the credential is not there: the key and the path are named.
+    let (ok, _, err) = run(switchboard()
+        .args(["check-config", config])
+        .current_dir(dir.path()));
+    assert!(!ok && err.contains("api.token_file: api-token"), "{err}");
+
+    let (ok, _, err) = run(switchboard()
+        .args(["check-config", config])
+        .env("CREDENTIALS_DIRECTORY", &creds)
+        .env(
+            "SWITCHBOARD__AGENTS__0__BACKEND__SECRET",
+            "and-a-value-too-0123",
+        ));
+    assert!(
+        !ok && err.contains("agents[0].backend.secret: set both"),
+        "{err}"
+    );
+}
+
+/// `keys encrypt` seals the stored private keys under the configured KEK, `keys rotate` moves
+/// them to a new one; `dkim` reads them under the KEK; `doctor` warns while there is no KEK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_commands_encrypt_and_rotate_and_doctor_warns_without_a_kek() {
+    let mut t = spawn_app(Engine::Sqlite, |_, _| {}).await;
+    t.app()
+        .pipeline()
+        .keys()
+        .rsa("dkim:switchboard")
+        .await
+        .unwrap();
+    t.stop().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("old.kek"), dir.path().join("new.kek"));
+    std::fs::write(&old, format!("{}\n", "11".repeat(32))).unwrap();
+    std::fs::write(&new, "22".repeat(32)).unwrap();
+    let run_with = |args: &[&str], kek: Option<&Path>| {
+        let mut c = switchboard();
+        c.args(args)
+            .env("SWITCHBOARD__DATABASE__URL", &t.db.url)
+            .env("SWITCHBOARD__EMAIL__DOMAIN", "sb.example");
+        if let Some(kek) = kek {
+            c.env("SWITCHBOARD__SERVER__KEK_FILE", kek);
+        }
+        run(&mut c)
+    };
+    let doctor_kek = |kek: Option<&Path>| {
+        let (_, out, err) = run_with(&["doctor"], kek);
+        out.lines()
+            .find(|l| l.contains(" kek "))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no kek check: {out}{err}"))
+    };
+    assert!(doctor_kek(None).starts_with("warn"), "{}", doctor_kek(None));
+
+    let (ok, _, err) = run_with(&["keys", "encrypt"], None);
+    assert!(!ok && err.contains("server.kek_file"), "{err}");
+    let (ok, out, err) = run_with(&["keys", "encrypt"], Some(&old));
+    assert!(ok, "{err}");
+    assert!(out.contains("key(s) encrypted under KEK"), "{out}");
+    assert!(!out.starts_with("0 "), "{out}");
+    assert!(doctor_kek(Some(&old)).starts_with("pass"));
+    let (ok, record, err) = run_with(&["dkim"], Some(&old));
+    assert!(ok && record.contains("v=DKIM1"), "{err}");
+    // Without the KEK the key cannot be read, and the command says why.
+    let (ok, _, err) = run_with(&["dkim"], None);
+    assert!(!ok && err.contains("encrypted under KEK"), "{err}");
+
+    let old_arg = old.to_str().unwrap();
+    let (ok, out, err) = run_with(&["keys", "rotate", "--old-kek-file", old_arg], Some(&new));
+    assert!(ok && out.contains("re-encrypted"), "{out}{err}");
+    let (ok, again, err) = run_with(&["dkim"], Some(&new));
+    assert!(ok, "{err}");
+    assert_eq!(again, record, "the same key under the new KEK");
+    let (ok, _, err) = run_with(&["keys", "encrypt"], Some(&old));
+    assert!(!ok && err.contains("wrong KEK"), "{err}");
 }

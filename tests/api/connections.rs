@@ -5,6 +5,7 @@
 //! losing nothing.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,10 +17,12 @@ use tokio::time::Instant;
 use crate::helpers::{Binary, Engine, fresh_db, serve_route, wait_for};
 
 const TOKEN: &str = "flood-token";
-/// Long enough that a whole flood is open before its first connection is cut: a connection cut
-/// frees its place, so a flood still opening after the first cut would let more than the cap in
-/// over time (seen with 2 s on a loaded machine: 873 cut under a cap of 768).
+/// The body deadline the stalled uploads are cut at. A flood is wholly open before any of them
+/// sends its headers (see [`stall`]), so no place comes free while it opens, whatever this is.
 const BODY_TIMEOUT_MS: u64 = 5_000;
+/// Longer than a flood is given to open (60 s): until its headers, an admitted connection is
+/// held by nothing else.
+const HEADER_TIMEOUT_MS: u64 = 120_000;
 const PER_PEER: usize = 200;
 const FLOOD: usize = 1_100;
 /// Health's status line when it answers.
@@ -36,11 +39,15 @@ async fn connect_from(source: IpAddr, to: SocketAddr) -> std::io::Result<TcpStre
     socket.connect(to).await
 }
 
-/// A stalled upload: the headers of a 100 kB POST, one byte of body, then silence.
-fn stalled_upload() -> String {
-    format!(
-        "POST /api/v1/messages HTTP/1.1\r\nHost: flood.test\r\nAuthorization: Bearer {TOKEN}\r\n\
-         Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{"
+/// A stalled upload: the headers of a 100 kB POST, one byte of body, then silence. In two
+/// parts: the headers but their closing blank line, then the rest.
+fn stalled_upload() -> (String, &'static str) {
+    (
+        format!(
+            "POST /api/v1/messages HTTP/1.1\r\nHost: flood.test\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Type: application/json\r\nContent-Length: 100000\r\n"
+        ),
+        "\r\n{",
     )
 }
 
@@ -55,26 +62,79 @@ enum End {
     Other(String),
 }
 
-/// Opens a stalled upload from `source` and waits (at most 20 s) for the server to end it.
-async fn stall(source: IpAddr, to: SocketAddr) -> End {
+/// Whether what a connection read is the refusal written at accept.
+fn is_refusal(text: &str) -> bool {
+    text.starts_with("HTTP/1.1 503") && text.contains("too many connections")
+}
+
+/// A stalled upload from `source`, in two steps. First it connects and sends its headers but
+/// their closing blank line: a connection over a cap reads its refusal at once (counted in
+/// `refused`), an admitted one holds its place, its request unfinished. (Bytes are sent, not
+/// silence, so a connection the listener's queue had no room for is retried by the client
+/// until it is taken.) Once `go` turns true it ends its headers and sends one byte of body,
+/// then waits (at most 20 s) for the server to end it. Only the body deadline, which starts at
+/// the end of the headers, cuts an admitted connection, so a whole flood is in before any place
+/// comes free, however slowly a busy machine opens it.
+async fn stall(
+    source: IpAddr,
+    to: SocketAddr,
+    refused: Arc<AtomicUsize>,
+    mut go: tokio::sync::watch::Receiver<bool>,
+) -> End {
     let mut s = match connect_from(source, to).await {
         Ok(s) => s,
         Err(e) => return End::Other(format!("connect: {e}")),
     };
-    let sent = Instant::now();
-    if let Err(e) = s.write_all(stalled_upload().as_bytes()).await {
-        return End::Other(format!("write: {e}"));
-    }
+    let (head, rest) = stalled_upload();
+    // (A refused connection may be shut before this is written; its refusal is read below.)
+    let headed = s.write_all(head.as_bytes()).await;
     let mut got = Vec::new();
+    tokio::select! {
+        read = s.read_to_end(&mut got) => {
+            let text = String::from_utf8_lossy(&got).into_owned();
+            if is_refusal(&text) {
+                refused.fetch_add(1, Ordering::SeqCst);
+                return End::Refused;
+            }
+            return End::Other(format!("before the body: {headed:?}: {read:?}: {text:?}"));
+        }
+        _ = go.wait_for(|go| *go) => {}
+    }
+    let sent = Instant::now();
+    let wrote = s.write_all(rest.as_bytes()).await;
     let read = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut got)).await;
     let text = String::from_utf8_lossy(&got).into_owned();
-    if text.starts_with("HTTP/1.1 503") && text.contains("too many connections") {
+    // (A connection the server had not taken from its backlog yet may be refused after `go`.)
+    if is_refusal(&text) {
         End::Refused
     } else if text.starts_with("HTTP/1.1 408") {
         End::Cut(sent.elapsed())
     } else {
-        End::Other(format!("{read:?}: {text:?}"))
+        End::Other(format!("{wrote:?}: {read:?}: {text:?}"))
     }
+}
+
+/// A flood of [`FLOOD`] stalled uploads, the `i`th from `source(i)`: every connection is opened,
+/// then, once at least `refused` have been refused, all that hold a place send their stalled
+/// upload; how each ended.
+async fn flood(source: impl Fn(usize) -> IpAddr, to: SocketAddr, refused: usize) -> Vec<End> {
+    let count = Arc::new(AtomicUsize::new(0));
+    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+    let stalls: Vec<_> = (0..FLOOD)
+        .map(|i| tokio::spawn(stall(source(i), to, count.clone(), go_rx.clone())))
+        .collect();
+    wait_for(
+        60,
+        "every connection over the caps to be refused",
+        || async { (count.load(Ordering::SeqCst) >= refused).then_some(()) },
+    )
+    .await;
+    go_tx.send(true).unwrap();
+    let mut ends = Vec::new();
+    for s in stalls {
+        ends.push(s.await.unwrap());
+    }
+    ends
 }
 
 /// One health probe from `source` on a fresh connection: the status line, or what went wrong.
@@ -95,7 +155,11 @@ async fn probe(source: IpAddr, to: SocketAddr) -> String {
     }
 }
 
-/// Probes health every 100 ms until `stop` turns true; returns every answer.
+/// How many probes each prober makes at least, however slowly a loaded machine runs them.
+const PROBES: usize = 10;
+
+/// Probes health every 100 ms until `stop` turns true and [`PROBES`] have been made; returns
+/// every answer. (Counted rather than timed: on a busy machine fewer probes fit in a flood.)
 fn keep_probing(
     source: IpAddr,
     to: SocketAddr,
@@ -103,7 +167,7 @@ fn keep_probing(
 ) -> tokio::task::JoinHandle<Vec<String>> {
     tokio::spawn(async move {
         let mut answers = Vec::new();
-        while !*stop.borrow() {
+        while !*stop.borrow() || answers.len() < PROBES {
             answers.push(probe(source, to).await);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -128,7 +192,7 @@ bind = "127.0.0.1:0"
 metrics_bind = "127.0.0.1:0"
 public_url = "http://flood.test"
 max_connections_per_peer = {PER_PEER}
-header_timeout_ms = 2000
+header_timeout_ms = {HEADER_TIMEOUT_MS}
 body_timeout_ms = {BODY_TIMEOUT_MS}
 request_timeout_ms = 40000
 [database]
@@ -158,13 +222,7 @@ token = "{TOKEN}"
     // address, answers all along.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let probes = keep_probing(ip("127.0.0.2"), to, stop_rx);
-    let flood: Vec<_> = (0..FLOOD)
-        .map(|_| tokio::spawn(stall(ip("127.0.0.1"), to)))
-        .collect();
-    let mut ends = Vec::new();
-    for f in flood {
-        ends.push(f.await.unwrap());
-    }
+    let ends = flood(|_| ip("127.0.0.1"), to, FLOOD - PER_PEER).await;
     stop_tx.send(true).unwrap();
     let answers = probes.await.unwrap();
     let cut: Vec<Duration> = ends
@@ -191,7 +249,7 @@ token = "{TOKEN}"
             "a stalled body is cut at the body timeout, not {d:?}"
         );
     }
-    assert!(answers.len() >= 10, "probed throughout: {answers:?}");
+    assert!(answers.len() >= PROBES, "probed throughout: {answers:?}");
     assert!(
         answers.iter().all(|a| a == OK),
         "health answered throughout: {answers:?}"
@@ -207,22 +265,24 @@ token = "{TOKEN}"
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let probes = keep_probing(ip("127.0.0.2"), to, stop_rx.clone());
     let private_probes = keep_probing(ip("127.0.0.2"), private, stop_rx);
-    let flood: Vec<_> = (0..FLOOD)
-        .map(|i| tokio::spawn(stall(ip(&format!("127.0.0.{}", 10 + i % 11)), to)))
-        .collect();
-    let mut ends = Vec::new();
-    for f in flood {
-        ends.push(f.await.unwrap());
-    }
+    let ends = flood(|i| ip(&format!("127.0.0.{}", 10 + i % 11)), to, FLOOD - 768).await;
     // A cut connection gives its place back when the server drops it, a moment after its
-    // client has read the end: health answers 200 again at once, give or take that moment (a
-    // server thread preempted between the two on a busy machine).
-    let again = Instant::now() + Duration::from_secs(2);
-    let mut after = vec![probe(ip("127.0.0.2"), to).await];
-    while after.last().is_some_and(|a| a != OK) && Instant::now() < again {
-        tokio::time::sleep(Duration::from_millis(25)).await;
-        after.push(probe(ip("127.0.0.2"), to).await);
-    }
+    // client has read the end (longer for a server thread preempted between the two on a busy
+    // machine): health is asked until it answers 200 again, each answer on the way a 200 or
+    // the full listener's refusal, never silence.
+    let after = std::sync::Mutex::new(Vec::new());
+    wait_for(
+        30,
+        "health to answer 200 once the stalled bodies are cut",
+        || async {
+            let status = probe(ip("127.0.0.2"), to).await;
+            let ok = status == OK;
+            after.lock().unwrap().push(status);
+            ok.then_some(())
+        },
+    )
+    .await;
+    let after = after.into_inner().unwrap();
     stop_tx.send(true).unwrap();
     let answers = probes.await.unwrap();
     let cut = ends.iter().filter(|e| matches!(e, End::Cut(_))).count();
@@ -249,7 +309,7 @@ token = "{TOKEN}"
     );
     let private_answers = private_probes.await.unwrap();
     assert!(
-        private_answers.len() >= 10 && private_answers.iter().all(|a| a == OK),
+        private_answers.len() >= PROBES && private_answers.iter().all(|a| a == OK),
         "the private listener's health answered 200 throughout: {private_answers:?}"
     );
 
@@ -375,7 +435,11 @@ backend = {{ kind = "webhook", url = "{hook}", secret = "s3cret", timeout_ms = 9
     })
     .await;
     let mut upload = TcpStream::connect(http).await.unwrap();
-    upload.write_all(stalled_upload().as_bytes()).await.unwrap();
+    let (head, rest) = stalled_upload();
+    upload
+        .write_all(format!("{head}{rest}").as_bytes())
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     let asked = Instant::now();

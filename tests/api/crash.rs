@@ -719,13 +719,15 @@ async fn postgresql_restarted_under_two_instances_loses_and_duplicates_nothing()
     ];
     let http = reqwest::Client::new();
     // Each instance gets half; what is refused is retried, on the other instance, until every
-    // message is acknowledged.
+    // message is acknowledged (for at most three minutes: a bound on waiting, however many
+    // rounds a slow recovery takes).
     let sending = {
         let (http, bases) = (http.clone(), bases.clone());
         tokio::spawn(async move {
             let mut pending: Vec<usize> = (0..MANY).collect();
             let mut round = 0;
-            while !pending.is_empty() && round < 60 {
+            let give_up = tokio::time::Instant::now() + Duration::from_secs(180);
+            while !pending.is_empty() && tokio::time::Instant::now() < give_up {
                 let (a, b): (Vec<usize>, Vec<usize>) =
                     pending.iter().partition(|i| (*i + round) % 2 == 0);
                 let (ra, rb) = tokio::join!(
@@ -750,9 +752,22 @@ async fn postgresql_restarted_under_two_instances_loses_and_duplicates_nothing()
         (*sink.total.lock().unwrap() >= 300).then_some(())
     })
     .await;
+    // The callback is held while PostgreSQL goes down, so the restart lands while work is in
+    // flight however long stopping it takes: only the few deliveries already queued at the
+    // gate get through.
+    let held = sink.gate.lock().await;
     assert!(pg.down());
     let answered_at_restart = sink.by_message.lock().unwrap().len();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(held);
+    // The outage lasts until both instances have seen it: each one's readiness fails.
+    for server in [&first, &second] {
+        let ready = format!("http://{}/readyz", server.metrics_addr());
+        wait_for(60, "an instance to see PostgreSQL gone", || async {
+            let status = http.get(&ready).send().await.ok()?.status();
+            (status == 503).then_some(())
+        })
+        .await;
+    }
     assert!(pg.up());
     let (unsent, rounds) = sending.await.unwrap();
     assert!(unsent.is_empty(), "{} never acknowledged", unsent.len());
@@ -765,12 +780,16 @@ async fn postgresql_restarted_under_two_instances_loses_and_duplicates_nothing()
     );
     let store = answered_and_drained(&sink, &pg.url(), MANY).await;
     for (server, base) in [(&first, &bases[0]), (&second, &bases[1])] {
-        let ready = http
-            .get(format!("http://{}/readyz", server.metrics_addr()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(ready.status(), 200, "{base} ready again on its own");
+        let ready = format!("http://{}/readyz", server.metrics_addr());
+        wait_for(
+            30,
+            &format!("{base} to be ready again on its own"),
+            || async {
+                let status = http.get(&ready).send().await.ok()?.status();
+                (status == 200).then_some(())
+            },
+        )
+        .await;
     }
     for mut server in [first, second] {
         server.terminate();

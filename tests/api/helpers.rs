@@ -375,8 +375,9 @@ pub struct Binary {
 }
 
 impl Binary {
-    /// Starts `switchboard --config {config} serve` (the configuration must log JSON) and waits
-    /// until it is up; with `open_files`, under that open-file limit (`ulimit -n`).
+    /// Starts `switchboard --config {config} serve --allow-weak` (the configuration must log
+    /// JSON; tests' tokens may be short) and waits until it is up; with `open_files`, under
+    /// that open-file limit (`ulimit -n`).
     pub fn start(config: &std::path::Path, open_files: Option<u64>) -> Binary {
         Self::launch(config, open_files, &[])
     }
@@ -389,7 +390,12 @@ impl Binary {
     fn launch(config: &std::path::Path, open_files: Option<u64>, env: &[(&str, &str)]) -> Binary {
         use std::io::BufRead;
         let bin = env!("CARGO_BIN_EXE_switchboard");
-        let args = ["--config", config.to_str().unwrap(), "serve"];
+        let args = [
+            "--config",
+            config.to_str().unwrap(),
+            "serve",
+            "--allow-weak",
+        ];
         let mut cmd = match open_files {
             Some(n) => {
                 let mut c = std::process::Command::new("sh");
@@ -456,7 +462,6 @@ impl Binary {
             .collect()
     }
 
-    /// Sends SIGTERM.
     /// The private (metrics) listener's address, from the start-up line.
     pub fn metrics_addr(&self) -> String {
         let up = self.logged("switchboard is up").join("");
@@ -464,13 +469,19 @@ impl Binary {
         v["metrics_addr"].as_str().unwrap().to_owned()
     }
 
+    /// Sends SIGTERM.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends the signal `name` (`TERM`, `HUP`, ...) with `kill`.
+    pub fn signal(&self, name: &str) {
         let ok = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .unwrap()
             .success();
-        assert!(ok, "kill -TERM failed");
+        assert!(ok, "kill -{name} failed");
     }
 }
 

@@ -13,6 +13,7 @@ mod activitypub;
 mod api;
 mod architecture;
 mod assembly;
+mod audit;
 mod caches;
 mod cli;
 mod connections;

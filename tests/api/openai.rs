@@ -377,7 +377,7 @@ enabled = false
 [net]
 allow_private_addresses = true
 [api]
-token = "api-token"
+token = "api-token-of-the-key-test"
 [[agents]]
 name = "llm"
 backend = {{ kind = "openai", base_url = "{base}", model = "mock-model", api_key_env = "SB_TEST_LLM_KEY", stream = true, timeout_ms = 5000 }}
@@ -416,7 +416,7 @@ backend = {{ kind = "openai", base_url = "{base}", model = "mock-model", api_key
     for n in 1..=2 {
         let status = http
             .post(format!("http://{}/api/v1/messages", server.http))
-            .bearer_auth("api-token")
+            .bearer_auth("api-token-of-the-key-test")
             .json(&json!({"external_id": format!("key-{n}"), "message": {
                 "sender": {"address": "me@example.com", "auth_method": "none", "verified": false},
                 "recipient": "@llm@llm.test",

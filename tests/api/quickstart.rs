@@ -1,11 +1,12 @@
-//! The quickstart's local steps, as written in docs/quickstart.md: its configuration file passes
-//! `check-config` with its secrets file and serves; its nginx site, run in front of that server
-//! over TLS, passes `Host` through so the fediverse documents name the public host; its
-//! Caddyfile is valid; behind that nginx, each client is admitted on its own (the server trusts
-//! the proxy's X-Forwarded-For). Only what cannot exist here is changed (ports, paths, the
-//! certificate, a per-peer cap small enough to reach, an agent that never answers),
-//! and each change is asserted to have found its line, so an edit of the document that breaks a
-//! step breaks this test.
+//! The quickstart's local steps, as written in docs/quickstart.md: its commands make the secret
+//! files, its configuration file passes its `check-config` command with them and serves; its
+//! `dkim`, `doctor` and `queue list` commands run as written, with nothing in the environment;
+//! its nginx site, run in front of that server over TLS, passes `Host` through so the fediverse
+//! documents name the public host; its Caddyfile is valid; behind that nginx, each client is
+//! admitted on its own (the server trusts the proxy's X-Forwarded-For). Only what cannot exist
+//! here is changed (ports, paths, the certificate, the owner of the secret files, a per-peer cap
+//! small enough to reach, an agent that never answers), and each change is asserted to have
+//! found its line, so an edit of the document that breaks a step breaks this test.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -35,6 +36,53 @@ fn block(doc: &str, heading: &str, lang: &str) -> String {
         + fence.len();
     let end = doc[start..].find("```").unwrap() + start;
     doc[start..end].to_owned()
+}
+
+/// The commands of the section that starts with `heading` that run `switchboard` as the
+/// quickstart writes them (`sudo -u switchboard switchboard --config … ARGS`).
+fn commands(doc: &str, heading: &str) -> Vec<String> {
+    let at = doc
+        .find(&format!("\n## {heading}"))
+        .unwrap_or_else(|| panic!("no section {heading:?}"));
+    let section = &doc[at + 1..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    let found: Vec<String> = section
+        .lines()
+        .filter(|l| l.starts_with(SWITCHBOARD))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        !found.is_empty(),
+        "no switchboard command under {heading:?}"
+    );
+    found
+}
+
+/// How the quickstart runs a command: as the service's user, with the service's configuration.
+const SWITCHBOARD: &str =
+    "sudo -u switchboard switchboard --config /etc/switchboard/switchboard.toml ";
+
+/// Runs a quickstart command line (see [`commands`]) on `config`, with no `SWITCHBOARD__…`
+/// variable in its environment: all it needs is in the files, as for the service.
+fn run_command(line: &str, config: &Path) -> (bool, String, String) {
+    let args = line
+        .strip_prefix(SWITCHBOARD)
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchboard"));
+    cmd.arg("--config")
+        .arg(config)
+        .args(args.split_whitespace());
+    cmd.env_remove("SWITCHBOARD_CONFIG")
+        .env_remove("CREDENTIALS_DIRECTORY");
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SWITCHBOARD__")) {
+        cmd.env_remove(k);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// `text` with `from` replaced by `to`, which must occur.
@@ -131,6 +179,31 @@ async fn the_quickstart_configuration_and_proxy_work_as_written() {
     });
     config = swap(&config, "/etc/switchboard/tls/fullchain.pem", &crt);
     config = swap(&config, "/etc/switchboard/tls/privkey.pem", &key);
+    // The secret files, made by the step's own commands in a directory of the test's.
+    let etc = dir.path().join("etc");
+    std::fs::create_dir(&etc).unwrap();
+    let mut make_secrets = block(&doc, "3. Configure", "sh");
+    make_secrets = swap(&make_secrets, "sudo install", "install");
+    make_secrets = swap(&make_secrets, "-o root -g switchboard ", "");
+    make_secrets = swap(
+        &make_secrets,
+        "/etc/switchboard/$name",
+        &format!("{}/$name", etc.display()),
+    );
+    let made = Command::new("sh").args(["-ec", &make_secrets]).status();
+    assert!(made.unwrap().success(), "{make_secrets}");
+    let mut secrets = Vec::new();
+    for name in ["webhook.secret", "api.token", "media.secret", "kek"] {
+        let path = etc.join(name);
+        config = swap(
+            &config,
+            &format!("\"/etc/switchboard/{name}\""),
+            &format!("\"{}\"", path.display()),
+        );
+        let secret = std::fs::read_to_string(&path).unwrap();
+        assert!(secret.trim_end().len() >= 32, "{name}: {secret:?}");
+        secrets.push(secret.trim_end().to_owned());
+    }
     // The metrics listener too, so parallel tests do not collide; and logs the harness reads.
     config = swap(
         &config,
@@ -142,36 +215,19 @@ async fn the_quickstart_configuration_and_proxy_work_as_written() {
     config.push_str("\n[net]\nallow_private_addresses = true\n");
     let file = dir.path().join("switchboard.toml");
     std::fs::write(&file, &config).unwrap();
-    let secrets: Vec<(String, String)> = block(&doc, "3. Configure", "sh")
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-    assert_eq!(secrets.len(), 3, "the secrets file");
-    let env: Vec<(&str, &str)> = secrets
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-
-    let check = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .arg("--config")
-        .arg(&file)
-        .arg("check-config")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let printed = String::from_utf8_lossy(&check.stdout);
-    assert!(
-        check.status.success(),
-        "check-config: {printed}{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
-    for (_, secret) in &secrets {
+    // `check-config` as written: the secrets come from their files, none is printed.
+    let [check] = &commands(&doc, "3. Configure")[..] else {
+        panic!("one check-config command");
+    };
+    assert!(check.ends_with(" check-config"), "{check}");
+    let (ok, printed, err) = run_command(check, &file);
+    assert!(ok, "check-config: {printed}{err}");
+    for secret in &secrets {
         assert!(!printed.contains(secret.as_str()), "a secret was printed");
     }
 
     // Step 5: it serves, with STARTTLS on the certificate.
-    let server = Binary::start_with_env(&file, &env);
+    let server = Binary::start(&file, None);
     assert!(server.smtp.is_some(), "SMTP is listening");
 
     // Step 4: the nginx site in front of it, over TLS; and, as the control, the same site
@@ -426,5 +482,42 @@ async fn the_quickstart_configuration_and_proxy_work_as_written() {
         text.contains("sb.example.com") && text.contains("127.0.0.1:8080"),
         "{text}"
     );
+
+    // Step 6: `dkim` prints the record of the key the server made, read from the files alone.
+    let [dkim] = &commands(&doc, "6. Publish")[..] else {
+        panic!("one dkim command");
+    };
+    let (ok, out, err) = run_command(dkim, &file);
+    assert!(ok, "{dkim}: {err}");
+    assert!(
+        out.starts_with("switchboard._domainkey.sb.example.com. IN TXT \"v=DKIM1; k=rsa; p="),
+        "{out}"
+    );
+    // Step 7: `doctor` runs its checks (the public ones fail here, away from the internet); the
+    // configuration, the database and the encryption of its keys under the KEK pass.
+    let [doctor] = &commands(&doc, "7. Check")[..] else {
+        panic!("one doctor command");
+    };
+    let (_, out, err) = run_command(doctor, &file);
+    assert!(
+        out.contains(" passed, ") && out.contains(" failed"),
+        "{doctor}: {out}{err}"
+    );
+    assert!(!err.contains("missing field"), "{err}");
+    for check in ["database", "kek"] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("pass") && l.split_whitespace().nth(1) == Some(check)),
+            "{check}: {out}"
+        );
+    }
+    // Step 8: `queue list` answers (nothing is dead).
+    let [queue] = &commands(&doc, "8. Talk")[..] else {
+        panic!("one queue command");
+    };
+    assert!(queue.contains(" queue list "), "{queue}");
+    let (ok, out, err) = run_command(queue, &file);
+    assert!(ok, "{queue}: {err}");
+    assert!(out.trim().is_empty(), "{out}");
     drop(server);
 }

@@ -125,3 +125,119 @@ async fn wakeups_not_polling_move_the_work(engine: Engine) {
     b.stop().await;
 }
 crate::helpers::on_both_engines!(wakeups_not_polling_move_the_work);
+
+/// Two dispatch batches on PostgreSQL, P ending a thread's run and Q putting back the thread's
+/// next message to wait for it, in every order of their commits and looks once P's end of the
+/// run has begun before Q records its waiter (the order that once lost the wake-up: Q looked for
+/// a free thread before P committed, and P's end saw no waiter). Each side looks after its own
+/// commit, as the dispatch handler does, so that whichever looks second sees the other's write:
+/// the waiting message is due at once, not when its wait runs out (seconds per turn: the stall
+/// of the 500-thread benchmark).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_a_run_wakes_a_waiter_recorded_while_it_commits() {
+    use switchboard::store::{jobs, runs};
+    if postgres_url().is_none() {
+        eprintln!("SWITCHBOARD_TEST_POSTGRES_URL is not set: run wake-up test skipped");
+        return;
+    }
+    let mut t = spawn_on(fresh_db(Engine::Postgres).await, |_, o: &mut Options| {
+        o.workers = false
+    })
+    .await;
+    let db = t.open_db().await;
+    let now = 1_000_000;
+    let later = now + 5_000;
+    let lease = now + 60_000;
+    // The four steps after P's end began and Q recorded its waiter, each side's commit first.
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        PCommit,
+        PLooks,
+        QCommit,
+        QLooks,
+    }
+    use Step::*;
+    let orders = [
+        [PCommit, PLooks, QCommit, QLooks],
+        [PCommit, QCommit, PLooks, QLooks],
+        [PCommit, QCommit, QLooks, PLooks],
+        [QCommit, PCommit, PLooks, QLooks],
+        [QCommit, PCommit, QLooks, PLooks],
+        [QCommit, QLooks, PCommit, PLooks],
+    ];
+    for (n, order) in orders.iter().enumerate() {
+        let thread = format!("thread-{n}");
+        let (a, b) = (format!("a-{n}"), format!("b-{n}"));
+        let key = [(thread.as_str(), "echo")];
+        // Message a (seq 1) runs on P; message b (seq 2) of the same thread is claimed by Q.
+        let mut tx = db.begin().await.unwrap();
+        let new = |id, owner| jobs::NewJob {
+            id,
+            kind: "dispatch",
+            payload: "{}",
+            max_attempts: 5,
+            run_at: now,
+            lease: Some((owner, lease)),
+        };
+        jobs::enqueue_many(&mut tx, &[new(&a, "p"), new(&b, "q")], now)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let ask = |seq, job_id, tries| runs::Ask {
+            thread_id: &thread,
+            agent: "echo",
+            seq,
+            job_id,
+            tries,
+            cap: None,
+        };
+        let took = runs::take(&db, "p", &[ask(1, &a, true)], now, lease)
+            .await
+            .unwrap();
+        assert!(took[0].taken, "P runs the thread: {took:?}");
+
+        // P begins to end its run.
+        let mut p = Some(db.begin().await.unwrap());
+        let tx = p.as_mut().unwrap();
+        jobs::finish_many(tx, &[a.as_str()], "p", &jobs::Finish::Done, now)
+            .await
+            .unwrap();
+        runs::release(tx, "p", &key).await.unwrap();
+        // Meanwhile Q finds the thread running, records b as waiting and puts it back.
+        let waits = runs::take(&db, "q", &[ask(2, &b, true)], now, lease)
+            .await
+            .unwrap();
+        assert!(
+            !waits[0].taken,
+            "the run is P's until it commits: {waits:?}"
+        );
+        let mut q = Some(db.begin().await.unwrap());
+        jobs::finish_many(
+            q.as_mut().unwrap(),
+            &[b.as_str()],
+            "q",
+            &jobs::Finish::Waiting { run_at: later },
+            now,
+        )
+        .await
+        .unwrap();
+        for step in order {
+            match step {
+                PCommit => p.take().unwrap().commit().await.unwrap(),
+                QCommit => q.take().unwrap().commit().await.unwrap(),
+                PLooks => drop(runs::wake_next(&db, &key, now).await.unwrap()),
+                QLooks => drop(runs::wake_free(&db, &[b.as_str()], now).await.unwrap()),
+            }
+        }
+
+        let job = jobs::get(&db, &b).await.unwrap().unwrap();
+        assert_eq!(job.state, "ready", "{order:?}");
+        assert!(
+            job.run_at <= now,
+            "{order:?}: the waiter is due once the run has ended, not at the end of its wait \
+             ({} ms later)",
+            job.run_at - now
+        );
+    }
+    t.stop().await;
+}

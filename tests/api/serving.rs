@@ -180,3 +180,64 @@ async fn a_database_gone_after_start_is_named_in_readiness_and_refused_retryably
     let app = t.app.take().unwrap();
     assert!(app.shutdown().await.is_err());
 }
+
+/// The real binary as a daemon: SIGHUP (a `systemctl reload`, a log-rotation hook) is logged
+/// and leaves it serving; SIGTERM is logged with the drain and ends it cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_keeps_the_server_up_and_sigterm_drains_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("switchboard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[server]
+bind = "127.0.0.1:0"
+metrics_bind = "127.0.0.1:0"
+[database]
+url = "sqlite://{}"
+[log]
+format = "json"
+filter = "info"
+"#,
+            dir.path().join("sb.db").display()
+        ),
+    )
+    .unwrap();
+    let mut server = crate::helpers::Binary::start(&config, None);
+    let health = format!("http://{}/healthz", server.http);
+    let http = reqwest::Client::new();
+
+    for round in 1..=2 {
+        server.signal("HUP");
+        wait_for(20, "the SIGHUP to be logged", || async {
+            (server.logged("\"SIGHUP\"").len() == round).then_some(())
+        })
+        .await;
+        assert!(
+            server.child.try_wait().unwrap().is_none(),
+            "SIGHUP ended the server"
+        );
+        let r = http.get(&health).send().await.unwrap();
+        assert_eq!(r.status(), 200, "health after SIGHUP {round}");
+    }
+    let hup = server.logged("\"SIGHUP\"").join("\n");
+    assert!(hup.contains("WARN") && hup.contains("restart"), "{hup}");
+
+    server.terminate();
+    let status = wait_for(30, "exit after SIGTERM", || {
+        let exited = server.child.try_wait().unwrap();
+        async move { exited }
+    })
+    .await;
+    assert!(status.success(), "a clean exit: {status:?}");
+    let drain = server.logged("shutting down").join("\n");
+    assert!(
+        drain.contains("\"SIGTERM\""),
+        "the drain names its signal: {drain}"
+    );
+    assert_eq!(
+        server.logged("\"stopped\"").len(),
+        1,
+        "the end of the drain is logged"
+    );
+}

@@ -257,17 +257,12 @@ impl JobHandler for DispatchHandler {
                     .collect(),
             );
             let applied = apply(core, &mut tx, &fx, &mut finished, now).await?;
-            // The runs end with the transaction, and the messages that waited for them are woken.
-            let woken = if leased {
-                let waited: Vec<&str> = fx.waiting.iter().map(|&i| batch[i].id.as_str()).collect();
-                let ended = crate::store::runs::release(&mut tx, owner, &leases, now).await?;
-                let free = crate::store::runs::wake_free(&mut tx, &waited, now).await?;
-                if ended || !free.is_empty() {
-                    tx.notify(crate::queue::kinds::DISPATCH).await?;
-                }
-                ended || !free.is_empty()
+            // The runs end with the transaction; the messages that wait are woken after it.
+            crate::store::runs::release(&mut tx, owner, &leases).await?;
+            let waited: Vec<&str> = if leased {
+                fx.waiting.iter().map(|&i| batch[i].id.as_str()).collect()
             } else {
-                false
+                Vec::new()
             };
             // Until they are held, the threads written read their windows from the database.
             let writing = core.caches.writing(fx.answers.iter().flat_map(|a| {
@@ -275,25 +270,63 @@ impl JobHandler for DispatchHandler {
                     .chain(a.siblings.iter().map(|s| s.msg.thread_id.as_str()))
             }));
             core.queue.commit(tx, finished).await?;
-            Ok((fx, applied, writing, woken))
+            Ok((fx, applied, writing, waited))
         }
         .await;
-        let (fx, applied, writing, woken) = match committed {
+        let (fx, applied, writing, waited) = match committed {
             Ok(done) => done,
             Err(e) => {
                 // The next attempt need not wait for the leases to expire.
-                if let Err(e) = crate::store::runs::drop_leases(&core.db, owner, &leases).await {
-                    tracing::warn!(error = %e, "run leases not ended; they expire");
+                match crate::store::runs::drop_leases(&core.db, owner, &leases).await {
+                    Ok(_) => wake_waiters(core, &leases, &[]).await,
+                    Err(e) => tracing::warn!(error = %e, "run leases not ended; they expire"),
                 }
                 return Err(e);
             }
         };
+        let ended: Vec<(String, String)> = leases
+            .iter()
+            .map(|&(t, a)| (t.to_owned(), a.to_owned()))
+            .collect();
         drop(leases);
-        if woken {
-            core.queue.wake(crate::queue::kinds::DISPATCH);
-        }
+        // The runs held here are given up first, so that a woken message can take its run.
         after_commit(core, fx, applied, batch, taken, now, writing).await;
+        let ended: Vec<(&str, &str)> = ended
+            .iter()
+            .map(|(t, a)| (t.as_str(), a.as_str()))
+            .collect();
+        wake_waiters(core, &ended, &waited).await;
         Ok(())
+    }
+}
+
+/// On PostgreSQL, after the commit that ended the runs `ended` and put the messages `waited`
+/// back to wait: wakes the oldest message waiting for each ended run, and those of `waited`
+/// whose thread is free by now, here and on every instance. Each side looks only after its own
+/// commit, so that of a run's end and a waiter put back at the same time, the one that looks
+/// second sees the other ([`crate::store::runs::wake_next`]). A failure is logged: the waiters
+/// are then tried when their wait runs out.
+async fn wake_waiters(core: &Core, ended: &[(&str, &str)], waited: &[&str]) {
+    if ended.is_empty() && waited.is_empty() {
+        return;
+    }
+    let now = core.clock.now_ms();
+    let next = crate::store::runs::wake_next(&core.db, ended, now).await;
+    let free = crate::store::runs::wake_free(&core.db, waited, now).await;
+    let mut woken = 0;
+    for r in [next, free] {
+        match r {
+            Ok(ids) => woken += ids.len(),
+            Err(e) => {
+                tracing::warn!(error = %e, "waiting messages not woken; they wait their turn out")
+            }
+        }
+    }
+    if woken > 0 {
+        core.queue.wake(crate::queue::kinds::DISPATCH);
+        if let Err(e) = core.db.notify(crate::queue::kinds::DISPATCH).await {
+            tracing::warn!(error = %e, "other instances not told of woken messages; they poll");
+        }
     }
 }
 

@@ -29,16 +29,17 @@ pub(super) async fn add_block(
     req: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
-    if let Err(e) = authorize(&state, &req) {
-        return error_response(&e);
-    }
+    let by = match authorize(&state, &req) {
+        Ok(by) => by,
+        Err(e) => return error_response(&e),
+    };
     let new: NewBlock = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => return error_response(&Error::Invalid(format!("body: {e}"))),
     };
     match state
         .pipeline
-        .run(move |p| async move { p.add_block(&new).await })
+        .run(move |p| async move { p.add_block(&new, &by).await })
         .await
     {
         Ok(block) => HttpResponse::Created().json(block),
@@ -53,9 +54,10 @@ pub(super) async fn remove_block(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> HttpResponse {
-    if let Err(e) = authorize(&state, &req) {
-        return error_response(&e);
-    }
+    let by = match authorize(&state, &req) {
+        Ok(by) => by,
+        Err(e) => return error_response(&e),
+    };
     let id = id.into_inner();
     if id.starts_with("config-") {
         return HttpResponse::Conflict().json(json!({
@@ -66,7 +68,10 @@ pub(super) async fn remove_block(
         .pipeline
         .run({
             let id = id.clone();
-            move |p| async move { p.blocks().remove(p.db(), &id).await }
+            move |p| async move {
+                let now = p.clock().now_ms();
+                p.blocks().remove(p.db(), &id, now, &by).await
+            }
         })
         .await;
     match gone {

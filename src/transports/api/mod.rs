@@ -8,6 +8,7 @@
 //! any of the federated protocols) and is off unless `api.token` is set. Messages ingested here
 //! are operator-asserted: the operator vouches for the sender fields.
 
+mod audit;
 mod blocks;
 pub mod console;
 pub mod openapi;
@@ -188,7 +189,8 @@ impl TransportModule for Api {
                         "/api/v1/blocks/{id}",
                         web::delete().to(blocks::remove_block),
                     )
-                    .route("/api/v1/reports", web::get().to(read::list_reports));
+                    .route("/api/v1/reports", web::get().to(read::list_reports))
+                    .route("/api/v1/audit", web::get().to(audit::list_audit));
             })),
             private_routes: console.map(|console| -> super::Routes {
                 Arc::new(move |cfg: &mut web::ServiceConfig| {
@@ -211,7 +213,8 @@ struct ApiState {
     agents: Arc<Vec<AgentView>>,
 }
 
-fn authorize(state: &ApiState, req: &HttpRequest) -> Result<(), Error> {
+/// Checks the bearer token; returns who acted, for the audit log.
+fn authorize(state: &ApiState, req: &HttpRequest) -> Result<crate::store::audit::Actor, Error> {
     let Some(token) = &state.token else {
         return Err(Error::NotFound("the message API is disabled".into()));
     };
@@ -222,7 +225,7 @@ fn authorize(state: &ApiState, req: &HttpRequest) -> Result<(), Error> {
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
     if constant_time_eq(given.as_bytes(), token.expose().as_bytes()) {
-        Ok(())
+        Ok(audit::api_actor(token.expose(), req))
     } else {
         Err(Error::Unauthenticated)
     }
@@ -269,14 +272,16 @@ async fn post_message(
     req: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
-    if let Err(e) = authorize(&state, &req) {
-        return error_response(&e);
-    }
+    let actor = match authorize(&state, &req) {
+        Ok(actor) => actor,
+        Err(e) => return error_response(&e),
+    };
     let now = state.pipeline.clock().now();
     let (external_id, mut msg) = match parse_request(&body, now) {
         Ok(x) => x,
         Err(e) => return error_response(&e),
     };
+    let record = audit::SendRecord::new(actor, &external_id, &msg);
     // A thread id this API returned continues its thread: messages are threaded by the key the
     // thread was opened with. (`api:…` is such a key already: the one a message opens when it
     // names none.)
@@ -289,11 +294,11 @@ async fn post_message(
             {
                 msg.thread_id = t.thread_key;
             }
-            p.ingest(NAME, &external_id, msg).await
+            p.ingest_with(NAME, &external_id, msg, record).await
         })
         .await;
     match ingested {
-        Ok(o) => HttpResponse::Accepted().json(wire::Accepted {
+        Ok((o, _)) => HttpResponse::Accepted().json(wire::Accepted {
             id: o.message_id,
             thread_id: o.thread_id,
             duplicate: o.duplicate,

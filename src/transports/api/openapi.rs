@@ -7,8 +7,8 @@ use schemars::{JsonSchema, Schema};
 use serde_json::{Value, json};
 
 use super::wire::{
-    Accepted, AgentList, ApiError, BlockList, MessageView, PostMessage, ReportList, StatusView,
-    ThreadDetail, ThreadPage,
+    Accepted, AgentList, ApiError, AuditPage, BlockList, MessageView, PostMessage, ReportList,
+    StatusView, ThreadDetail, ThreadPage,
 };
 use crate::message::NormalizedResponse;
 use crate::moderation::{Block, NewBlock};
@@ -56,6 +56,7 @@ pub fn document() -> String {
     let block = schema::<Block>(&mut g);
     let new_block = schema::<NewBlock>(&mut g);
     let reports = schema::<ReportList>(&mut g);
+    let audit = schema::<AuditPage>(&mut g);
     let id = path_param("id", "Switchboard's id of the message.");
     let doc = json!({
         "openapi": "3.1.0",
@@ -174,6 +175,21 @@ pub fn document() -> String {
                 "responses": {
                     "200": json_body(&reports, "The reports."),
                     "400": json_body(&error, "A limit out of range."),
+                    "401": unauthorized
+                }
+            }},
+            "/api/v1/audit": { "get": {
+                "operationId": "listAudit",
+                "summary": "The operator actions recorded (blocks, queue retries and purges, messages handed in, …), newest first",
+                "parameters": [
+                    query_param("since", "Only actions taken at or after this RFC 3339 time.", json!({"type": "string", "format": "date-time"})),
+                    query_param("action", "Only this action (`block.add`, `block.remove`, `queue.retry`, `queue.purge`, `message.send`, …).", json!({"type": "string"})),
+                    query_param("cursor", "`next_cursor` of the previous page.", json!({"type": "string"})),
+                    query_param("limit", "Records per page.", json!({"type": "integer", "minimum": 1, "maximum": 200, "default": 50}))
+                ],
+                "responses": {
+                    "200": json_body(&audit, "One page."),
+                    "400": json_body(&error, "A `since` that is not RFC 3339, a cursor this API did not return, or a limit out of range."),
                     "401": unauthorized
                 }
             }}

@@ -27,7 +27,7 @@ const MAX_PAGE: i64 = 200;
 const MAX_ENTRIES: i64 = 1_000;
 
 /// Runs `f` on the main runtime after checking the token, answering its value as JSON.
-async fn answer<T, F, Fut>(state: &ApiState, req: &HttpRequest, f: F) -> HttpResponse
+pub(super) async fn answer<T, F, Fut>(state: &ApiState, req: &HttpRequest, f: F) -> HttpResponse
 where
     T: serde::Serialize + Send + 'static,
     F: FnOnce(Db) -> Fut + Send + 'static,
@@ -61,10 +61,15 @@ pub(super) struct ThreadQuery {
 
 /// The opaque cursor after `t`: its creation time and id.
 fn cursor_after(t: &ThreadRow) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{}.{}", t.created_at, t.id))
+    cursor(t.created_at, &t.id)
 }
 
-fn parse_cursor(cursor: &str) -> Result<(i64, String)> {
+/// The opaque cursor after the row of time `at` and id `id` ([`parse_cursor`] reads it).
+pub(super) fn cursor(at: i64, id: &str) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{at}.{id}"))
+}
+
+pub(super) fn parse_cursor(cursor: &str) -> Result<(i64, String)> {
     let bad = || Error::Invalid("cursor: not one this API returned".into());
     let raw = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
     let text = String::from_utf8(raw).map_err(|_| bad())?;
@@ -72,8 +77,22 @@ fn parse_cursor(cursor: &str) -> Result<(i64, String)> {
     Ok((at.parse().map_err(|_| bad())?, id.to_owned()))
 }
 
+/// One page of `rows` read `limit + 1` at most: the first `limit`, and the cursor after the
+/// last of them when more follow.
+pub(super) fn page_of<T>(
+    mut rows: Vec<T>,
+    limit: i64,
+    after: impl Fn(&T) -> String,
+) -> (Vec<T>, Option<String>) {
+    let n = usize::try_from(limit).unwrap_or(usize::MAX);
+    let more = rows.len() > n;
+    rows.truncate(n);
+    let next = more.then(|| rows.last().map(after)).flatten();
+    (rows, next)
+}
+
 /// A page's `limit`: [`PAGE`] when absent, else 1 to [`MAX_PAGE`].
-fn page_limit(limit: Option<i64>) -> Result<i64> {
+pub(super) fn page_limit(limit: Option<i64>) -> Result<i64> {
     let limit = limit.unwrap_or(PAGE);
     if (1..=MAX_PAGE).contains(&limit) {
         Ok(limit)
@@ -97,10 +116,8 @@ pub(super) async fn list_threads(
             transport: q.transport.as_deref(),
             before: before.as_ref().map(|(at, id)| (*at, id.as_str())),
         };
-        let mut rows = threads::list(&db, filter, limit + 1).await?;
-        let more = rows.len() > usize::try_from(limit).unwrap_or(usize::MAX);
-        rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-        let next_cursor = more.then(|| rows.last().map(cursor_after)).flatten();
+        let rows = threads::list(&db, filter, limit + 1).await?;
+        let (rows, next_cursor) = page_of(rows, limit, cursor_after);
         Ok(ThreadPage {
             threads: summaries(&db, &rows).await?,
             next_cursor,

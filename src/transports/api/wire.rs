@@ -287,3 +287,35 @@ pub struct ReportList {
     /// The reports.
     pub reports: Vec<ReportView>,
 }
+
+/// One recorded operator action (`GET /api/v1/audit`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct AuditEntry {
+    /// Switchboard's id of the record.
+    pub id: String,
+    /// When the action was taken.
+    pub at: Timestamp,
+    /// What was done: `block.add`, `block.remove`, `queue.retry`, `queue.purge`,
+    /// `message.send`, `agent_token.create`, `agent_token.revoke`, `outbound.approve`,
+    /// `outbound.reject`.
+    pub action: String,
+    /// What it was done to: a block's or a message's id, a job's id (`*` for every dead job),
+    /// the state purged.
+    pub target: String,
+    /// What else tells the action apart (a block's pattern, how many jobs it changed, …).
+    pub detail: Value,
+    /// Which credential: `api:` and the first 8 hex digits of the SHA-256 of the API token, or
+    /// `console` (with `:` and a short session id when signed in). Never a secret.
+    pub credential: String,
+    /// The client's address (behind trusted proxies, the one they name).
+    pub client: Option<String>,
+}
+
+/// `GET /api/v1/audit`: one page of recorded operator actions, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct AuditPage {
+    /// The records of this page.
+    pub entries: Vec<AuditEntry>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}

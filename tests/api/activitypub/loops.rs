@@ -3,15 +3,13 @@
 //! stop by themselves, by the agent chain's hop limit carried in `agentChain` or, with a long
 //! one, by the budget.
 
-use std::time::Duration;
-
 use serde_json::json;
 use switchboard::store::Arg;
 use switchboard::transports::activitypub::sig;
 
 use super::remote::{note_create, now_s, post_signed};
 use super::{count, setup};
-use crate::helpers::{Engine, TestApp, on_both_engines, spawn_app, wait_for};
+use crate::helpers::{Engine, TestApp, job_states, on_both_engines, spawn_app, wait_for};
 
 /// Responses `t`'s agents stored.
 async fn responses(t: &TestApp) -> i64 {
@@ -33,17 +31,29 @@ async fn held(t: &TestApp, reason: &str) -> i64 {
     .await
 }
 
-/// Waits until `t`'s responses stop changing for two seconds, and returns their number.
-async fn settled_responses(t: &TestApp) -> i64 {
-    let mut last = -1;
-    loop {
-        let n = responses(t).await;
-        if n == last {
-            return n;
+/// Waits until none of `apps` has work left, and returns each one's responses: every job of
+/// each is done (or dead), seen so twice in a row with nothing added between. Nothing moves
+/// between switchboards but by a job (a delivery runs until the other side has stored what it
+/// brings and queued its dispatch), so once they all rest nothing more can happen.
+async fn settled(apps: &[&TestApp]) -> Vec<i64> {
+    let last = std::sync::Mutex::new(None);
+    wait_for(60, "the switchboards to have no work left", || async {
+        let mut now = Vec::new();
+        for t in apps {
+            now.push(job_states(t.app().pipeline().db()).await);
         }
-        last = n;
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        let resting = now
+            .iter()
+            .all(|states| states.keys().all(|s| s == "done" || s == "dead"));
+        let same = last.lock().unwrap().replace(now.clone()) == Some(now);
+        (resting && same).then_some(())
+    })
+    .await;
+    let mut out = Vec::new();
+    for t in apps {
+        out.push(responses(t).await);
     }
+    out
 }
 
 async fn a_bot_gets_a_budget_and_a_person_does_not(engine: Engine) {
@@ -78,7 +88,7 @@ async fn a_bot_gets_a_budget_and_a_person_does_not(engine: Engine) {
         (s.echo.seen.lock().unwrap().len() >= 13 && held(t, "bot-loop").await == 3).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    settled(&[t]).await;
     let seen = s.echo.seen.lock().unwrap().clone();
     let from = |who: &str| {
         seen.iter()
@@ -193,10 +203,7 @@ async fn two_switchboards_stop_answering_each_other(engine: Engine) {
         (held(&b, "max-hops").await == 1).then_some(())
     })
     .await;
-    assert_eq!(
-        (settled_responses(&a).await, settled_responses(&b).await),
-        (2, 1)
-    );
+    assert_eq!(settled(&[&a, &b]).await, [2, 1]);
     assert_eq!(held(&a, "max-hops").await + held(&a, "bot-loop").await, 0);
 
     // With a chain long enough, the budget (5 per 10 minutes) ends it: each answers the other
@@ -207,8 +214,11 @@ async fn two_switchboards_stop_answering_each_other(engine: Engine) {
         (held(&a, "bot-loop").await + held(&b, "bot-loop").await >= 1).then_some(())
     })
     .await;
-    let (ra, rb) = (settled_responses(&a).await, settled_responses(&b).await);
-    assert_eq!((ra, rb), (5, 5), "the budget bounds the exchange");
+    assert_eq!(
+        settled(&[&a, &b]).await,
+        [5, 5],
+        "the budget bounds the exchange"
+    );
     assert_eq!(held(&a, "bot-loop").await, 1);
 }
 on_both_engines!(two_switchboards_stop_answering_each_other);

@@ -126,7 +126,7 @@ pub(super) async fn add_block(
     req: HttpRequest,
     form: web::Form<BlockForm>,
 ) -> HttpResponse {
-    let mut form = form.into_inner();
+    let (mut form, by) = (form.into_inner(), super::audit::actor(&c, &req));
     let csrf = std::mem::take(&mut form.csrf);
     guarded_form(&c, &req, &csrf, move |pipeline| async move {
         let kind = BlockKind::parse(&form.kind).ok_or_else(|| {
@@ -141,7 +141,7 @@ pub(super) async fn add_block(
             agent: Some(form.agent).filter(|a| !a.is_empty()),
             reason: Some(form.reason),
         };
-        pipeline.add_block(&new).await?;
+        pipeline.add_block(&new, &by).await?;
         Ok(View::Redirect(back_to(&form.back)))
     })
     .await
@@ -163,10 +163,11 @@ pub(super) async fn remove_block(
     req: HttpRequest,
     form: web::Form<RemoveForm>,
 ) -> HttpResponse {
-    let mut form = form.into_inner();
+    let (mut form, by) = (form.into_inner(), super::audit::actor(&c, &req));
     let csrf = std::mem::take(&mut form.csrf);
     guarded_form(&c, &req, &csrf, move |p| async move {
-        if !p.blocks().remove(p.db(), &form.id).await? {
+        let now = p.clock().now_ms();
+        if !p.blocks().remove(p.db(), &form.id, now, &by).await? {
             return Err(Error::NotFound(format!(
                 "no block {} added at run time",
                 form.id

@@ -15,6 +15,7 @@
 //! `Sec-Fetch-Site` without it): a page of another website cannot drive the console. The
 //! listener answers only the host names it is configured for ([`host`]).
 
+mod audit;
 mod blocks;
 pub mod host;
 mod session;
@@ -51,6 +52,7 @@ pub struct Console {
     token: Option<Secret>,
     /// Each agent: name, handle, email, card URL, backend kind.
     agents: std::sync::Arc<Vec<crate::ops::AgentAddresses>>,
+    trail: audit::Trail,
     sessions: Sessions,
 }
 
@@ -78,6 +80,7 @@ impl Console {
             pipeline: pipeline.front(),
             token: config.console.token.clone(),
             agents: std::sync::Arc::new(crate::ops::agent_addresses(config, addresses)?),
+            trail: audit::Trail::new(config),
             sessions: Sessions::new(config.console.session_idle_minutes),
         }))
     }
@@ -255,6 +258,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, console: Console) {
         .route("/console/send", web::post().to(send))
         .route("/console/blocks", web::get().to(blocks::blocks_page))
         .route("/console/blocks", web::post().to(blocks::add_block))
+        .route("/console/audit", web::get().to(audit::audit_page))
         .route(
             "/console/blocks/remove",
             web::post().to(blocks::remove_block),
@@ -328,6 +332,7 @@ fn page(active: &str, title: &str, main: &str, chrome: &Chrome) -> HttpResponse 
         ("/console/reports", "Reports"),
         ("/console/send", "Send a test message"),
         ("/console/blocks", "Blocks"),
+        ("/console/audit", "Audit log"),
     ] {
         let on = if name == active { " class=\"on\"" } else { "" };
         let _ = write!(nav, "<a href=\"{href}\"{on}>{name}</a>");
@@ -967,9 +972,10 @@ async fn queue_retry(
 ) -> HttpResponse {
     let now = c.pipeline.clock().now_ms();
     let RetryForm { id, csrf } = form.into_inner();
+    let by = audit::actor(&c, &req);
     guarded_form(&c, &req, &csrf, move |p| async move {
         let db = p.db();
-        jobs::retry_dead(db, Some(&id), now).await?;
+        audit::retry(db, &by, &id, now).await?;
         Ok(View::Redirect("/console/queue".into()))
     })
     .await
@@ -981,9 +987,10 @@ async fn queue_purge(
     form: Option<web::Form<TokenOnly>>,
 ) -> HttpResponse {
     let csrf = form.map(|f| f.into_inner().csrf).unwrap_or_default();
+    let by = audit::actor(&c, &req);
     guarded_form(&c, &req, &csrf, move |p| async move {
         let db = p.db();
-        jobs::purge(db, "dead").await?;
+        audit::purge(db, &by, p.clock().now_ms()).await?;
         Ok(View::Redirect("/console/queue".into()))
     })
     .await
@@ -1044,12 +1051,13 @@ async fn send(c: web::Data<Console>, req: HttpRequest, form: web::Form<SendForm>
         Ok(x) => x,
         Err(e) => return failure(&e),
     };
+    let record = super::audit::SendRecord::new(audit::actor(&c, &req), &external_id, &msg);
     match c
         .pipeline
-        .run(move |p| async move { p.ingest(NAME, &external_id, msg).await })
+        .run(move |p| async move { p.ingest_with(NAME, &external_id, msg, record).await })
         .await
     {
-        Ok(o) => see_other(&format!("/console/messages/{}", o.message_id)),
+        Ok((o, _)) => see_other(&format!("/console/messages/{}", o.message_id)),
         Err(e) => failure(&e),
     }
 }
