@@ -37,7 +37,7 @@ fn session_of(r: &reqwest::Response) -> Option<String> {
 }
 
 /// The anti-forgery token rendered into a page's forms.
-fn csrf_in(html: &str) -> String {
+pub(crate) fn csrf_in(html: &str) -> String {
     let at = html
         .find("name=\"csrf\" value=\"")
         .unwrap_or_else(|| panic!("no anti-forgery field: {html}"));
