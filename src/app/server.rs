@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::http::{self, AppState};
 use crate::pipeline::Pipeline;
 use crate::transports::Routes;
+use crate::transports::api::console::host::{self, AllowedHosts};
 
 /// The connection cap the public server admits under, and the open-file limit it was derived
 /// from (for the start-up line).
@@ -143,7 +144,8 @@ const PRIVATE_MAX_CONNECTIONS: usize = 64;
 
 /// The private server on the metrics listener: metrics, health and readiness, and the
 /// transports' private `routes`, with the access log when `log.access` is on. It has its own
-/// worker and connection cap, so a flood of the public listener never fails a probe.
+/// worker and connection cap, so a flood of the public listener never fails a probe; every route
+/// answers only the `Host` names it serves (`console.hostnames` and loopback; 421 otherwise, against DNS rebinding).
 ///
 /// # Errors
 /// [`Error::Startup`] when the server cannot start.
@@ -157,9 +159,13 @@ pub(super) fn private(
         pipeline: pipeline.front(),
     };
     let access = config.log.access;
+    let hosts = AllowedHosts::new(&config.console.hostnames);
     Ok(HttpServer::new(move || {
         let (s, routes) = (state.clone(), routes.clone());
         App::new()
+            .app_data(web::Data::new(hosts.clone()))
+            .wrap(from_fn(host::guard))
+            // Outermost, so that requests the Host check refuses are logged too.
             .wrap(Condition::new(access, from_fn(super::access::log)))
             .configure(move |c| {
                 http::configure_metrics(c, s);
@@ -168,6 +174,7 @@ pub(super) fn private(
                 }
             })
     })
+    .on_connect(host::on_connect)
     .workers(1)
     .max_connections(PRIVATE_MAX_CONNECTIONS)
     .client_request_timeout(Duration::from_secs(5))

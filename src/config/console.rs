@@ -12,6 +12,12 @@ pub struct ConsoleConfig {
     pub enabled: bool,
     /// The sign-in token; required when the metrics listener is not on a loopback address.
     pub token: Option<Secret>,
+    /// Host names the private listener answers besides the loopback literals (`127.0.0.1`,
+    /// `[::1]`, `localhost`) and the address a request arrived at: a request naming any other
+    /// `Host` gets 421, so a DNS-rebinding page cannot read the console or the metrics.
+    pub hostnames: Vec<String>,
+    /// A console session (its cookie) ends after this many minutes without a request.
+    pub session_idle_minutes: u64,
 }
 
 impl Default for ConsoleConfig {
@@ -19,6 +25,8 @@ impl Default for ConsoleConfig {
         Self {
             enabled: true,
             token: None,
+            hostnames: Vec::new(),
+            session_idle_minutes: 12 * 60,
         }
     }
 }
@@ -38,6 +46,20 @@ impl ConsoleConfig {
             .is_some_and(|t| t.expose().trim().is_empty())
         {
             problems.push("console.token: empty".into());
+        }
+        for h in &self.hostnames {
+            let plain = !h.is_empty()
+                && h.len() <= 253
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+            if !plain {
+                problems.push(format!(
+                    "console.hostnames: {h:?} is not a host name (no scheme, port or path)"
+                ));
+            }
+        }
+        if self.session_idle_minutes == 0 {
+            problems.push("console.session_idle_minutes: must be at least 1".into());
         }
     }
 }

@@ -222,9 +222,12 @@ async fn console_actions_are_recorded_and_shown(engine: Engine) {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let sign_in = http.post(format!("{console}/login"));
+    // The sign-in form's session and anti-forgery token.
+    let login = format!("{console}/login");
+    let (pre, csrf) = crate::console_csrf::form_session(&http, &login).await;
+    let sign_in = http.post(login).header("cookie", pre);
     let signed = sign_in
-        .form(&[("token", CONSOLE_TOKEN)])
+        .form(&[("token", CONSOLE_TOKEN), ("csrf", &csrf)])
         .send()
         .await
         .unwrap();
@@ -233,8 +236,14 @@ async fn console_actions_are_recorded_and_shown(engine: Engine) {
     let session = set_cookie.split(';').next().unwrap().to_owned();
     let (_, cookie_value) = session.split_once('=').unwrap();
     let credential = format!("console:{}", audit::short_id(cookie_value));
+    // The signed-in session's anti-forgery token, which every form carries.
+    let blocks = http
+        .get(format!("{console}/blocks"))
+        .header("cookie", &session);
+    let csrf = crate::console_csrf::csrf_in(&blocks.send().await.unwrap().text().await.unwrap());
     // A form posted with the session: where it sends the browser.
-    let post = |path: &str, form: Vec<(&'static str, String)>| {
+    let post = |path: &str, mut form: Vec<(&'static str, String)>| {
+        form.push(("csrf", csrf.clone()));
         let r = http
             .post(format!("{console}{path}"))
             .header("cookie", &session);

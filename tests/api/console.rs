@@ -18,19 +18,19 @@ use switchboard::store::jobs;
 
 use crate::helpers::{Engine, TestApp, interop, serve_route, spawn_app, test_config, wait_for};
 
-const TOKEN: &str = "console-token";
+pub(crate) const TOKEN: &str = "console-token";
 /// The W3C WebDriver element reference key.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// A chromedriver process and one headless Chromium session; both end when dropped.
-struct Browser {
+pub(crate) struct Browser {
     driver: Child,
     http: reqwest::Client,
     session: String,
 }
 
 impl Browser {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let exe =
             std::env::var("SWITCHBOARD_CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -76,7 +76,12 @@ impl Browser {
         }
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Value {
         let mut r = self.http.request(method, format!("{}{path}", self.session));
         if let Some(b) = body {
             r = r.json(&b);
@@ -86,12 +91,12 @@ impl Browser {
         v["value"].clone()
     }
 
-    async fn go(&self, url: &str) {
+    pub(crate) async fn go(&self, url: &str) {
         self.call(reqwest::Method::POST, "/url", Some(json!({"url": url})))
             .await;
     }
 
-    async fn source(&self) -> String {
+    pub(crate) async fn source(&self) -> String {
         self.call(reqwest::Method::GET, "/source", None)
             .await
             .as_str()
@@ -101,7 +106,7 @@ impl Browser {
 
     /// The page's source once it contains `marker` (a click that navigates may return before
     /// the next page is there).
-    async fn source_with(&self, marker: &str) -> String {
+    pub(crate) async fn source_with(&self, marker: &str) -> String {
         wait_for(20, marker, || async {
             let s = self.source().await;
             s.contains(marker).then_some(s)
@@ -109,7 +114,7 @@ impl Browser {
         .await
     }
 
-    async fn find(&self, css: &str) -> String {
+    pub(crate) async fn find(&self, css: &str) -> String {
         let v = self
             .call(
                 reqwest::Method::POST,
@@ -120,7 +125,7 @@ impl Browser {
         v[ELEMENT].as_str().unwrap().to_owned()
     }
 
-    async fn click(&self, css: &str) {
+    pub(crate) async fn click(&self, css: &str) {
         let el = self.find(css).await;
         self.call(
             reqwest::Method::POST,
@@ -130,7 +135,7 @@ impl Browser {
         .await;
     }
 
-    async fn type_into(&self, css: &str, text: &str) {
+    pub(crate) async fn type_into(&self, css: &str, text: &str) {
         let el = self.find(css).await;
         self.call(
             reqwest::Method::POST,
@@ -140,7 +145,7 @@ impl Browser {
         .await;
     }
 
-    async fn text(&self, css: &str) -> String {
+    pub(crate) async fn text(&self, css: &str) -> String {
         let el = self.find(css).await;
         self.call(reqwest::Method::GET, &format!("/element/{el}/text"), None)
             .await
@@ -190,12 +195,34 @@ impl Drop for Browser {
     }
 }
 
-async fn broken(calls: web::Data<Arc<AtomicUsize>>) -> HttpResponse {
+/// Adds the agent `broken`, whose webhook at `hook` fails, with one dispatch attempt (so its
+/// job goes dead at once).
+pub(crate) fn with_broken_agent(c: &mut switchboard::config::Config, hook: String) {
+    c.agents.push(AgentConfig {
+        activitypub: None,
+        access: None,
+        name: "broken".into(),
+        display_name: None,
+        summary: None,
+        backend: BackendConfig::Webhook {
+            url: hook,
+            secret: Secret::new("hook-secret"),
+            timeout_ms: 2_000,
+            assembled: false,
+        },
+        a2a: None,
+        email: None,
+        notify: Vec::new(),
+    });
+    c.queue.kinds.get_mut("dispatch").unwrap().max_attempts = 1;
+}
+
+pub(crate) async fn broken(calls: web::Data<Arc<AtomicUsize>>) -> HttpResponse {
     calls.fetch_add(1, Ordering::SeqCst);
     HttpResponse::InternalServerError().finish()
 }
 
-async fn post_message(t: &TestApp, to: &str, key: &str, text: &str) -> (String, String) {
+pub(crate) async fn post_message(t: &TestApp, to: &str, key: &str, text: &str) -> (String, String) {
     let r: Value = t
         .http
         .post(format!("{}/api/v1/messages", t.base))
@@ -226,23 +253,7 @@ async fn console_in_chromium() {
     let hook = serve_route!(calls.clone(), post, "/hook", broken);
     let mut t = spawn_app(Engine::Sqlite, move |c, _| {
         c.console.token = Some(Secret::new(TOKEN));
-        c.agents.push(AgentConfig {
-            activitypub: None,
-            access: None,
-            name: "broken".into(),
-            display_name: None,
-            summary: None,
-            backend: BackendConfig::Webhook {
-                url: hook,
-                secret: Secret::new("hook-secret"),
-                timeout_ms: 2_000,
-                assembled: false,
-            },
-            a2a: None,
-            email: None,
-            notify: Vec::new(),
-        });
-        c.queue.kinds.get_mut("dispatch").unwrap().max_attempts = 1;
+        with_broken_agent(c, hook);
     })
     .await;
     let console = format!("http://{}/console", t.app().metrics_addr());
@@ -353,10 +364,7 @@ async fn console_in_chromium() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_needs_its_token() {
-    let mut t = spawn_app(Engine::Sqlite, |c, _| {
-        c.console.token = Some(Secret::new(TOKEN));
-    })
-    .await;
+    let mut t = crate::console_csrf::app_with_token().await;
     let console = format!("http://{}/console", t.app().metrics_addr());
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -381,16 +389,20 @@ async fn console_needs_its_token() {
             .status(),
         401
     );
+    // The sign-in form's session and anti-forgery token.
+    let (pre, csrf) = crate::console_csrf::form_session(&http, &format!("{console}/login")).await;
     let wrong = http
         .post(format!("{console}/login"))
-        .form(&[("token", "nope")])
+        .header("cookie", &pre)
+        .form(&[("token", "nope"), ("csrf", &csrf)])
         .send()
         .await
         .unwrap();
     assert_eq!(wrong.status(), 401);
     let ok = http
         .post(format!("{console}/login"))
-        .form(&[("token", TOKEN)])
+        .header("cookie", &pre)
+        .form(&[("token", TOKEN), ("csrf", &csrf)])
         .send()
         .await
         .unwrap();

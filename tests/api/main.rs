@@ -19,6 +19,7 @@ mod caches;
 mod cli;
 mod connections;
 mod console;
+mod console_csrf;
 mod conversation;
 mod crash;
 mod deploy;

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 
-use super::{Console, View, esc, guarded, when};
+use super::{Console, View, esc, guarded, guarded_form, when};
 use crate::error::Error;
 use crate::moderation::{Block, BlockKind, BlockSource, NewBlock};
 
@@ -107,6 +107,8 @@ pub(super) struct BlockForm {
     reason: String,
     #[serde(default)]
     back: String,
+    #[serde(default)]
+    csrf: String,
 }
 
 /// Where a form may send the browser back to: a console page, else the blocks page.
@@ -124,8 +126,9 @@ pub(super) async fn add_block(
     req: HttpRequest,
     form: web::Form<BlockForm>,
 ) -> HttpResponse {
-    let (form, by) = (form.into_inner(), super::audit::actor(&c, &req));
-    guarded(&c, &req, move |pipeline| async move {
+    let (mut form, by) = (form.into_inner(), super::audit::actor(&c, &req));
+    let csrf = std::mem::take(&mut form.csrf);
+    guarded_form(&c, &req, &csrf, move |pipeline| async move {
         let kind = BlockKind::parse(&form.kind).ok_or_else(|| {
             Error::Invalid(format!(
                 "kind: {:?} is not sender, domain or issuer",
@@ -150,6 +153,8 @@ pub(super) struct RemoveForm {
     id: String,
     #[serde(default)]
     back: String,
+    #[serde(default)]
+    csrf: String,
 }
 
 /// `POST /console/blocks/remove`.
@@ -158,8 +163,9 @@ pub(super) async fn remove_block(
     req: HttpRequest,
     form: web::Form<RemoveForm>,
 ) -> HttpResponse {
-    let (form, by) = (form.into_inner(), super::audit::actor(&c, &req));
-    guarded(&c, &req, move |p| async move {
+    let (mut form, by) = (form.into_inner(), super::audit::actor(&c, &req));
+    let csrf = std::mem::take(&mut form.csrf);
+    guarded_form(&c, &req, &csrf, move |p| async move {
         let now = p.clock().now_ms();
         if !p.blocks().remove(p.db(), &form.id, now, &by).await? {
             return Err(Error::NotFound(format!(

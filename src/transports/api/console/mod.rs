@@ -6,20 +6,29 @@
 //! script. No build step: the stylesheet and the
 //! script are embedded in the binary.
 //!
-//! When `console.token` is set, every page needs the session cookie the sign-in form sets (or
-//! the token as a bearer header); without one it is served only on a loopback listener (the
-//! configuration check refuses anything else).
+//! Every browser gets a session (a random id in an `HttpOnly`, `SameSite=Strict` cookie,
+//! [`session`]) on its first page. When `console.token` is set, the session must have signed in
+//! with it (scripts may send the token as a bearer header for pages instead); without one the
+//! console is served only on a loopback listener (the configuration check refuses anything
+//! else). Every form carries the session's anti-forgery token, and a state-changing request
+//! is carried out only with that token and from the console's own origin (`Origin`, or
+//! `Sec-Fetch-Site` without it): a page of another website cannot drive the console. The
+//! listener answers only the host names it is configured for ([`host`]).
 
 mod audit;
 mod blocks;
+pub mod host;
+mod session;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::net::IpAddr;
 
-use actix_web::http::header;
+use actix_web::http::{Method, header};
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 
+use self::session::{Session, Sessions};
 use super::{NAME, parse_request};
 use crate::config::{Config, Secret};
 use crate::error::{Error, Result};
@@ -33,6 +42,8 @@ use crate::store::{jobs, messages};
 const STYLE: &str = include_str!("style.css");
 const SCRIPT: &str = include_str!("console.js");
 const COOKIE: &str = "switchboard_console";
+/// The anti-forgery token's form field.
+const CSRF_FIELD: &str = "csrf";
 
 /// The console as the metrics listener serves it.
 #[derive(Debug, Clone)]
@@ -42,6 +53,14 @@ pub struct Console {
     /// Each agent: name, handle, email, card URL, backend kind.
     agents: std::sync::Arc<Vec<crate::ops::AgentAddresses>>,
     trail: audit::Trail,
+    sessions: Sessions,
+}
+
+/// What a page request found: its session (none for a bearer-token script) and whether the
+/// session was made for this response (its cookie is then set).
+struct Visit {
+    session: Option<Session>,
+    fresh: bool,
 }
 
 impl Console {
@@ -62,38 +81,157 @@ impl Console {
             token: config.console.token.clone(),
             agents: std::sync::Arc::new(crate::ops::agent_addresses(config, addresses)?),
             trail: audit::Trail::new(config),
+            sessions: Sessions::new(config.console.session_idle_minutes),
         }))
     }
 
-    fn signed_in(&self, req: &HttpRequest) -> bool {
+    fn now_ms(&self) -> i64 {
+        self.pipeline.clock().now_ms()
+    }
+
+    /// Whether the request carries the console token as a bearer header.
+    fn bearer(&self, req: &HttpRequest) -> bool {
         let Some(token) = &self.token else {
-            return true;
+            return false;
         };
-        let bearer = req
-            .headers()
+        req.headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::to_owned);
-        if let Some(given) = bearer {
-            return constant_time_eq(given.as_bytes(), token.expose().as_bytes());
-        }
-        let cookie = req
-            .headers()
+            .is_some_and(|given| constant_time_eq(given.as_bytes(), token.expose().as_bytes()))
+    }
+
+    /// The live session the request's cookie names.
+    fn session(&self, req: &HttpRequest) -> Option<Session> {
+        let now = self.now_ms();
+        req.headers()
             .get_all(header::COOKIE)
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
-            .find_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-            .unwrap_or("");
-        constant_time_eq(cookie.as_bytes(), session_value(token.expose()).as_bytes())
+            .filter_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+            .find_map(|id| self.sessions.get(id, now))
+    }
+
+    /// The request's session, or a new one (signed in when there is no token to sign in
+    /// with); a bearer-token script gets none.
+    fn visit(&self, req: &HttpRequest) -> Visit {
+        if let Some(session) = self.session(req) {
+            return Visit {
+                session: Some(session),
+                fresh: false,
+            };
+        }
+        if self.bearer(req) {
+            return Visit {
+                session: None,
+                fresh: false,
+            };
+        }
+        Visit {
+            session: Some(self.sessions.create(self.token.is_none(), self.now_ms())),
+            fresh: true,
+        }
+    }
+
+    /// Whether the request may read the console.
+    fn signed_in(&self, req: &HttpRequest, session: Option<&Session>) -> bool {
+        self.token.is_none() || session.is_some_and(|s| s.signed_in) || self.bearer(req)
+    }
+
+    /// The checks of a state-changing request: it comes from the console's own origin, from a
+    /// session (signed in when a token is set) whose anti-forgery token it carries. The refusal
+    /// otherwise: 403 (401 for a session that has not signed in), nothing done.
+    #[allow(clippy::result_large_err)]
+    fn check_form(
+        &self,
+        req: &HttpRequest,
+        csrf: &str,
+    ) -> std::result::Result<Session, HttpResponse> {
+        let client = client_addr(req);
+        if !same_origin(req) {
+            tracing::warn!(
+                client = %client_label(client),
+                path = req.path(),
+                origin = header_str(req, &header::ORIGIN),
+                sec_fetch_site = header_str(req, "sec-fetch-site"),
+                "console: refused a request from another origin"
+            );
+            return Err(forbidden("this request came from another website"));
+        }
+        let session = self.session(req);
+        if self.token.is_some() && !session.as_ref().is_some_and(|s| s.signed_in) {
+            return Err(HttpResponse::Unauthorized().finish());
+        }
+        match session {
+            Some(s) if s.forms_match(csrf) => Ok(s),
+            _ => {
+                tracing::warn!(
+                    client = %client_label(client),
+                    path = req.path(),
+                    "console: refused a form without this session's anti-forgery token"
+                );
+                Err(forbidden(
+                    "the form's anti-forgery token is missing or stale; reload the page",
+                ))
+            }
+        }
     }
 }
 
-/// The session cookie's value for `token`: its SHA-256, so the token itself is never stored in
-/// the browser.
-fn session_value(token: &str) -> String {
-    use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(token.as_bytes()))
+/// The client's address (the private listener trusts no proxy).
+fn client_addr(req: &HttpRequest) -> Option<IpAddr> {
+    req.peer_addr().map(|a| a.ip())
+}
+
+/// The client's address as logs show it.
+fn client_label(client: Option<IpAddr>) -> String {
+    client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string())
+}
+
+fn header_str(req: &HttpRequest, name: impl header::AsHeaderName) -> &str {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// Whether a state-changing request comes from the console's own pages: its `Origin` is this
+/// server's (scheme and `Host`), or, without an `Origin`, `Sec-Fetch-Site` says `same-origin`
+/// or `none` (typed by the user). A request with neither is not a browser's and passes (it
+/// still needs the session's anti-forgery token).
+fn same_origin(req: &HttpRequest) -> bool {
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let info = req.connection_info();
+        let own = format!("{}://{}", info.scheme(), info.host());
+        return origin.to_str().is_ok_and(|o| o.eq_ignore_ascii_case(&own));
+    }
+    match req.headers().get("sec-fetch-site") {
+        None => true,
+        Some(v) => matches!(v.to_str(), Ok("same-origin" | "none")),
+    }
+}
+
+fn forbidden(why: &str) -> HttpResponse {
+    HttpResponse::Forbidden()
+        .content_type("text/html; charset=utf-8")
+        .insert_header(("Cache-Control", "no-store"))
+        .body(format!(
+            "<!doctype html><title>403 Forbidden</title><p id=\"refused\">Refused: {}. Nothing was changed.</p>\
+             <p><a href=\"/console\">Back to the console</a></p>",
+            esc(why)
+        ))
+}
+
+/// The session cookie: `HttpOnly`, `SameSite=Strict`, the console's path only, `Secure` over
+/// https; `None` as the id clears it.
+fn session_cookie(req: &HttpRequest, id: Option<&str>) -> String {
+    let secure = if req.connection_info().scheme() == "https" {
+        "; Secure"
+    } else {
+        ""
+    };
+    let (value, expiry) = id.map_or(("", "; Max-Age=0"), |id| (id, ""));
+    format!("{COOKIE}={value}; Path=/console; HttpOnly; SameSite=Strict{secure}{expiry}")
 }
 
 /// Mounts the console's routes.
@@ -104,6 +242,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, console: Console) {
         .route("/console/", web::get().to(console_root))
         .route("/console/login", web::get().to(login_page))
         .route("/console/login", web::post().to(login))
+        .route("/console/logout", web::post().to(logout))
         .route("/console/style.css", web::get().to(style))
         .route("/console/console.js", web::get().to(script))
         .route("/console/counters.json", web::get().to(counters))
@@ -145,7 +284,45 @@ fn html(body: String) -> HttpResponse {
         .body(body)
 }
 
-fn page(active: &str, title: &str, main: &str) -> HttpResponse {
+/// What a rendered page carries for its session: the anti-forgery token put into each of its
+/// forms, and whether it shows a sign-out button.
+#[derive(Default)]
+struct Chrome {
+    csrf: String,
+    sign_out: bool,
+}
+
+impl Chrome {
+    fn of(c: &Console, session: Option<&Session>) -> Self {
+        Self {
+            csrf: session.map(|s| s.csrf.clone()).unwrap_or_default(),
+            sign_out: c.token.is_some() && session.is_some_and(|s| s.signed_in),
+        }
+    }
+}
+
+/// `html` with the anti-forgery token as a hidden field at the start of each of its forms.
+fn with_csrf(html: &str, csrf: &str) -> String {
+    let field = format!(
+        "<input type=\"hidden\" name=\"{CSRF_FIELD}\" value=\"{}\">",
+        esc(csrf)
+    );
+    let mut out = String::with_capacity(html.len());
+    let mut rest = html;
+    while let Some(at) = rest.find("<form") {
+        let Some(end) = rest[at..].find('>') else {
+            break;
+        };
+        let (head, tail) = rest.split_at(at + end + 1);
+        out.push_str(head);
+        out.push_str(&field);
+        rest = tail;
+    }
+    out.push_str(rest);
+    out
+}
+
+fn page(active: &str, title: &str, main: &str, chrome: &Chrome) -> HttpResponse {
     let mut nav = String::new();
     for (href, name) in [
         ("/console", "Agents"),
@@ -171,12 +348,21 @@ fn page(active: &str, title: &str, main: &str) -> HttpResponse {
             "<script src=\"/console/console.js\"></script>",
         )
     };
-    html(format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t} · switchboard</title>\
-         <link rel=\"stylesheet\" href=\"/console/style.css\"></head><body>\
-         <header><strong>switchboard</strong>{nav}{counters}</header>\
-         <main><h1>{t}</h1>{main}</main>{script}</body></html>",
-        t = esc(title)
+    let sign_out = if chrome.sign_out {
+        "<form class=\"inline\" method=\"post\" action=\"/console/logout\">\
+         <button type=\"submit\" id=\"sign-out\">Sign out</button></form>"
+    } else {
+        ""
+    };
+    html(with_csrf(
+        &format!(
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t} · switchboard</title>\
+             <link rel=\"stylesheet\" href=\"/console/style.css\"></head><body>\
+             <header><strong>switchboard</strong>{nav}{counters}{sign_out}</header>\
+             <main><h1>{t}</h1>{main}</main>{script}</body></html>",
+            t = esc(title)
+        ),
+        &chrome.csrf,
     ))
 }
 
@@ -203,31 +389,85 @@ impl View {
         Self::Page(active, title.to_owned(), main.to_owned())
     }
 
-    fn render(self) -> HttpResponse {
+    fn render(self, chrome: &Chrome) -> HttpResponse {
         match self {
-            Self::Page(active, title, main) => page(active, &title, &main),
+            Self::Page(active, title, main) => page(active, &title, &main, chrome),
             Self::Redirect(to) => see_other(&to),
         }
     }
 }
 
-/// Checks the session, then runs `f` on the main runtime and renders its view.
+/// Runs `f` on the main runtime and renders its view, setting the session's cookie when it
+/// is new.
+async fn run_view<F, Fut>(c: &Console, req: &HttpRequest, visit: Visit, f: F) -> HttpResponse
+where
+    F: FnOnce(Pipeline) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<View>> + Send + 'static,
+{
+    let chrome = Chrome::of(c, visit.session.as_ref());
+    let mut res = match c.pipeline.run(f).await {
+        Ok(v) => v.render(&chrome),
+        Err(e) => failure(&e),
+    };
+    if let (true, Some(s)) = (visit.fresh, &visit.session) {
+        set_cookie(&mut res, &session_cookie(req, Some(&s.id)));
+    }
+    res
+}
+
+fn set_cookie(res: &mut HttpResponse, cookie: &str) {
+    if let Ok(v) = header::HeaderValue::from_str(cookie) {
+        res.headers_mut().append(header::SET_COOKIE, v);
+    }
+}
+
+/// A page: checks the session (to the sign-in without one), then runs `f` on the main
+/// runtime and renders its view. Anything but a read is refused here: forms go through
+/// [`guarded_form`].
 async fn guarded<F, Fut>(c: &Console, req: &HttpRequest, f: F) -> HttpResponse
 where
     F: FnOnce(Pipeline) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<View>> + Send + 'static,
 {
-    if !c.signed_in(req) {
-        return if req.method() == actix_web::http::Method::GET {
-            see_other("/console/login")
-        } else {
-            HttpResponse::Unauthorized().finish()
-        };
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        return forbidden("a form without its anti-forgery token");
     }
-    match c.pipeline.run(f).await {
-        Ok(v) => v.render(),
-        Err(e) => failure(&e),
+    let visit = c.visit(req);
+    if !c.signed_in(req, visit.session.as_ref()) {
+        let mut res = see_other("/console/login");
+        if let (true, Some(s)) = (visit.fresh, &visit.session) {
+            set_cookie(&mut res, &session_cookie(req, Some(&s.id)));
+        }
+        return res;
     }
+    run_view(c, req, visit, f).await
+}
+
+/// A form: checks its origin, session and anti-forgery token `csrf` ([`Console::check_form`]),
+/// then runs `f` on the main runtime and renders its view.
+async fn guarded_form<F, Fut>(c: &Console, req: &HttpRequest, csrf: &str, f: F) -> HttpResponse
+where
+    F: FnOnce(Pipeline) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<View>> + Send + 'static,
+{
+    match c.check_form(req, csrf) {
+        Ok(session) => {
+            let visit = Visit {
+                session: Some(session),
+                fresh: false,
+            };
+            run_view(c, req, visit, f).await
+        }
+        Err(refused) => refused,
+    }
+}
+
+/// A form that carries nothing but the anti-forgery token (a body that is not a form reads as
+/// one without it, so the refusal is the console's).
+#[derive(serde::Deserialize)]
+struct TokenOnly {
+    #[serde(default)]
+    csrf: String,
 }
 
 fn when(ms: Option<i64>) -> String {
@@ -247,43 +487,104 @@ async fn script() -> HttpResponse {
         .body(SCRIPT)
 }
 
-async fn login_page() -> HttpResponse {
-    page(
+async fn login_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
+    let visit = c.visit(&req);
+    if c.token.is_none() || visit.session.as_ref().is_some_and(|s| s.signed_in) {
+        return see_other("/console");
+    }
+    let mut res = page(
         "",
         "Sign in",
         "<form method=\"post\" action=\"/console/login\"><label for=\"token\">Console token</label>\
          <input type=\"password\" id=\"token\" name=\"token\" autocomplete=\"current-password\">\
          <p><button type=\"submit\">Sign in</button></p></form>",
-    )
+        &Chrome::of(&c, visit.session.as_ref()),
+    );
+    if let (true, Some(s)) = (visit.fresh, &visit.session) {
+        set_cookie(&mut res, &session_cookie(&req, Some(&s.id)));
+    }
+    res
 }
 
 #[derive(serde::Deserialize)]
 struct LoginForm {
     token: String,
+    #[serde(default)]
+    csrf: String,
 }
 
-async fn login(c: web::Data<Console>, form: web::Form<LoginForm>) -> HttpResponse {
-    let ok = c
-        .token
-        .as_ref()
-        .is_none_or(|t| constant_time_eq(form.token.as_bytes(), t.expose().as_bytes()));
-    if !ok {
+/// `POST /console/login`: from the console's origin, with the sign-in form's anti-forgery
+/// token, at most [`session::MAX_FAILURES`] failures a minute per client address (then 429);
+/// a success replaces the session with a new signed-in one.
+async fn login(
+    c: web::Data<Console>,
+    req: HttpRequest,
+    form: web::Form<LoginForm>,
+) -> HttpResponse {
+    let Some(token) = &c.token else {
+        return see_other("/console");
+    };
+    let client = client_addr(&req);
+    if !same_origin(&req) {
+        tracing::warn!(client = %client_label(client), "console sign-in refused: from another origin");
+        return forbidden("this request came from another website");
+    }
+    let now = c.now_ms();
+    if let Some(wait) = client.and_then(|ip| c.sessions.throttled(ip, now)) {
+        tracing::warn!(client = %client_label(client), retry_after_s = wait, "console sign-in refused: too many failed attempts");
+        return HttpResponse::TooManyRequests()
+            .insert_header((header::RETRY_AFTER, wait.to_string()))
+            .content_type("text/html; charset=utf-8")
+            .body("<!doctype html><p>Too many failed sign-ins from this address; try again later.</p>");
+    }
+    let Some(old) = c.session(&req).filter(|s| s.forms_match(&form.csrf)) else {
+        tracing::warn!(client = %client_label(client), "console sign-in refused: no anti-forgery token of a session");
+        return forbidden(
+            "the sign-in form's anti-forgery token is missing or stale; reload the page",
+        );
+    };
+    if !constant_time_eq(form.token.as_bytes(), token.expose().as_bytes()) {
+        if let Some(ip) = client {
+            c.sessions.failed(ip, now);
+        }
+        tracing::warn!(client = %client_label(client), "console sign-in refused: wrong token");
         return HttpResponse::Unauthorized()
             .content_type("text/html; charset=utf-8")
             .body("<!doctype html><p>Wrong token. <a href=\"/console/login\">Try again</a></p>");
     }
-    let cookie = format!(
-        "{COOKIE}={}; Path=/console; HttpOnly; SameSite=Strict",
-        session_value(&form.token)
-    );
-    HttpResponse::SeeOther()
-        .insert_header((header::LOCATION, "/console"))
-        .insert_header((header::SET_COOKIE, cookie))
-        .finish()
+    c.sessions.revoke(&old.id);
+    let session = c.sessions.create(true, now);
+    tracing::info!(client = %client_label(client), "console: signed in");
+    let mut res = see_other("/console");
+    set_cookie(&mut res, &session_cookie(&req, Some(&session.id)));
+    res
+}
+
+/// `POST /console/logout`: ends the session and clears its cookie.
+async fn logout(
+    c: web::Data<Console>,
+    req: HttpRequest,
+    form: Option<web::Form<TokenOnly>>,
+) -> HttpResponse {
+    let csrf = form.map(|f| f.into_inner().csrf).unwrap_or_default();
+    match c.check_form(&req, &csrf) {
+        Ok(session) => {
+            c.sessions.revoke(&session.id);
+            tracing::info!(client = %client_label(client_addr(&req)), "console: signed out");
+            let mut res = see_other(if c.token.is_some() {
+                "/console/login"
+            } else {
+                "/console"
+            });
+            set_cookie(&mut res, &session_cookie(&req, None));
+            res
+        }
+        Err(refused) => refused,
+    }
 }
 
 async fn counters(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
-    if !c.signed_in(&req) {
+    if !c.signed_in(&req, c.session(&req).as_ref()) {
         return HttpResponse::Unauthorized().finish();
     }
     let found = c
@@ -660,6 +961,8 @@ async fn queue_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
 #[derive(serde::Deserialize)]
 struct RetryForm {
     id: String,
+    #[serde(default)]
+    csrf: String,
 }
 
 async fn queue_retry(
@@ -668,8 +971,9 @@ async fn queue_retry(
     form: web::Form<RetryForm>,
 ) -> HttpResponse {
     let now = c.pipeline.clock().now_ms();
-    let (id, by) = (form.into_inner().id, audit::actor(&c, &req));
-    guarded(&c, &req, move |p| async move {
+    let RetryForm { id, csrf } = form.into_inner();
+    let by = audit::actor(&c, &req);
+    guarded_form(&c, &req, &csrf, move |p| async move {
         let db = p.db();
         audit::retry(db, &by, &id, now).await?;
         Ok(View::Redirect("/console/queue".into()))
@@ -677,9 +981,14 @@ async fn queue_retry(
     .await
 }
 
-async fn queue_purge(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
+async fn queue_purge(
+    c: web::Data<Console>,
+    req: HttpRequest,
+    form: Option<web::Form<TokenOnly>>,
+) -> HttpResponse {
+    let csrf = form.map(|f| f.into_inner().csrf).unwrap_or_default();
     let by = audit::actor(&c, &req);
-    guarded(&c, &req, move |p| async move {
+    guarded_form(&c, &req, &csrf, move |p| async move {
         let db = p.db();
         audit::purge(db, &by, p.clock().now_ms()).await?;
         Ok(View::Redirect("/console/queue".into()))
@@ -717,13 +1026,15 @@ async fn send_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
 struct SendForm {
     recipient: String,
     text: String,
+    #[serde(default)]
+    csrf: String,
 }
 
 async fn send(c: web::Data<Console>, req: HttpRequest, form: web::Form<SendForm>) -> HttpResponse {
-    if !c.signed_in(&req) {
-        return HttpResponse::Unauthorized().finish();
-    }
     let form = form.into_inner();
+    if let Err(refused) = c.check_form(&req, &form.csrf) {
+        return refused;
+    }
     let external_id = format!("console:{}", uuid::Uuid::now_v7());
     let request = json!({
         "external_id": external_id,
