@@ -145,7 +145,8 @@ const PRIVATE_MAX_CONNECTIONS: usize = 64;
 /// The private server on the metrics listener: metrics, health and readiness, and the
 /// transports' private `routes`, with the access log when `log.access` is on. It has its own
 /// worker and connection cap, so a flood of the public listener never fails a probe; every route
-/// answers only the `Host` names it serves (`console.hostnames` and loopback; 421 otherwise, against DNS rebinding).
+/// answers only the `Host` names it serves (`console.hostnames` and loopback; 421 otherwise,
+/// against DNS rebinding).
 ///
 /// # Errors
 /// [`Error::Startup`] when the server cannot start.
