@@ -158,17 +158,8 @@ pub async fn release(tx: &mut Tx, owner: &str, keys: &[(&str, &str)]) -> Result<
     if keys.is_empty() {
         return Ok(());
     }
-    let (values, mut args) = rows(keys, |(t, a)| [Arg::Text(t), Arg::Text(a)]);
-    let o = args.len() + 1;
-    args.push(Arg::Text(owner));
-    tx.execute(
-        &format!(
-            "DELETE FROM run_leases l USING (VALUES {values}) AS k(thread_id, agent) \
-             WHERE l.thread_id = k.thread_id AND l.agent = k.agent AND l.owner = ${o}"
-        ),
-        &args,
-    )
-    .await?;
+    let (sql, args) = end_leases(owner, keys);
+    tx.execute(&sql, &args).await?;
     Ok(())
 }
 
@@ -241,17 +232,20 @@ pub async fn drop_leases(db: &Db, owner: &str, keys: &[(&str, &str)]) -> Result<
     if keys.is_empty() {
         return Ok(0);
     }
+    let (sql, args) = end_leases(owner, keys);
+    db.execute(&sql, &args).await
+}
+
+/// The statement that deletes `owner`'s leases of `keys` (thread, agent), and its arguments.
+fn end_leases<'a>(owner: &'a str, keys: &'a [(&'a str, &'a str)]) -> (String, Vec<Arg<'a>>) {
     let (values, mut args) = rows(keys, |(t, a)| [Arg::Text(t), Arg::Text(a)]);
     let o = args.len() + 1;
     args.push(Arg::Text(owner));
-    db.execute(
-        &format!(
-            "DELETE FROM run_leases l USING (VALUES {values}) AS k(thread_id, agent) \
-             WHERE l.thread_id = k.thread_id AND l.agent = k.agent AND l.owner = ${o}"
-        ),
-        &args,
-    )
-    .await
+    let sql = format!(
+        "DELETE FROM run_leases l USING (VALUES {values}) AS k(thread_id, agent) \
+         WHERE l.thread_id = k.thread_id AND l.agent = k.agent AND l.owner = ${o}"
+    );
+    (sql, args)
 }
 
 /// Ends every run `owner` still holds (an instance shutting down).

@@ -7,7 +7,7 @@
 //! script are embedded in the binary.
 //!
 //! Every browser gets a session (a random id in an `HttpOnly`, `SameSite=Strict` cookie,
-//! [`session`]) on its first page. When `console.token` is set, the session must have signed in
+//! `session.rs`) on its first page. When `console.token` is set, the session must have signed in
 //! with it (scripts may send the token as a bearer header for pages instead); without one the
 //! console is served only on a loopback listener (the configuration check refuses anything
 //! else). Every form carries the session's anti-forgery token, and a state-changing request
