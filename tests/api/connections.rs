@@ -138,11 +138,13 @@ async fn flood(source: impl Fn(usize) -> IpAddr, to: SocketAddr, refused: usize)
 }
 
 /// One health probe from `source` on a fresh connection: the status line, or what went wrong.
+/// It names the address it connects to as its `Host`, as a probe of an orchestrator does (the
+/// private listener answers only the host names it serves).
 async fn probe(source: IpAddr, to: SocketAddr) -> String {
     let attempt = async {
         let mut s = connect_from(source, to).await?;
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: flood.test\r\nConnection: close\r\n\r\n")
-            .await?;
+        let request = format!("GET /healthz HTTP/1.1\r\nHost: {to}\r\nConnection: close\r\n\r\n");
+        s.write_all(request.as_bytes()).await?;
         let mut got = Vec::new();
         s.read_to_end(&mut got).await?;
         let text = String::from_utf8_lossy(&got).into_owned();

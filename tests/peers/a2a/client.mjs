@@ -46,13 +46,14 @@ const sent = await client.sendMessage(msg('hello from node'), opts);
 out.send = taskJson(sent);
 
 const events = [];
-for await (const ev of client.sendMessageStream(msg('stream from node'), opts)) {
+// In the first task's context: an anonymous caller lists only a context it holds.
+for await (const ev of client.sendMessageStream(msg('stream from node', { contextId: sent.contextId }), opts)) {
   events.push(StreamResponse.toJSON(ev));
 }
 out.stream = events;
 
 out.get = taskJson(await client.getTask(GetTaskRequest.fromJSON({ id: sent.id }), opts));
-const listed = await client.listTasks(ListTasksRequest.fromJSON({ pageSize: 10 }), opts);
+const listed = await client.listTasks(ListTasksRequest.fromJSON({ pageSize: 10, contextId: sent.contextId }), opts);
 out.list = { ids: listed.tasks.map((t) => t.id), totalSize: listed.totalSize, nextPageToken: listed.nextPageToken };
 
 const asking = await client.sendMessage(msg('need input please'), opts);

@@ -66,15 +66,16 @@ async def main(base, token):
         task = events[-1].task
         out["send_task"] = d(task)
 
-        # stream
-        events = [ev async for ev in streaming.send_message(SendMessageRequest(message=msg("stream from python")))]
+        # stream, in the first task's context: an anonymous caller lists only a context it holds
+        events = [ev async for ev in streaming.send_message(SendMessageRequest(
+            message=msg("stream from python", context_id=task.context_id)))]
         out["stream"] = [ev.WhichOneof("payload") for ev in events]
         out["stream_events"] = [d(ev) for ev in events]
 
         # get, list
         got = await blocking.get_task(GetTaskRequest(id=task.id))
         out["get"] = d(got)
-        listed = await blocking.list_tasks(ListTasksRequest(page_size=10))
+        listed = await blocking.list_tasks(ListTasksRequest(page_size=10, context_id=task.context_id))
         out["list"] = d(listed)
 
         # multi-turn: input required, then answered in the same task
