@@ -18,6 +18,8 @@
 mod audit;
 mod blocks;
 pub mod host;
+mod queue;
+mod remotes;
 mod session;
 
 use std::collections::HashMap;
@@ -249,11 +251,11 @@ pub fn configure(cfg: &mut web::ServiceConfig, console: Console) {
         .route("/console/threads", web::get().to(threads_page))
         .route("/console/threads/{id}", web::get().to(thread_page))
         .route("/console/messages/{id}", web::get().to(message_page))
-        .route("/console/queue", web::get().to(queue_page))
-        .route("/console/queue/retry", web::post().to(queue_retry))
-        .route("/console/queue/purge", web::post().to(queue_purge))
-        .route("/console/hosts", web::get().to(hosts_page))
-        .route("/console/reports", web::get().to(reports_page))
+        .route("/console/queue", web::get().to(queue::queue_page))
+        .route("/console/queue/retry", web::post().to(queue::queue_retry))
+        .route("/console/queue/purge", web::post().to(queue::queue_purge))
+        .route("/console/hosts", web::get().to(remotes::hosts_page))
+        .route("/console/reports", web::get().to(remotes::reports_page))
         .route("/console/send", web::get().to(send_page))
         .route("/console/send", web::post().to(send))
         .route("/console/blocks", web::get().to(blocks::blocks_page))
@@ -917,85 +919,6 @@ async fn message_page(
     .await
 }
 
-async fn queue_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
-    guarded(&c, &req, move |p| async move {
-        let db = p.db();
-        let mut counts = String::new();
-        for n in jobs::counts(db).await? {
-            let _ = write!(
-                counts,
-                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&n.kind),
-                esc(&n.state),
-                n.n
-            );
-        }
-        let mut dead = String::new();
-        for j in jobs::list(db, Some("dead"), None, 200).await? {
-            let _ = write!(
-                dead,
-                "<tr data-job=\"{id}\"><td>{id}</td><td>{kind}</td><td>{a}</td><td>{err}</td><td>{at}</td>\
-                 <td><form class=\"inline\" method=\"post\" action=\"/console/queue/retry\">\
-                 <input type=\"hidden\" name=\"id\" value=\"{id}\"><button type=\"submit\">Retry</button></form></td></tr>",
-                id = esc(&j.id),
-                kind = esc(&j.kind),
-                a = j.attempts,
-                err = esc(j.last_error.as_deref().unwrap_or("")),
-                at = when(Some(j.updated_at)),
-            );
-        }
-        Ok(View::page(
-            "Queue",
-            "Queue",
-            &format!(
-                "<h2>Jobs per kind and state</h2><table><tr><th>Kind</th><th>State</th><th>Jobs</th></tr>{counts}</table>\
-                 <h2>Dead jobs</h2><table><tr><th>Job</th><th>Kind</th><th>Attempts</th><th>Last error</th><th>Died</th>\
-                 <th></th></tr>{dead}</table><form method=\"post\" action=\"/console/queue/purge\">\
-                 <p><button type=\"submit\" id=\"purge\">Purge every dead job</button></p></form>"
-            ),
-        ))
-    })
-    .await
-}
-
-#[derive(serde::Deserialize)]
-struct RetryForm {
-    id: String,
-    #[serde(default)]
-    csrf: String,
-}
-
-async fn queue_retry(
-    c: web::Data<Console>,
-    req: HttpRequest,
-    form: web::Form<RetryForm>,
-) -> HttpResponse {
-    let now = c.pipeline.clock().now_ms();
-    let RetryForm { id, csrf } = form.into_inner();
-    let by = audit::actor(&c, &req);
-    guarded_form(&c, &req, &csrf, move |p| async move {
-        let db = p.db();
-        audit::retry(db, &by, &id, now).await?;
-        Ok(View::Redirect("/console/queue".into()))
-    })
-    .await
-}
-
-async fn queue_purge(
-    c: web::Data<Console>,
-    req: HttpRequest,
-    form: Option<web::Form<TokenOnly>>,
-) -> HttpResponse {
-    let csrf = form.map(|f| f.into_inner().csrf).unwrap_or_default();
-    let by = audit::actor(&c, &req);
-    guarded_form(&c, &req, &csrf, move |p| async move {
-        let db = p.db();
-        audit::purge(db, &by, p.clock().now_ms()).await?;
-        Ok(View::Redirect("/console/queue".into()))
-    })
-    .await
-}
-
 async fn send_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
     let mut options = String::new();
     for a in c.agents.iter() {
@@ -1060,156 +983,4 @@ async fn send(c: web::Data<Console>, req: HttpRequest, form: web::Form<SendForm>
         Ok((o, _)) => see_other(&format!("/console/messages/{}", o.message_id)),
         Err(e) => failure(&e),
     }
-}
-
-/// One remote host's row on the hosts page.
-#[derive(Default)]
-struct HostRow {
-    health: Option<crate::hosts::HostHealth>,
-    traffic: Option<crate::hosts::Traffic>,
-    refusals: Vec<crate::hosts::Refusal>,
-}
-
-/// How many of a host's recent refusals its row lists.
-const REFUSALS_SHOWN: usize = 5;
-
-async fn hosts_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
-    let hosts = std::sync::Arc::clone(c.pipeline.metrics());
-    let in_force = c.pipeline.blocks();
-    guarded(&c, &req, move |_| async move {
-        let mut rows: std::collections::BTreeMap<String, HostRow> = Default::default();
-        for source in hosts.hosts().sources() {
-            for h in source.hosts().await? {
-                let host = h.host.clone();
-                rows.entry(host).or_default().health = Some(h);
-            }
-        }
-        let snap = hosts.hosts().snapshot();
-        for (host, t) in snap.activitypub {
-            rows.entry(host).or_default().traffic = Some(t);
-        }
-        for (host, r) in snap.refusals {
-            rows.entry(host).or_default().refusals = r;
-        }
-        let mut body = String::new();
-        for (host, r) in &rows {
-            let circuit = r
-                .health
-                .as_ref()
-                .map_or(crate::hosts::Circuit::Closed, |h| h.circuit);
-            let last_error = r
-                .traffic
-                .as_ref()
-                .and_then(|t| t.last_error.as_ref())
-                .map(|(at, e)| format!("{} <span class=\"muted\">{}</span>", esc(e), when(Some(*at))))
-                .or_else(|| {
-                    r.health
-                        .as_ref()
-                        .and_then(|h| h.last_error.as_deref())
-                        .map(esc)
-                })
-                .unwrap_or_else(|| "—".to_owned());
-            let mut refusals = String::new();
-            for f in r.refusals.iter().take(REFUSALS_SHOWN) {
-                let _ = write!(
-                    refusals,
-                    "<li><span class=\"muted\">{}</span> {}</li>",
-                    when(Some(f.at_ms)),
-                    esc(&f.reason)
-                );
-            }
-            let refusals = if r.refusals.is_empty() {
-                "—".to_owned()
-            } else {
-                format!(
-                    "<span class=\"badge no\">{n}</span><ul class=\"refusals\">{refusals}</ul>",
-                    n = r.refusals.len()
-                )
-            };
-            let _ = write!(
-                body,
-                "<tr data-host=\"{h}\"><td>{h}</td><td><span class=\"badge {cls}\" data-circuit>{circuit}</span></td>\
-                 <td>{ok}</td><td>{ko}</td><td>{streak}</td><td>{since}</td><td>{last_error}</td><td>{refusals}</td>\
-                 <td class=\"actions\">{actions}</td></tr>",
-                h = esc(host),
-                actions = blocks::host_actions(&in_force, host),
-                cls = if circuit == crate::hosts::Circuit::Closed { "ok" } else { "no" },
-                circuit = circuit.label(),
-                ok = r.traffic.as_ref().map_or(0, |t| t.delivered),
-                ko = r.traffic.as_ref().map_or(0, |t| t.failed),
-                streak = r.health.as_ref().map_or(0, |h| h.failures),
-                since = when(r.health.as_ref().and_then(|h| h.failing_since)),
-            );
-        }
-        let mut mail = String::new();
-        for (relay, t) in &snap.mail {
-            let _ = write!(
-                mail,
-                "<tr data-relay=\"{r}\"><td>{r}</td><td>{ok}</td><td>{ko}</td><td>{last}</td><td>{err}</td></tr>",
-                r = esc(relay),
-                ok = t.delivered,
-                ko = t.failed,
-                last = when(t.last_delivered_ms),
-                err = t.last_error.as_ref().map_or_else(
-                    || "—".to_owned(),
-                    |(at, e)| format!("{} <span class=\"muted\">{}</span>", esc(e), when(Some(*at)))
-                ),
-            );
-        }
-        Ok(View::page(
-            "Remote hosts",
-            "Remote hosts",
-            &format!(
-                "<p class=\"muted\">ActivityPub hosts this server delivers to or refused something from: the \
-                 circuit (<code>open</code> once a host has failed for longer than <code>activitypub.breaker_days</code>), \
-                 deliveries since this instance started, the current failure streak, and the latest refusals \
-                 (kept in memory, the newest {max} per host).</p>\
-                 <h2>Hosts</h2><table id=\"hosts\"><tr><th>Host</th><th>Circuit</th><th>Delivered</th><th>Failed</th>\
-                 <th>Failure streak</th><th>Failing since</th><th>Last error</th><th>Recent refusals</th><th></th></tr>{body}</table>\
-                 <h2>Outbound mail</h2><table id=\"mail\"><tr><th>Relay or domain</th><th>Sent</th><th>Failed</th>\
-                 <th>Last sent</th><th>Last error</th></tr>{mail}</table>",
-                max = crate::hosts::MAX_REFUSALS,
-            ),
-        ))
-    })
-    .await
-}
-
-async fn reports_page(c: web::Data<Console>, req: HttpRequest) -> HttpResponse {
-    guarded(&c, &req, move |p| async move {
-        let db = p.db();
-        let mut body = String::new();
-        for r in crate::store::reports::list(db, None, 200).await? {
-            let r = super::read::report_view(r);
-            let objects: Vec<String> = r
-                .objects
-                .iter()
-                .map(|o| format!("<li>{}</li>", esc(o)))
-                .collect();
-            let _ = write!(
-                body,
-                "<tr data-report=\"{id}\"><td>{at}</td><td>{reporter}</td><td>{host}</td><td>{agent}</td>\
-                 <td><ul class=\"objects\">{objects}</ul></td><td class=\"comment\">{content}</td></tr>",
-                id = esc(&r.id),
-                at = r.received_at,
-                reporter = esc(&r.reporter),
-                host = esc(&r.host),
-                agent = esc(r.agent.as_deref().unwrap_or("—")),
-                objects = objects.concat(),
-                content = esc(&r.content),
-            );
-        }
-        Ok(View::page(
-            "Reports",
-            "Reports",
-            &format!(
-                "<p class=\"muted\">Reports of abuse received from remote servers (ActivityPub <code>Flag</code>), \
-                 newest first (the last 200); also at <code>GET /api/v1/reports</code>, and mailed to \
-                 <code>moderation.reports_to</code> when it is set.</p>\
-                 <table id=\"reports\"><tr><th>Received</th><th>Reporter</th><th>Host</th><th>Agent</th><th>Reported</th>\
-                 <th>Comment</th></tr>{body}</table>"
-            ),
-        ))
-    })
-    .await
 }
