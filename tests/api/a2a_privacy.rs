@@ -214,23 +214,66 @@ async fn anonymous_callers_see_only_their_own(engine: Engine) {
     )
     .await;
     assert_eq!(own["result"]["totalSize"], 2, "{own}");
-    // An anonymous caller that invents a contextId is refused: whoever guesses the same string
-    // would be indistinguishable from it.
-    let invented = send(
+    // A contextId the caller chooses itself starts a conversation under that name, bound to
+    // the caller's address since a guessable name proves nothing.
+    let named = send(
         &first,
         &t,
         conversations,
         message(SECRET, &fresh_id(), Some("team-room")),
     )
     .await;
-    assert_eq!(invented["error"]["code"], -32602, "{invented}");
-    assert!(
-        invented["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("message.contextId"),
-        "{invented}"
+    let (named_task, named_ctx) = task_of(&named);
+    assert_eq!(
+        named_ctx, "team-room",
+        "the client's contextId is kept: {named}"
     );
+    crate::helpers::a2a_task_ended(&t, "hook", &named_task).await;
+    let own = rpc(
+        &first,
+        &t,
+        conversations,
+        "ListTasks",
+        json!({"contextId": "team-room"}),
+        None,
+    )
+    .await;
+    assert_eq!(own["result"]["totalSize"], 1, "{own}");
+    // From another address that name is not joinable nor listed, over either binding, at the
+    // agent's endpoint or at the hub.
+    let stranger = client_from("127.0.0.2");
+    let guess = message("what did they say?", &fresh_id(), Some("team-room"));
+    for path in [conversations, "/a2a"] {
+        let listed = rpc(
+            &stranger,
+            &t,
+            path,
+            "ListTasks",
+            json!({"contextId": "team-room"}),
+            None,
+        )
+        .await;
+        assert_lists_nothing(&listed["result"], &format!("team-room at {path}"));
+        let joined = send(&stranger, &t, path, guess.clone()).await;
+        assert_eq!(joined["error"]["code"], -32602, "at {path}: {joined}");
+        assert!(
+            joined["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("message.contextId"),
+            "{joined}"
+        );
+        let (status, joined) = rest(
+            &stranger,
+            &t,
+            reqwest::Method::POST,
+            &format!("{path}/message:send"),
+            Some(json!({"message": guess})),
+        )
+        .await;
+        assert_eq!(status, 400, "at {path}: {joined}");
+        assert!(!joined.to_string().contains("SECRET"), "{joined}");
+    }
 
     // Another client from another address, and another from the same address.
     for (who, other) in [
@@ -238,34 +281,13 @@ async fn anonymous_callers_see_only_their_own(engine: Engine) {
         ("the same address", client_from("127.0.0.1")),
     ] {
         for path in [conversations, "/a2a"] {
-            for params in [
-                json!({}),
-                json!({"contextId": "team-room"}),
-                json!({"pageSize": 10}),
-            ] {
+            for params in [json!({}), json!({"pageSize": 10})] {
                 let listed = rpc(&other, &t, path, "ListTasks", params, None).await;
                 assert_lists_nothing(&listed["result"], &format!("{who}, ListTasks at {path}"));
             }
             let (status, listed) = get(&other, &t, &format!("{path}/tasks")).await;
             assert_eq!(status, 200, "{listed}");
             assert_lists_nothing(&listed, &format!("{who}, GET {path}/tasks"));
-        }
-        // The context the first caller tried to invent is not joinable either, over either
-        // binding, at the agent's endpoint or at the hub.
-        let guess = message("what did they say?", &fresh_id(), Some("team-room"));
-        for path in [conversations, "/a2a"] {
-            let joined = send(&other, &t, path, guess.clone()).await;
-            assert_eq!(joined["error"]["code"], -32602, "{who} at {path}: {joined}");
-            let (status, joined) = rest(
-                &other,
-                &t,
-                reqwest::Method::POST,
-                &format!("{path}/message:send"),
-                Some(json!({"message": guess})),
-            )
-            .await;
-            assert_eq!(status, 400, "{who} at {path}: {joined}");
-            assert!(!joined.to_string().contains("SECRET"), "{joined}");
         }
         // A conversation of its own, over JSON-RPC and over HTTP+JSON: the agent is told
         // nothing of the first caller's.
@@ -460,26 +482,53 @@ async fn others_tasks_answer_as_unknown(engine: Engine) {
         let (status, body) = get(caller, &t, &format!("/a2a/tasks/{task}")).await;
         assert_eq!(status, 404, "{who}: {body}");
     }
-    // The identified caller's context is not the anonymous caller's to join, nor to route by.
-    let joined = send(
-        &anonymous,
+    // The identified caller's context is not the anonymous caller's to join, nor to route by:
+    // naming it starts the anonymous caller's own conversation at the hub's default agent,
+    // exactly as a name nobody used does.
+    for ctx in [their_ctx.as_str(), "never-was"] {
+        let sent = send(
+            &anonymous,
+            &t,
+            "/a2a",
+            message("and me?", &fresh_id(), Some(ctx)),
+        )
+        .await;
+        let (task, same) = task_of(&sent);
+        assert_eq!(same, ctx, "{sent}");
+        let ended = crate::helpers::a2a_task_ended(&t, "echo", &task).await;
+        assert!(!ended.to_string().contains("SECRET"), "{ended}");
+        let listed = rpc(
+            &anonymous,
+            &t,
+            "/a2a",
+            "ListTasks",
+            json!({"contextId": ctx}),
+            None,
+        )
+        .await;
+        assert_eq!(listed["result"]["totalSize"], 1, "{listed}");
+        assert_eq!(
+            listed["result"]["tasks"][0]["id"],
+            task.as_str(),
+            "{listed}"
+        );
+        assert!(!listed.to_string().contains("SECRET"), "{listed}");
+    }
+    let theirs = rpc(
+        &identified,
         &t,
-        "/a2a",
-        message("and me?", &fresh_id(), Some(&their_ctx)),
+        "/agents/guarded/a2a",
+        "ListTasks",
+        json!({"contextId": their_ctx}),
+        None,
     )
     .await;
-    let never = send(
-        &anonymous,
-        &t,
-        "/a2a",
-        message("and me?", &fresh_id(), Some("never-was")),
-    )
-    .await;
-    assert_eq!(joined["error"]["code"], -32602, "{joined}");
-    assert_eq!(joined["error"], never["error"]);
-    let by_context = json!({"contextId": their_ctx});
-    let listed = rpc(&anonymous, &t, "/a2a", "ListTasks", by_context, None).await;
-    assert_lists_nothing(&listed["result"], "the identified caller's context");
+    assert_eq!(theirs["result"]["totalSize"], 1, "{theirs}");
+    assert_eq!(
+        theirs["result"]["tasks"][0]["id"],
+        their_task.as_str(),
+        "{theirs}"
+    );
     // The owner still has its task.
     let by_id = json!({"id": their_task});
     let own = rpc(&identified, &t, "/a2a", "GetTask", by_id, None).await;

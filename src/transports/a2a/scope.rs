@@ -6,9 +6,14 @@
 //! is reached only through its id: the server mints task and context ids from 122 random bits
 //! (a random UUID, never a time-ordered one), and whoever holds one is the caller it was given
 //! to. Anonymous tasks are stored under `anonymous@{client address}`, which scopes their
-//! idempotency keys and resends, never what can be read: an anonymous caller's listing without a
-//! `contextId` is empty, and a `contextId` it invents is refused (the server cannot tell its
-//! inventor from someone who guessed the same string).
+//! idempotency keys and resends; an anonymous caller's listing without a `contextId` is empty.
+//!
+//! A `contextId` an anonymous caller chooses itself is accepted when no anonymous caller uses it
+//! yet (the A2A specification lets a server preserve a client's context id). If it is a random
+//! UUID it is a capability like a minted one; any other string is bound to the client address
+//! that first used it: only that address continues or lists it, and it is a thread of that
+//! address's own, so a guessable name never joins a stranger's conversation (clients behind one
+//! address share what they name guessably).
 
 use std::net::IpAddr;
 
@@ -38,12 +43,21 @@ pub fn is_anonymous(owner: &str) -> bool {
     owner.starts_with(ANONYMOUS_PREFIX)
 }
 
-/// The principal part of the thread id of a task of `owner`: the owner itself, or one name for
-/// every anonymous caller (the context id that follows is theirs alone), so that a
-/// conversation continued from another address stays one thread.
+/// Whether a context id is a capability: a random (version 4) UUID, as the server mints and as
+/// clients that choose their own usually do. Any other string may be guessed.
 #[must_use]
-pub fn thread_principal(owner: &str) -> &str {
-    if is_anonymous(owner) {
+pub fn is_capability(id: &str) -> bool {
+    uuid::Uuid::parse_str(id)
+        .is_ok_and(|u| u.get_version_num() == 4 && u.get_variant() == uuid::Variant::RFC4122)
+}
+
+/// The principal part of the thread id of a task of `owner` in `context`: the owner itself, or,
+/// for an anonymous caller in a capability context, one name for every anonymous caller (the
+/// context id that follows is theirs alone), so that a conversation continued from another
+/// address stays one thread.
+#[must_use]
+pub fn thread_principal<'a>(owner: &'a str, context: &str) -> &'a str {
+    if is_anonymous(owner) && is_capability(context) {
         ANONYMOUS_THREAD
     } else {
         owner
@@ -82,10 +96,30 @@ mod tests {
         assert!(is_anonymous(&anonymous_owner(None)));
         assert!(!is_anonymous("anonymous"), "the old shared scope");
         assert!(!is_anonymous("https://idp.example/#anonymous@x"));
-        assert_eq!(thread_principal(&owner), "anonymous");
+        let minted = mint_id();
+        assert_eq!(thread_principal(&owner, &minted), "anonymous");
+        assert_eq!(thread_principal(&owner, "team-room"), owner);
         assert_eq!(
-            thread_principal("https://idp.example/#a"),
+            thread_principal("https://idp.example/#a", &minted),
             "https://idp.example/#a"
         );
+    }
+
+    #[test]
+    fn capabilities_are_random_uuids() {
+        assert!(is_capability(&mint_id()));
+        assert!(is_capability("9B2D6F1E-3C4A-4E8B-9F10-2A3B4C5D6E7F"));
+        for guessable in [
+            "team-room",
+            "",
+            "tck-client-context-001-abc",
+            // time-ordered (v7) and name-based (v5) UUIDs are not random
+            "0190aaaa-0000-7000-8000-000000000000",
+            "2ed6657d-e927-568b-95e1-2665a8aea6a2",
+            // a version 4 nibble in a non-RFC variant
+            "9b2d6f1e-3c4a-4e8b-cf10-2a3b4c5d6e7f",
+        ] {
+            assert!(!is_capability(guessable), "{guessable}");
+        }
     }
 }

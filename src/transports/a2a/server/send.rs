@@ -258,17 +258,12 @@ pub(super) async fn send(state: &Served, call: Call, streaming: bool) -> Result<
         return finish_send(state, &call, &config, snapshot, streaming).await;
     }
 
-    // A new task. An anonymous caller continues only a context it holds: one an anonymous
-    // task of which it was given (its id was minted at random), never one it names itself.
+    // A new task. An anonymous caller continues a context it holds (a capability, or a name
+    // its own address chose) or starts one under a name nobody else uses.
     let anonymous = call.caller.issuer.is_none();
     let named_context = msg.context_id.as_deref().filter(|c| !c.is_empty());
     let held_context_agent = match named_context {
-        Some(ctx) if anonymous => Some(
-            sql::agent_of_context(state.engine.db(), Owner::Anonymous, ctx)
-                .await
-                .map_err(|e| internal(&e))?
-                .ok_or_else(context_not_held)?,
-        ),
+        Some(ctx) if anonymous => held_context(state, &owner, ctx).await?,
         _ => None,
     };
     // The agent is the endpoint's, else the one the text addresses, else the one the context
@@ -384,15 +379,35 @@ pub(super) async fn send(state: &Served, call: Call, streaming: bool) -> Result<
     }
 }
 
-/// The refusal of a `contextId` an anonymous caller does not hold: the same whether nobody,
-/// another anonymous caller or an identified one uses it (the A2A specification has a server
-/// that cannot accept a client's `contextId` refuse it, rather than mint another).
-fn context_not_held() -> RpcError {
-    RpcError::invalid_field(
-        "message.contextId",
-        "is not a conversation this caller can continue: without credentials, only a contextId \
-         this server returned can be continued; leave it out to start a new conversation",
-    )
+/// The agent of the context `ctx` an anonymous caller stored as `owner` names, if it continues
+/// one; `None` if it starts a conversation under that name.
+///
+/// # Errors
+/// The refusal of a guessable name another address already uses (the A2A specification has a
+/// server that cannot accept a client's `contextId` refuse it rather than mint another).
+async fn held_context(state: &Served, owner: &str, ctx: &str) -> Result<Option<String>, RpcError> {
+    let db = state.engine.db();
+    let reach = super::tasks::anonymous_reach(owner, ctx);
+    if let Some(agent) = sql::agent_of_context(db, reach, ctx)
+        .await
+        .map_err(|e| internal(&e))?
+    {
+        return Ok(Some(agent));
+    }
+    let taken = matches!(reach, Owner::Exactly(_))
+        && sql::agent_of_context(db, Owner::Anonymous, ctx)
+            .await
+            .map_err(|e| internal(&e))?
+            .is_some();
+    if taken {
+        return Err(RpcError::invalid_field(
+            "message.contextId",
+            "is not a conversation this caller can continue: without credentials, a contextId \
+             another client chose is continued only from its address; leave it out, or use a \
+             random UUID, to start a new conversation",
+        ));
+    }
+    Ok(None)
 }
 
 /// A digest of a call's parameters in their RFC 8785 canonical form, so equal requests digest

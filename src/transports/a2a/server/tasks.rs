@@ -64,6 +64,16 @@ pub(super) fn may_see(caller: &Caller, owner: &str) -> bool {
     }
 }
 
+/// Whose anonymous tasks in `context` the anonymous caller stored as `owner` reaches: any
+/// anonymous caller's when the context id is a capability, else only those from its own address.
+pub(super) fn anonymous_reach<'a>(owner: &'a str, context: &str) -> Owner<'a> {
+    if scope::is_capability(context) {
+        Owner::Anonymous
+    } else {
+        Owner::Exactly(owner)
+    }
+}
+
 /// The task `id` if the caller may see it (others' tasks look exactly like unknown ones).
 pub(super) async fn visible_task(
     state: &Served,
@@ -165,10 +175,9 @@ pub(super) async fn list_tasks(state: &Served, call: &Call) -> Result<Value, Rpc
         }));
     }
     let filter = TaskFilter {
-        owner: if anonymous {
-            Owner::Anonymous
-        } else {
-            Owner::Exactly(&call.caller.owner)
+        owner: match context_id {
+            Some(ctx) if anonymous => anonymous_reach(&call.caller.owner, ctx),
+            _ => Owner::Exactly(&call.caller.owner),
         },
         agent: call.agent.as_deref(),
         context_id,

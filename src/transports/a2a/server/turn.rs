@@ -247,7 +247,7 @@ pub(super) fn turn_message(
         id,
         thread_id: format!(
             "{}\n{}",
-            scope::thread_principal(&row.owner),
+            scope::thread_principal(&row.owner, &row.context_id),
             row.context_id
         ),
         in_reply_to,
