@@ -227,9 +227,10 @@ impl TurnEndHandler {
         let transport = self.0.transports.get(&row.transport).ok_or_else(|| {
             OutboundError::permanent(format!("no transport named {:?}", row.transport))
         })?;
-        transport
-            .unanswered(&original, job.failure.as_deref())
-            .await
+        match transport.ends_turns() {
+            Some(t) => t.unanswered(&original, job.failure.as_deref()).await,
+            None => Ok(()),
+        }
     }
 }
 

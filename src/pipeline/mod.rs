@@ -39,7 +39,10 @@ pub use erase::EraseWrite;
 pub use ingest::{IngestOutcome, IngestWrite};
 pub use policy::LinkOutcome;
 pub use runs::Runs;
-pub use transport::{AfterCommit, Delivery, Exposure, Transport, TransportRegistry};
+pub use transport::{
+    AfterCommit, DeliversInTransaction, Delivery, EndsTurns, Exposure, StreamsProgress, Transport,
+    TransportRegistry,
+};
 
 use crate::agents::{Agent, AgentRegistry};
 use crate::blobs::BlobStore;

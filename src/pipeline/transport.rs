@@ -43,28 +43,12 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
     /// Temporary failures are retried with backoff; permanent ones end the delivery.
     async fn deliver(&self, delivery: &Delivery) -> Result<(), OutboundError>;
 
-    /// Whether deliveries are writes to switchboard's own database and nothing else (A2A: the
-    /// response becomes the task's status and artifacts). Such a response is delivered by
-    /// [`Transport::deliver_in`] in the transaction that stores it, without a delivery job.
-    fn delivers_in_transaction(&self) -> bool {
-        false
-    }
-
-    /// Delivers a response inside `tx`, the transaction that stores it; returns what to do once
-    /// that transaction has committed. Only called when [`Transport::delivers_in_transaction`].
-    ///
-    /// # Errors
-    /// Temporary failures hand the response to a delivery job instead; permanent ones end the
-    /// delivery.
-    async fn deliver_in(
-        &self,
-        tx: &mut crate::store::Tx,
-        delivery: &Delivery,
-    ) -> Result<AfterCommit, OutboundError> {
-        let _ = (tx, delivery);
-        Err(OutboundError::permanent(
-            "this transport delivers over the network",
-        ))
+    /// How the transport delivers inside the transaction that stores a response, if its
+    /// deliveries are writes to switchboard's own database and nothing else (A2A: the response
+    /// becomes the task's status and artifacts). Such a response is delivered there, without a
+    /// delivery job.
+    fn delivers_in_transaction(&self) -> Option<&dyn DeliversInTransaction> {
+        None
     }
 
     /// Whether the transport renders policy parts itself (A2A: a data part, and the task
@@ -74,25 +58,10 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
         false
     }
 
-    /// Whether [`Transport::progress`] does anything: only then are a streaming backend's
-    /// events forwarded while it answers.
-    fn wants_progress(&self) -> bool {
-        false
-    }
-
-    /// The agent reported part of its answer to `original` while producing it (best effort:
-    /// the final response is delivered by [`Transport::deliver`] as always). Called in order,
-    /// and every call returns before the final response is stored.
-    ///
-    /// # Errors
-    /// Logged and otherwise ignored.
-    async fn progress(
-        &self,
-        original: &NormalizedMessage,
-        event: &ResponseEvent,
-    ) -> Result<(), OutboundError> {
-        let _ = (original, event);
-        Ok(())
+    /// Where a streaming backend's events go while it answers, if the transport shows them
+    /// (otherwise they are not forwarded).
+    fn streams_progress(&self) -> Option<&dyn StreamsProgress> {
+        None
     }
 
     /// Whether [`Transport::deliver`] only schedules the sending, in jobs of the transport's own
@@ -118,16 +87,53 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
         Exposure::default()
     }
 
-    /// Whether [`Transport::unanswered`] does anything: only then does the pipeline schedule
-    /// it (a `turn_end` job) for messages whose turn ends without a response.
-    fn ends_turns(&self) -> bool {
-        false
+    /// Who ends a turn that had no response, if the transport has to (only then does the
+    /// pipeline schedule a `turn_end` job for messages whose turn ends without a response).
+    fn ends_turns(&self) -> Option<&dyn EndsTurns> {
+        None
     }
+}
 
+/// A transport that delivers by writing to switchboard's own database
+/// ([`Transport::delivers_in_transaction`]).
+#[async_trait::async_trait]
+pub trait DeliversInTransaction: Send + Sync {
+    /// Delivers a response inside `tx`, the transaction that stores it; returns what to do once
+    /// that transaction has committed.
+    ///
+    /// # Errors
+    /// Temporary failures hand the response to a delivery job instead; permanent ones end the
+    /// delivery.
+    async fn deliver_in(
+        &self,
+        tx: &mut crate::store::Tx,
+        delivery: &Delivery,
+    ) -> Result<AfterCommit, OutboundError>;
+}
+
+/// A transport that shows an answer while it is produced ([`Transport::streams_progress`]).
+#[async_trait::async_trait]
+pub trait StreamsProgress: Send + Sync {
+    /// The agent reported part of its answer to `original` while producing it (best effort:
+    /// the final response is delivered by [`Transport::deliver`] as always). Called in order,
+    /// and every call returns before the final response is stored.
+    ///
+    /// # Errors
+    /// Logged and otherwise ignored.
+    async fn progress(
+        &self,
+        original: &NormalizedMessage,
+        event: &ResponseEvent,
+    ) -> Result<(), OutboundError>;
+}
+
+/// A transport that must end a turn its agent did not answer ([`Transport::ends_turns`]).
+#[async_trait::async_trait]
+pub trait EndsTurns: Send + Sync {
     /// The agent ended `original`'s turn without a response: it had nothing to say
     /// (`failure` is `None`), or its dispatch failed for good (`failure` says why, for the
-    /// log; callers are told no internal detail). Most transports send nothing then; an A2A
-    /// task still has to reach a terminal state.
+    /// log; callers are told no internal detail). An A2A task still has to reach a terminal
+    /// state.
     ///
     /// # Errors
     /// Temporary failures are retried with backoff.
@@ -135,10 +141,7 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
         &self,
         original: &NormalizedMessage,
         failure: Option<&str>,
-    ) -> Result<(), OutboundError> {
-        let _ = (original, failure);
-        Ok(())
-    }
+    ) -> Result<(), OutboundError>;
 }
 
 /// Who may send on a transport, for the safety rules.

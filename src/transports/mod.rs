@@ -109,9 +109,6 @@ impl std::fmt::Debug for Started {
 /// One transport, as the application assembles it.
 #[async_trait::async_trait]
 pub trait TransportModule: Send + Sync {
-    /// The name its messages are ingested under (the `received_via` value).
-    fn name(&self) -> &'static str;
-
     /// Its outbound half, which the pipeline delivers responses through.
     fn outbound(&self) -> Arc<dyn Transport>;
 

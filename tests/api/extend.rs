@@ -101,10 +101,6 @@ impl JobHandler for Tick {
 
 #[async_trait::async_trait]
 impl TransportModule for FakeModule {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
     fn outbound(&self) -> Arc<dyn Transport> {
         Arc::new(FakeOut)
     }

@@ -228,7 +228,10 @@ async fn deliver_in(core: &Core, tx: &mut Tx, job_id: &str, a: &Answer) -> Optio
         original,
         continues: !a.siblings.is_empty(),
     };
-    let result = transport.deliver_in(tx, &delivery).await;
+    let result = transport
+        .delivers_in_transaction()?
+        .deliver_in(tx, &delivery)
+        .await;
     if let Err(e @ OutboundError::Temporary { .. }) = &result {
         tracing::debug!(response = %a.response.id, error = %e, "delivery left to a job");
         return None;

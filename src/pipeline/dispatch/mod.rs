@@ -274,7 +274,7 @@ impl JobHandler for DispatchHandler {
                         run: row_of(i).map(|r| ((r.thread_id.clone(), r.agent.clone()), r.seq)),
                         ends_turns: row_of(i)
                             .and_then(|r| core.transports.get(&r.transport))
-                            .is_some_and(|t| t.ends_turns()),
+                            .is_some_and(|t| t.ends_turns().is_some()),
                         ran,
                         end: finished.end(i).cloned(),
                     })

@@ -26,7 +26,7 @@ pub(in crate::pipeline) struct Answer {
     /// relayed turns it enqueues carry it).
     pub(super) trace: Option<crate::telemetry::TraceParent>,
     /// The message answered (without history), when the transport delivers in the
-    /// transaction that stores the response ([`crate::pipeline::Transport::deliver_in`]).
+    /// transaction that stores the response ([`crate::pipeline::DeliversInTransaction::deliver_in`]).
     pub(super) original: Option<std::sync::Arc<NormalizedMessage>>,
     /// The states of its policy parts, recorded with it.
     pub(super) states: Vec<crate::store::policy::NewState>,

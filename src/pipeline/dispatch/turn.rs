@@ -129,7 +129,7 @@ impl DispatchHandler {
             .0
             .transports
             .get(&row.transport)
-            .filter(|t| t.delivers_in_transaction())
+            .filter(|t| t.delivers_in_transaction().is_some())
             .map(|_| Arc::clone(&msg));
         // The messages the turn takes in open it, oldest first.
         let absorbed_ids: Vec<String> = absorbed.iter().map(|a| a.id.clone()).collect();
@@ -169,7 +169,7 @@ impl DispatchHandler {
                 .0
                 .transports
                 .get(&row.transport)
-                .filter(|t| agent.backend.streams() && t.wants_progress());
+                .filter(|t| agent.backend.streams() && t.streams_progress().is_some());
             let answer = match transport {
                 // A streaming answer: its events go to the transport in order, all of them
                 // before the final response is stored.
@@ -178,7 +178,10 @@ impl DispatchHandler {
                     let original = Arc::clone(&msg);
                     let forward = tokio::spawn(async move {
                         while let Some(ev) = rx.recv().await {
-                            if let Err(e) = transport.progress(&original, &ev).await {
+                            let Some(sink) = transport.streams_progress() else {
+                                break;
+                            };
+                            if let Err(e) = sink.progress(&original, &ev).await {
                                 tracing::debug!(message = %original.id, error = %e, "progress not passed on");
                             }
                         }

@@ -39,7 +39,9 @@ use self::tasks::{Change, TaskEngine, TaskWrites};
 use self::wire::TaskState;
 use crate::error::OutboundError;
 use crate::message::{NormalizedMessage, ResponseEvent};
-use crate::pipeline::{AfterCommit, Delivery, Transport};
+use crate::pipeline::{
+    AfterCommit, DeliversInTransaction, Delivery, EndsTurns, StreamsProgress, Transport,
+};
 
 /// The A2A transport as the application assembles it: the task engine its server and its
 /// outbound half share, and the parts its routes and push jobs are built from.
@@ -90,10 +92,6 @@ pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
 
 #[async_trait::async_trait]
 impl TransportModule for A2a {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
     fn outbound(&self) -> Arc<dyn Transport> {
         Arc::new(A2aTransport::new(self.engine.clone()))
     }
@@ -434,14 +432,25 @@ impl Transport for A2aTransport {
         }
     }
 
-    fn delivers_in_transaction(&self) -> bool {
-        true
-    }
-
     fn carries_policy_parts(&self) -> bool {
         true
     }
 
+    fn delivers_in_transaction(&self) -> Option<&dyn DeliversInTransaction> {
+        Some(self)
+    }
+
+    fn streams_progress(&self) -> Option<&dyn StreamsProgress> {
+        Some(self)
+    }
+
+    fn ends_turns(&self) -> Option<&dyn EndsTurns> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl DeliversInTransaction for A2aTransport {
     async fn deliver_in(
         &self,
         tx: &mut crate::store::Tx,
@@ -462,11 +471,10 @@ impl Transport for A2aTransport {
         let engine = self.engine.clone();
         Ok(Box::new(move || engine.committed(writes)))
     }
+}
 
-    fn wants_progress(&self) -> bool {
-        true
-    }
-
+#[async_trait::async_trait]
+impl StreamsProgress for A2aTransport {
     /// Text deltas and finished parts become artifact-update chunks of one artifact per turn,
     /// in order: the first with `append: false`, the rest `append: true`, none the last chunk
     /// (the turn's end closes it: with the final parts when it completes, else with an empty
@@ -504,11 +512,10 @@ impl Transport for A2aTransport {
             .map_err(|e| OutboundError::temporary(e.message))?;
         Ok(())
     }
+}
 
-    fn ends_turns(&self) -> bool {
-        true
-    }
-
+#[async_trait::async_trait]
+impl EndsTurns for A2aTransport {
     /// A task whose agent had nothing to say completes without artifacts; one whose dispatch
     /// failed for good fails, with a status message that says so and nothing more. Only the
     /// turn that `original` started is ended: a task that has moved on is left alone.

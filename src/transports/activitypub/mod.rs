@@ -250,10 +250,6 @@ impl crate::hosts::HostSource for HostHealth {
 
 #[async_trait::async_trait]
 impl TransportModule for ActivityPub {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
     fn outbound(&self) -> Arc<dyn Transport> {
         Arc::new(self.clone())
     }

@@ -155,10 +155,6 @@ pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
 
 #[async_trait::async_trait]
 impl TransportModule for Api {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
     fn outbound(&self) -> Arc<dyn Transport> {
         self.outbound.clone()
     }

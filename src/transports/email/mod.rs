@@ -642,10 +642,6 @@ pub fn build(parts: &Parts) -> Result<Option<Box<dyn TransportModule>>> {
 
 #[async_trait::async_trait]
 impl TransportModule for Email {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
     fn outbound(&self) -> Arc<dyn Transport> {
         self.outbound.clone()
     }
