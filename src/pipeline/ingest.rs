@@ -150,7 +150,7 @@ pub(super) async fn writer(core: Arc<Core>, rx: mpsc::Receiver<Pending>) {
 pub(super) struct Stored {
     messages: Vec<crate::store::messages::StoredMessage>,
     /// The runs the messages dispatched now are on their way to ([`super::runs::Runs::expect`]).
-    expected: Vec<(super::runs::Key, i64)>,
+    expected: Vec<super::runs::Place>,
     /// The threads the batch created.
     opened: Vec<String>,
     /// Dispatch jobs to start now, and those a debounce holds back.
@@ -188,7 +188,7 @@ impl crate::store::GroupCommit for Ingest {
             if core.conversation.of(&m.transport).queue == QueueMode::Interrupt
                 && core
                     .runs
-                    .interrupt(&(m.thread_id.clone(), m.agent.clone()), m.seq)
+                    .interrupt(&super::runs::Key::new(&m.thread_id, &m.agent), m.seq)
             {
                 tracing::debug!(thread_id = %m.thread_id, agent = %m.agent, "run interrupted by a newer message");
             }
@@ -528,7 +528,10 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
             expected = messages
                 .iter()
                 .filter(|m| started.next_if_eq(&m.id.as_str()).is_some())
-                .map(|m| ((m.thread_id.clone(), m.agent.clone()), m.seq))
+                .map(|m| super::runs::Place {
+                    key: super::runs::Key::new(&m.thread_id, &m.agent),
+                    seq: m.seq,
+                })
                 .collect();
         }
         dispatch.push(enqueued);
@@ -538,7 +541,7 @@ async fn commit(core: &Core, batch: &mut [Pending]) -> Result<(Vec<IngestOutcome
     let interrupts: Vec<String> = messages
         .iter()
         .filter(|m| core.conversation.of(&m.transport).queue == QueueMode::Interrupt)
-        .map(|m| super::runs::notification(&(m.thread_id.clone(), m.agent.clone()), m.seq))
+        .map(|m| super::runs::notification(&super::runs::Key::new(&m.thread_id, &m.agent), m.seq))
         .collect();
     tx.notify_lines(super::runs::NOTIFY_CHANNEL, &interrupts)
         .await?;

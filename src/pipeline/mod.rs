@@ -395,9 +395,9 @@ impl Pipeline {
         core.queue.on_notify(
             runs::NOTIFY_CHANNEL,
             Arc::new(move |payload: &str| {
-                for (key, newer) in runs::parse_notification(payload) {
+                for runs::Place { key, seq: newer } in runs::parse_notification(payload) {
                     if c.runs.interrupt(&key, newer) {
-                        tracing::debug!(thread_id = %key.0, agent = %key.1, "run interrupted by a newer message stored elsewhere");
+                        tracing::debug!(thread_id = %key.thread_id, agent = %key.agent, "run interrupted by a newer message stored elsewhere");
                     }
                 }
             }),

@@ -21,8 +21,33 @@ use tokio::sync::watch;
 
 use crate::store::jobs::JobRow;
 
-/// A thread and the agent (local name) it runs for.
-pub(super) type Key = (String, String);
+/// What a run is of: a thread and the agent (local name) it runs for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Key {
+    /// The thread.
+    pub(super) thread_id: String,
+    /// The agent.
+    pub(super) agent: String,
+}
+
+impl Key {
+    /// The run of `agent` in `thread_id`.
+    pub(super) fn new(thread_id: &str, agent: &str) -> Self {
+        Self {
+            thread_id: thread_id.to_owned(),
+            agent: agent.to_owned(),
+        }
+    }
+}
+
+/// A message's place in the runs: its run and its position (`seq`) in the thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Place {
+    /// The run.
+    pub(super) key: Key,
+    /// The message's position in its thread.
+    pub(super) seq: i64,
+}
 
 /// How long, once a run ends, the messages that waited for it keep their turn ahead of newer
 /// ones: time for their jobs to be claimed again (should another instance claim one, this one
@@ -68,16 +93,19 @@ pub(super) const NOTIFY_CHANNEL: &str = "switchboard_runs";
 
 /// The line of [`NOTIFY_CHANNEL`] for a message of `seq` in `key`.
 pub(super) fn notification(key: &Key, seq: i64) -> String {
-    format!("{}\t{}\t{seq}", key.0, key.1)
+    format!("{}\t{}\t{seq}", key.thread_id, key.agent)
 }
 
 /// The runs to interrupt a notification names: key and the newer message's `seq` (malformed
 /// lines are skipped).
-pub(super) fn parse_notification(payload: &str) -> impl Iterator<Item = (Key, i64)> + '_ {
+pub(super) fn parse_notification(payload: &str) -> impl Iterator<Item = Place> + '_ {
     payload.lines().filter_map(|line| {
         let mut f = line.split('\t');
         let (t, a, seq) = (f.next()?, f.next()?, f.next()?.parse().ok()?);
-        Some(((t.to_owned(), a.to_owned()), seq))
+        Some(Place {
+            key: Key::new(t, a),
+            seq,
+        })
     })
 }
 
@@ -125,10 +153,10 @@ impl Runs {
     /// about to run, are on their way to their threads: until each one's dispatch reaches
     /// [`Runs::take`] (for [`WAITERS_GRACE`] at the longest), no newer message of its thread
     /// takes the thread before it, even when a worker that got the newer job first is quicker.
-    pub(super) fn expect(&self, stored: impl IntoIterator<Item = (Key, i64)>) {
+    pub(super) fn expect(&self, stored: impl IntoIterator<Item = Place>) {
         let until = Instant::now() + WAITERS_GRACE;
         let mut map = lock(&self.inner);
-        for (key, seq) in stored {
+        for Place { key, seq } in stored {
             Self::hold_place(&mut map, key, seq, until);
         }
     }
@@ -234,7 +262,11 @@ mod tests {
     use super::*;
 
     fn key(t: &str) -> Key {
-        (t.into(), "agent".into())
+        Key::new(t, "agent")
+    }
+
+    fn place(t: &str, seq: i64) -> Place {
+        Place { key: key(t), seq }
     }
 
     #[test]
@@ -288,7 +320,7 @@ mod tests {
     #[test]
     fn a_message_stored_first_takes_its_thread_first_whichever_dispatch_comes_first() {
         let runs = Runs::default();
-        runs.expect([(key("t"), 1), (key("t"), 2), (key("u"), 3)]);
+        runs.expect([place("t", 1), place("t", 2), place("u", 3)]);
         assert!(
             runs.take(key("t"), 2).is_none(),
             "1 was stored first and has not run yet"
@@ -302,7 +334,7 @@ mod tests {
         assert_eq!(runs.next_parked(&key("t")).unwrap().0.id, "job-2");
         assert!(runs.take(key("t"), 2).is_some());
         // A place kept for a message whose dispatch never comes is given up after the grace.
-        runs.expect([(key("v"), 1)]);
+        runs.expect([place("v", 1)]);
         lock(&runs.inner)
             .get_mut(&key("v"))
             .unwrap()
@@ -338,7 +370,7 @@ mod tests {
     fn notifications_name_the_thread_agent_and_newer_message() {
         let line = notification(&key("t-1"), 42);
         let both = format!("{line}\nbroken\n{}", notification(&key("u"), 7));
-        let parsed: Vec<(Key, i64)> = parse_notification(&both).collect();
-        assert_eq!(parsed, vec![(key("t-1"), 42), (key("u"), 7)]);
+        let parsed: Vec<Place> = parse_notification(&both).collect();
+        assert_eq!(parsed, vec![place("t-1", 42), place("u", 7)]);
     }
 }

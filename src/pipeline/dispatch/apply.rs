@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::plan::{Answer, Effects};
 use crate::error::{Error, OutboundError, Result};
 use crate::pipeline::chain::Sibling;
-use crate::pipeline::runs::Run;
+use crate::pipeline::runs::{Place, Run};
 use crate::pipeline::{AfterCommit, Core, DeliverJob, Delivery, DispatchJob};
 use crate::queue::{Enqueued, Finished, kinds};
 use crate::store::Tx;
@@ -315,7 +315,7 @@ pub(super) async fn after_commit(
             keys.insert(p.key);
         }
     }
-    for (key, seq) in &fx.lost {
+    for Place { key, seq } in &fx.lost {
         core.runs.leave(key, *seq);
     }
     drop(taken);

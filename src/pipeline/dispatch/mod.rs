@@ -183,7 +183,7 @@ impl JobHandler for DispatchHandler {
         let leased = core.db.backend() == Backend::Postgres;
         for i in order {
             if let Some(row) = row_of(i) {
-                let key = (row.thread_id.clone(), row.agent.clone());
+                let key = runs::Key::new(&row.thread_id, &row.agent);
                 taken[i] = core.runs.take(key.clone(), row.seq);
                 // On PostgreSQL the order of a thread's messages is kept in the database, which
                 // every instance asks; a waiter kept here would outlive its job once another
@@ -256,7 +256,7 @@ impl JobHandler for DispatchHandler {
         let leases: Vec<(&str, &str)> = taken
             .iter()
             .flatten()
-            .map(|run| (run.key().0.as_str(), run.key().1.as_str()))
+            .map(|run| (run.key().thread_id.as_str(), run.key().agent.as_str()))
             .filter(|_| leased)
             .collect();
         let committed = async {
@@ -271,7 +271,10 @@ impl JobHandler for DispatchHandler {
                     .enumerate()
                     .map(|(i, Ran(ran, _, _))| JobResult {
                         message_id: jobs[i].as_ref().ok().map(|j| j.message_id.clone()),
-                        run: row_of(i).map(|r| ((r.thread_id.clone(), r.agent.clone()), r.seq)),
+                        run: row_of(i).map(|r| runs::Place {
+                            key: runs::Key::new(&r.thread_id, &r.agent),
+                            seq: r.seq,
+                        }),
                         ends_turns: row_of(i)
                             .and_then(|r| core.transports.get(&r.transport))
                             .is_some_and(|t| t.ends_turns().is_some()),

@@ -7,7 +7,7 @@
 use crate::error::OutboundError;
 use crate::message::{NormalizedMessage, NormalizedResponse};
 use crate::pipeline::conversation::{INTERRUPTED, MERGED};
-use crate::pipeline::runs::Key;
+use crate::pipeline::runs::{Key, Place};
 use crate::pipeline::{Hold, TurnEndJob};
 use crate::store::jobs::Finish;
 
@@ -146,7 +146,7 @@ pub(super) struct JobResult {
     /// nothing: it failed for good already).
     pub(super) message_id: Option<String>,
     /// Its message's run (thread and agent) and position in the thread, when it was loaded.
-    pub(super) run: Option<(Key, i64)>,
+    pub(super) run: Option<Place>,
     /// Whether its transport wants to hear of turns that end without a response
     /// ([`crate::pipeline::Transport::ends_turns`]).
     pub(super) ends_turns: bool,
@@ -196,7 +196,7 @@ pub(super) struct Effects {
     /// Jobs kept leased to wait for their thread.
     pub(super) parked: Vec<Parked>,
     /// Waiters whose job this batch lost (it went back to the table).
-    pub(super) lost: Vec<(Key, i64)>,
+    pub(super) lost: Vec<Place>,
     /// Jobs put back in the table to wait for their thread (their index in the batch).
     pub(super) waiting: Vec<usize>,
 }
@@ -258,7 +258,7 @@ pub(super) fn plan(jobs: Vec<JobResult>) -> Effects {
             (Ok(Dispatched::Deleted), _) => ended(&mut fx, Outcome::Deleted),
             (Ok(Dispatched::Interrupted), _) => ended(&mut fx, Outcome::Interrupted),
             (Ok(Dispatched::Deferred), Finish::Deferred { lease_until }) => {
-                if let Some((key, seq)) = job.run {
+                if let Some(Place { key, seq }) = job.run {
                     fx.parked.push(Parked {
                         key,
                         seq,
@@ -289,13 +289,20 @@ mod tests {
     use crate::pipeline::chain::Sibling;
 
     fn key(thread: &str) -> Key {
-        (thread.to_owned(), "echo".to_owned())
+        Key::new(thread, "echo")
+    }
+
+    fn place(thread: &str, seq: i64) -> Place {
+        Place {
+            key: key(thread),
+            seq,
+        }
     }
 
     fn job(id: &str, ran: Result<Dispatched, OutboundError>, end: Finish) -> JobResult {
         JobResult {
             message_id: Some(id.to_owned()),
-            run: Some((key("t1"), 1)),
+            run: Some(place("t1", 1)),
             ends_turns: false,
             ran,
             end: Some(end),
@@ -456,9 +463,9 @@ mod tests {
             Ok(Dispatched::Deferred),
             Finish::Deferred { lease_until: 99 },
         );
-        kept.run = Some((key("t1"), 2));
+        kept.run = Some(place("t1", 2));
         let mut lost = job("m3", Ok(Dispatched::Deferred), Finish::Done);
-        lost.run = Some((key("t2"), 7));
+        lost.run = Some(place("t2", 7));
         let fx = plan(vec![kept, lost]);
         assert_eq!(
             fx.parked,
@@ -469,7 +476,7 @@ mod tests {
                 lease_until: 99
             }]
         );
-        assert_eq!(fx.lost, vec![(key("t2"), 7)]);
+        assert_eq!(fx.lost, vec![place("t2", 7)]);
         assert!(fx.ended.is_empty() && fx.counted.is_empty());
     }
 
