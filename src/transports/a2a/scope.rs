@@ -51,6 +51,13 @@ pub fn is_capability(id: &str) -> bool {
         .is_ok_and(|u| u.get_version_num() == 4 && u.get_variant() == uuid::Variant::RFC4122)
 }
 
+/// The pipeline thread of a task of `owner` in `context`: its principal
+/// ([`thread_principal`]) and the context id, on two lines.
+#[must_use]
+pub fn thread_id(owner: &str, context: &str) -> String {
+    format!("{}\n{context}", thread_principal(owner, context))
+}
+
 /// The principal part of the thread id of a task of `owner` in `context`: the owner itself, or,
 /// for an anonymous caller in a capability context, one name for every anonymous caller (the
 /// context id that follows is theirs alone), so that a conversation continued from another
@@ -99,6 +106,7 @@ mod tests {
         let minted = mint_id();
         assert_eq!(thread_principal(&owner, &minted), "anonymous");
         assert_eq!(thread_principal(&owner, "team-room"), owner);
+        assert_eq!(thread_id(&owner, &minted), format!("anonymous\n{minted}"));
         assert_eq!(
             thread_principal("https://idp.example/#a", &minted),
             "https://idp.example/#a"

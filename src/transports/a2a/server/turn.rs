@@ -245,11 +245,7 @@ pub(super) fn turn_message(
         .map_err(|why| RpcError::invalid_field("message.metadata", why))?;
     let mut nm = NormalizedMessage {
         id,
-        thread_id: format!(
-            "{}\n{}",
-            scope::thread_principal(&row.owner, &row.context_id),
-            row.context_id
-        ),
+        thread_id: scope::thread_id(&row.owner, &row.context_id),
         in_reply_to,
         sender: call.caller.sender.clone(),
         recipient: agent.address.clone(),
