@@ -177,10 +177,10 @@ impl DispatchHandler {
                     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ResponseEvent>();
                     let original = Arc::clone(&msg);
                     let forward = tokio::spawn(async move {
+                        let Some(sink) = transport.streams_progress() else {
+                            return;
+                        };
                         while let Some(ev) = rx.recv().await {
-                            let Some(sink) = transport.streams_progress() else {
-                                break;
-                            };
                             if let Err(e) = sink.progress(&original, &ev).await {
                                 tracing::debug!(message = %original.id, error = %e, "progress not passed on");
                             }

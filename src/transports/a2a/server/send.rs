@@ -274,13 +274,14 @@ pub(super) async fn send(state: &Served, call: Call, streaming: bool) -> Result<
             Some(a) => a,
             None => match (held_context_agent, named_context) {
                 (Some(a), _) => a,
-                (None, Some(ctx)) => {
+                // (An anonymous caller's context was looked up already, in `held_context`.)
+                (None, Some(ctx)) if !anonymous => {
                     sql::agent_of_context(state.engine.db(), Owner::Exactly(&owner), ctx)
                         .await
                         .map_err(|e| internal(&e))?
                         .unwrap_or_else(|| state.default_agent.clone())
                 }
-                (None, None) => state.default_agent.clone(),
+                (None, _) => state.default_agent.clone(),
             },
         },
     };
