@@ -190,8 +190,8 @@ async fn anonymous_callers_see_only_their_own(engine: Engine) {
         let u = uuid::Uuid::parse_str(id).unwrap();
         assert_eq!(
             u.get_version_num(),
-            4,
-            "a random id, not a time-ordered one: {id}"
+            7,
+            "a time-ordered id with 74 random bits (scope::mint_id): {id}"
         );
     }
     crate::helpers::a2a_task_ended(&t, "hook", &task).await;

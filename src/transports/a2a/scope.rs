@@ -3,17 +3,19 @@
 //! An identified caller (a verified bearer token) owns its tasks as `{issuer}#{sub}`: it reads,
 //! lists and continues its own and nobody else's, and a `contextId` it names is in its own
 //! namespace. An anonymous caller has nothing to prove who it is, so a task or context of one
-//! is reached only through its id: the server mints task and context ids from 122 random bits
-//! (a random UUID, never a time-ordered one), and whoever holds one is the caller it was given
-//! to. Anonymous tasks are stored under `anonymous@{client address}`, which scopes their
-//! idempotency keys and resends; an anonymous caller's listing without a `contextId` is empty.
+//! is reached only through its id: the server mints task and context ids as time-ordered UUIDs
+//! (version 7) whose 74 bits after the time all come from the CSPRNG, and whoever holds one is
+//! the caller it was given to. (Fully random ids would cost every index they key a page of its
+//! own per insert: see `docs/benchmarks/a2a.md`.) Anonymous tasks are stored under
+//! `anonymous@{client address}`, which scopes their idempotency keys and resends; an anonymous
+//! caller's listing without a `contextId` is empty.
 //!
 //! A `contextId` an anonymous caller chooses itself is accepted when no anonymous caller uses it
 //! yet (the A2A specification lets a server preserve a client's context id). If it is a random
-//! UUID it is a capability like a minted one; any other string is bound to the client address
-//! that first used it: only that address continues or lists it, and it is a thread of that
-//! address's own, so a guessable name never joins a stranger's conversation (clients behind one
-//! address share what they name guessably).
+//! or time-ordered UUID (version 4 or 7) it is a capability like a minted one; any other string
+//! is bound to the client address that first used it: only that address continues or lists it,
+//! and it is a thread of that address's own, so a guessable name never joins a stranger's
+//! conversation (clients behind one address share what they name guessably).
 
 use std::net::IpAddr;
 
@@ -43,12 +45,16 @@ pub fn is_anonymous(owner: &str) -> bool {
     owner.starts_with(ANONYMOUS_PREFIX)
 }
 
-/// Whether a context id is a capability: a random (version 4) UUID, as the server mints and as
-/// clients that choose their own usually do. Any other string may be guessed.
+/// Whether a context id is a capability: a random (version 4) or time-ordered (version 7) UUID,
+/// as the server mints and as clients that choose their own do. A version 7 UUID carries 74
+/// random bits after its time (RFC 9562 has them from a CSPRNG; generators that count within a
+/// millisecond still draw at least 32 per id and the counter's start): as far beyond guessing
+/// as a random one for anyone who has not seen a sibling id. Any other string may be guessed.
 #[must_use]
 pub fn is_capability(id: &str) -> bool {
-    uuid::Uuid::parse_str(id)
-        .is_ok_and(|u| u.get_version_num() == 4 && u.get_variant() == uuid::Variant::RFC4122)
+    uuid::Uuid::parse_str(id).is_ok_and(|u| {
+        matches!(u.get_version_num(), 4 | 7) && u.get_variant() == uuid::Variant::RFC4122
+    })
 }
 
 /// The pipeline thread of a task of `owner` in `context`: its principal
@@ -71,12 +77,16 @@ pub fn thread_principal<'a>(owner: &'a str, context: &str) -> &'a str {
     }
 }
 
-/// A new task or context id: a random (version 4) UUID, 122 random bits from the thread's
-/// cryptographically secure generator, so that holding one is proof enough of being its
-/// caller.
+/// A new task or context id: a version 7 UUID, the time in milliseconds followed by 74 bits
+/// from the thread's cryptographically secure generator (no counter), so that holding one is
+/// proof enough of being its caller while the rows and index entries it keys are written in
+/// time order, next to each other.
 #[must_use]
 pub fn mint_id() -> String {
-    uuid::Builder::from_random_bytes(rand::random::<[u8; 16]>())
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    uuid::Builder::from_unix_timestamp_millis(millis, &rand::random::<[u8; 10]>())
         .into_uuid()
         .to_string()
 }
@@ -86,12 +96,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn minted_ids_are_random_uuids() {
+    fn minted_ids_are_time_ordered_and_random() {
         let a = mint_id();
         let b = mint_id();
         assert_ne!(a, b);
-        let u = uuid::Uuid::parse_str(&a).unwrap();
-        assert_eq!(u.get_version_num(), 4, "{a}");
+        let (ua, ub) = (
+            uuid::Uuid::parse_str(&a).unwrap(),
+            uuid::Uuid::parse_str(&b).unwrap(),
+        );
+        assert_eq!(ua.get_version_num(), 7, "{a}");
+        assert_eq!(ua.get_variant(), uuid::Variant::RFC4122, "{a}");
+        // No counter: two ids of one millisecond differ in their random bits, not by one.
+        let random = |u: uuid::Uuid| u.as_u128() & ((1u128 << 80) - 1);
+        let (ra, rb) = (random(ua), random(ub));
+        assert!(ra.abs_diff(rb) > 1 << 16, "{a} {b}");
+        // Time order: an id minted a few milliseconds later sorts after.
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let c = mint_id();
+        assert!(c > a && c > b, "{a} {b} {c}");
     }
 
     #[test]
@@ -117,13 +139,14 @@ mod tests {
     fn capabilities_are_random_uuids() {
         assert!(is_capability(&mint_id()));
         assert!(is_capability("9B2D6F1E-3C4A-4E8B-9F10-2A3B4C5D6E7F"));
+        assert!(is_capability("019ae0c4-58a1-7b2e-9c4d-3f6a8e1b2c7d"));
         for guessable in [
             "team-room",
             "",
             "tck-client-context-001-abc",
-            // time-ordered (v7) and name-based (v5) UUIDs are not random
-            "0190aaaa-0000-7000-8000-000000000000",
+            // name-based (v5) and time-only (v1) UUIDs can be derived
             "2ed6657d-e927-568b-95e1-2665a8aea6a2",
+            "c232ab00-9414-11ec-b3c8-9f6bdeced846",
             // a version 4 nibble in a non-RFC variant
             "9b2d6f1e-3c4a-4e8b-cf10-2a3b4c5d6e7f",
         ] {
