@@ -19,7 +19,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use base64::Engine as _;
 use der::Decode as _;
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom as _, SystemRandom};
@@ -134,7 +133,7 @@ impl Ed25519Key {
 }
 
 /// The length of a key-encryption key: AES-256.
-pub const KEK_BYTES: usize = 32;
+pub use crate::config::KEK_BYTES;
 
 /// A key-encryption key: seals the private keys stored in the `keys` table (AES-256-GCM).
 pub struct Kek {
@@ -155,22 +154,18 @@ impl Kek {
     /// # Errors
     /// [`Error::Config`] saying what is wrong, never the value.
     pub fn parse(text: &str) -> Result<Self> {
-        let text = text.trim();
-        let bytes = if text.len() == 2 * KEK_BYTES && text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            hex::decode(text).ok()
-        } else {
-            let unpadded = text.trim_end_matches('=');
-            base64::engine::general_purpose::STANDARD_NO_PAD
-                .decode(unpadded)
-                .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(unpadded))
-                .ok()
-        };
-        match bytes {
-            Some(b) if b.len() == KEK_BYTES => Self::from_bytes(&b),
-            _ => Err(Error::Config(format!(
-                "must be {KEK_BYTES} bytes as 64 hex digits or base64 (`openssl rand -hex 32`)"
-            ))),
-        }
+        Self::from_bytes(&crate::config::kek_bytes(text)?)
+    }
+
+    /// The KEK `server.kek` (or `kek_file`) sets, if any.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming `server.kek` when it is not 32 bytes of hex or base64.
+    pub fn configured(server: &crate::config::ServerConfig) -> Result<Option<Arc<Self>>> {
+        server
+            .kek_bytes()?
+            .map(|b| Self::from_bytes(&b).map(Arc::new))
+            .transpose()
     }
 
     /// A KEK from its 32 bytes.

@@ -248,7 +248,7 @@ async fn main() -> anyhow::Result<()> {
             let config = Config::from_env(cli.config.as_deref())?;
             let db = Db::open_existing(&config.database).await?;
             let keys = switchboard::keys::Keys::new(db.clone(), std::sync::Arc::new(SystemClock))
-                .with_kek(config.server.kek()?);
+                .with_kek(switchboard::keys::Kek::configured(&config.server)?);
             let (domain, _) = switchboard::transports::email::names(&config)?;
             let (name, value) = switchboard::transports::email::dkim_record(
                 &keys,
@@ -267,7 +267,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Keys { command } => {
             let config = Config::from_env(cli.config.as_deref())?;
-            let kek = config.server.kek()?.context(
+            let kek = switchboard::keys::Kek::configured(&config.server)?.context(
                 "no key-encryption key: set server.kek_file (or SWITCHBOARD__SERVER__KEK) to 32 \
                  random bytes, hex or base64 (`openssl rand -hex 32`)",
             )?;

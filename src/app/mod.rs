@@ -169,7 +169,7 @@ async fn parts(
     let blocks = Arc::new(crate::moderation::Blocks::new(&config.moderation.blocks));
     blocks.refresh(&db).await?;
     // Keys sealed under another KEK (or any, without one) stop the start here.
-    let kek = config.server.kek()?;
+    let kek = crate::keys::Kek::configured(&config.server)?;
     let plain = crate::keys::check_kek(&db, kek.as_deref()).await?;
     if kek.is_some() && plain > 0 {
         tracing::warn!(

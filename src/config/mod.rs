@@ -67,7 +67,7 @@ pub use net::NetConfig;
 pub use policy::PolicyConfig;
 pub use queue::{JobKindConfig, QueueConfig};
 pub use secret::{CREDENTIALS_DIRECTORY, MIN_SECRET_BYTES, Secret};
-pub use server::ServerConfig;
+pub use server::{KEK_BYTES, ServerConfig, kek_bytes};
 pub use telemetry::TelemetryConfig;
 pub use trust::{TrustConfig, TrustedIssuerConfig};
 

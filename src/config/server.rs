@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::secret::Secret;
-use crate::keys::Kek;
 use crate::message::is_domain;
 use crate::net::client_addr::TrustedProxies;
 
@@ -104,20 +103,18 @@ impl ServerConfig {
         Ok(url)
     }
 
-    /// The key-encryption key, when one is set.
+    /// The key-encryption key's bytes, when one is set (`keys::Kek::configured` makes the key).
     ///
     /// # Errors
     /// [`crate::Error::Config`] naming `server.kek` when it is not 32 bytes of hex or base64.
-    pub fn kek(&self) -> Result<Option<std::sync::Arc<Kek>>, crate::Error> {
+    pub fn kek_bytes(&self) -> Result<Option<Vec<u8>>, crate::Error> {
         self.kek
             .as_ref()
             .map(|k| {
-                Kek::parse(k.expose())
-                    .map(std::sync::Arc::new)
-                    .map_err(|e| match e {
-                        crate::Error::Config(m) => crate::Error::Config(format!("server.kek: {m}")),
-                        other => other,
-                    })
+                kek_bytes(k.expose()).map_err(|e| match e {
+                    crate::Error::Config(m) => crate::Error::Config(format!("server.kek: {m}")),
+                    other => other,
+                })
             })
             .transpose()
     }
@@ -135,7 +132,7 @@ impl ServerConfig {
     /// The public URL must be usable and name a host agents can be addressed at; plain http is
     /// expected only where private addresses are allowed (`net.allow_private_addresses`).
     pub(super) fn check(&self, allow_private_addresses: bool, problems: &mut Vec<String>) {
-        match self.kek() {
+        match self.kek_bytes() {
             Err(crate::Error::Config(m)) => problems.push(m),
             Err(e) => problems.push(format!("server.kek: {e}")),
             Ok(_) => {}
@@ -192,5 +189,33 @@ impl ServerConfig {
             Some(d) => Some(d.to_lowercase()),
             None => self.domain(),
         }
+    }
+}
+
+/// The length of a key-encryption key: AES-256.
+pub const KEK_BYTES: usize = 32;
+
+/// A key-encryption key's bytes from its text: 32 bytes as 64 hex digits or as base64 (standard
+/// or URL-safe, padded or not); surrounding whitespace is ignored.
+///
+/// # Errors
+/// [`crate::Error::Config`] saying what is wrong, never the value.
+pub fn kek_bytes(text: &str) -> Result<Vec<u8>, crate::Error> {
+    use base64::Engine as _;
+    let text = text.trim();
+    let bytes = if text.len() == 2 * KEK_BYTES && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        hex::decode(text).ok()
+    } else {
+        let unpadded = text.trim_end_matches('=');
+        base64::engine::general_purpose::STANDARD_NO_PAD
+            .decode(unpadded)
+            .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(unpadded))
+            .ok()
+    };
+    match bytes {
+        Some(b) if b.len() == KEK_BYTES => Ok(b),
+        _ => Err(crate::Error::Config(format!(
+            "must be {KEK_BYTES} bytes as 64 hex digits or base64 (`openssl rand -hex 32`)"
+        ))),
     }
 }

@@ -187,7 +187,8 @@ pub(super) async fn mail_checks(
 
     // DKIM: the published key is the one we sign with.
     if let Some(db) = db {
-        let keys = Keys::new(db.clone(), clock).with_kek(config.server.kek().ok().flatten());
+        let keys = Keys::new(db.clone(), clock)
+            .with_kek(crate::keys::Kek::configured(&config.server).ok().flatten());
         match crate::transports::email::dkim_record(&keys, &config.email.dkim_selector, &domain)
             .await
         {

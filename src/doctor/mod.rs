@@ -509,7 +509,7 @@ async fn database_checks(config: &Config, report: &mut Report) -> Option<Db> {
         ),
     }
     // Private keys at rest: sealed under the key-encryption key, or readable by any backup.
-    let kek = config.server.kek().ok().flatten();
+    let kek = crate::keys::Kek::configured(&config.server).ok().flatten();
     match (
         kek.is_some(),
         crate::keys::check_kek(&db, kek.as_deref()).await,
