@@ -6,13 +6,13 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 
-use super::mapping::{self, profile, str_of};
+use super::actor::actor_doc;
+use super::answer::{AP_JSON, ap, not_found};
+use super::mapping::{self, str_of};
 use super::public::Public;
-use super::{HttpState, Inner, Served, store};
+use super::{HttpState, Served, store};
 use crate::agents::Agent;
 use crate::error::Error;
-
-const AP_JSON: &str = "application/activity+json";
 
 pub(super) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/.well-known/webfinger", web::get().to(webfinger))
@@ -28,17 +28,6 @@ pub(super) fn routes(cfg: &mut web::ServiceConfig) {
             "/agents/{name}/notes/{id}/activity",
             web::get().to(note_activity),
         );
-}
-
-pub(super) fn not_found() -> HttpResponse {
-    HttpResponse::NotFound().json(json!({"error": "not found"}))
-}
-
-pub(super) fn ap(doc: &Value) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type(AP_JSON)
-        .insert_header(("Vary", "Accept"))
-        .body(doc.to_string())
 }
 
 fn wants_ap(req: &HttpRequest) -> bool {
@@ -180,84 +169,6 @@ async fn instance_actor(state: web::Data<HttpState>) -> HttpResponse {
         "manuallyApprovesFollowers": true,
         "publicKey": {"id": format!("{id}#main-key"), "owner": id, "publicKeyPem": key.public_key_pem()},
     }))
-}
-
-/// The actor document of an agent, its profile (`[agents.activitypub]`) included.
-pub(super) async fn actor_doc(inner: &Inner, agent: &Agent) -> crate::Result<Value> {
-    let profile = inner
-        .published(&agent.name)
-        .await?
-        .doc()
-        .properties(&inner.actor_url(&agent.name));
-    actor_doc_of(inner, agent, profile).await
-}
-
-/// The actor document of `agent`, with `profile` (what `ProfileDoc::properties` gives) as its
-/// profile.
-///
-/// # Errors
-/// Key store errors.
-pub(super) async fn actor_doc_of(
-    inner: &Inner,
-    agent: &Agent,
-    profile: serde_json::Map<String, Value>,
-) -> crate::Result<Value> {
-    let rsa = inner
-        .keys
-        .rsa(&Inner::rsa_key_name(&agent.name))
-        .await
-        .map_err(|e| Error::Invalid(e.to_string()))?;
-    let ed = inner
-        .keys
-        .ed25519(&Inner::ed_key_name(&agent.name))
-        .await
-        .map_err(|e| Error::Invalid(e.to_string()))?;
-    let id = inner.actor_url(&agent.name);
-    let mut terms = profile::context_terms();
-    if let Some(t) = terms.as_object_mut() {
-        t.insert(
-            "manuallyApprovesFollowers".into(),
-            json!("as:manuallyApprovesFollowers"),
-        );
-        t.insert(
-            "webfinger".into(),
-            json!("https://purl.archive.org/socialweb/webfinger"),
-        );
-    }
-    let mut doc = json!({
-        "@context": [
-            "https://www.w3.org/ns/activitystreams",
-            "https://w3id.org/security/v1",
-            "https://w3id.org/security/multikey/v1",
-            terms,
-        ],
-        "id": id,
-        "preferredUsername": agent.name,
-        "name": agent.display_name.clone().unwrap_or_else(|| agent.name.clone()),
-        "summary": agent.summary.as_deref().map(super::html::text_to_html).unwrap_or_default(),
-        "url": id,
-        "inbox": format!("{id}/inbox"),
-        "outbox": format!("{id}/outbox"),
-        "followers": format!("{id}/followers"),
-        "endpoints": {"sharedInbox": format!("{}/inbox", inner.base)},
-        "manuallyApprovesFollowers": false,
-        "webfinger": format!("{}@{}", agent.name, inner.handle_domain),
-        "publicKey": {
-            "id": format!("{id}#main-key"),
-            "owner": id,
-            "publicKeyPem": rsa.public_key_pem(),
-        },
-        "assertionMethod": [{
-            "id": format!("{id}#ed25519-key"),
-            "type": "Multikey",
-            "controller": id,
-            "publicKeyMultibase": super::proof::ed25519_multikey(&ed.public_key_raw()),
-        }],
-    });
-    if let Some(m) = doc.as_object_mut() {
-        m.extend(profile);
-    }
-    Ok(doc)
 }
 
 async fn actor(

@@ -155,8 +155,7 @@ pub async fn move_agent(parts: &Parts, agent: &str, to: &str) -> Result<Moved> {
     }
     resolve_aliases_of(inner, &agent.name).await;
     let published = Published::new(inner, &agent.name, Some(target.clone()));
-    let doc =
-        super::documents::actor_doc_of(inner, &agent, published.doc().properties(&from)).await?;
+    let doc = super::actor::actor_doc_of(inner, &agent, published.doc().properties(&from)).await?;
     let inboxes = inner.follower_inboxes(&agent.name).await?;
     let activities = [
         super::profile::update_of(&from, doc, now),

@@ -28,6 +28,8 @@
 //! See `docs/protocols/activitypub.md` for the field-by-field mapping and what is verified.
 
 mod activities;
+mod actor;
+mod answer;
 mod documents;
 mod events;
 mod fetch;

@@ -230,8 +230,7 @@ async fn announce(inner: &Inner, agent: &Agent) -> Result<()> {
     let profile = inner.profile(&agent.name);
     let actor = inner.actor_url(&agent.name);
     let published = inner.published(&agent.name).await?;
-    let doc =
-        super::documents::actor_doc_of(inner, agent, published.doc().properties(&actor)).await?;
+    let doc = super::actor::actor_doc_of(inner, agent, published.doc().properties(&actor)).await?;
     let digest = published.doc().digest(
         &actor,
         mapping::str_of(&doc, "name").unwrap_or_default(),
@@ -314,7 +313,7 @@ pub(super) fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 fn not_found() -> HttpResponse {
-    super::documents::not_found()
+    super::answer::not_found()
 }
 
 /// The agent's `featured` collection: its pinned notes, embedded.
@@ -328,7 +327,7 @@ async fn featured(state: web::Data<HttpState>, path: web::Path<String>) -> HttpR
     if let Some(m) = doc.as_object_mut() {
         m.insert("@context".into(), mapping::context());
     }
-    super::documents::ap(&doc)
+    super::answer::ap(&doc)
 }
 
 /// One pinned note, at its id.
@@ -352,7 +351,7 @@ async fn pinned(state: web::Data<HttpState>, path: web::Path<(String, String)>) 
     if let Some(m) = note.as_object_mut() {
         m.insert("@context".into(), mapping::context());
     }
-    super::documents::ap(&note)
+    super::answer::ap(&note)
 }
 
 /// A profile image the agent's profile names, `{digest}.{extension}`, from the blob store, with

@@ -140,7 +140,7 @@ async fn authorization(
 ) -> HttpResponse {
     let (name, key) = path.into_inner();
     let Some(agent) = state.site.agents().get(&name) else {
-        return super::documents::not_found();
+        return super::answer::not_found();
     };
     let looked_up = state
         .main
@@ -154,14 +154,14 @@ async fn authorization(
         .await;
     let (key, q, note) = match looked_up {
         Ok(Some(found)) => found,
-        Ok(None) => return super::documents::not_found(),
+        Ok(None) => return super::answer::not_found(),
         Err(e) => {
             tracing::warn!(error = %e, "reading a quote authorization failed");
             return HttpResponse::ServiceUnavailable().finish();
         }
     };
     if q.agent != agent.name {
-        return super::documents::not_found();
+        return super::answer::not_found();
     }
     if note.is_none_or(|n| n.deleted != 0) {
         return HttpResponse::Gone().finish();
@@ -172,5 +172,5 @@ async fn authorization(
     if let Some(m) = doc.as_object_mut() {
         m.insert("@context".into(), mapping::context());
     }
-    super::documents::ap(&doc)
+    super::answer::ap(&doc)
 }
