@@ -15,14 +15,18 @@ if (args[0] === 'auth') {
   const [, base, token] = args;
   const opts = token ? { serviceParameters: { Authorization: `Bearer ${token}` } } : {};
   const client = await new ClientFactory().createFromUrl(base);
+  let out;
   try {
     const t = await client.sendMessage(SendMessageRequest.fromJSON({
       message: { messageId: randomUUID(), role: 'ROLE_USER', parts: [{ text: 'hello with a token' }] },
     }), opts);
-    console.log(JSON.stringify({ state: Task.toJSON(t).status.state }));
+    out = { state: Task.toJSON(t).status.state };
   } catch (e) {
-    console.log(JSON.stringify({ error: `${e.constructor.name}: ${e.message}` }));
+    out = { error: `${e.constructor.name}: ${e.message}` };
   }
+  // Exit once the line is written: writes to a pipe are asynchronous on POSIX, and an exit
+  // right after console.log can lose them (the test then reads nothing).
+  await new Promise((written) => process.stdout.write(JSON.stringify(out) + '\n', written));
   process.exit(0);
 }
 const [base, token] = args;
