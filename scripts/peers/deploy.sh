@@ -1,4 +1,4 @@
-# The checkers of deploy/ (sourced by scripts/test), which tests/api/deploy.rs runs:
+# The checkers of deploy/ (sourced by scripts/test), which tests/api/deploy/ runs:
 # - systemd-analyze and systemd-sysusers, from Debian's systemd package, on the unit and its
 #   sysusers.d entry;
 # - kubernetes-validate (PyPI, pinned below) on the manifests of deploy/kubernetes/, against

@@ -2,7 +2,7 @@
 # Postfix (Debian) relays to it, and a Python venv with aiosmtpd (reply
 # catcher), dkimpy (signing and verifying) and pyspf (the benchmark peer's SPF check) under
 # target/peers/email/. Idempotent: skips what is already there. Fails loudly on error.
-# Exports what tests/api/email.rs reads:
+# Exports what tests/api/email/ reads:
 #   SWITCHBOARD_EMAIL_SWAKS   the swaks binary
 #   SWITCHBOARD_EMAIL_PYTHON  the venv's python (aiosmtpd + dkimpy importable)
 #   SWITCHBOARD_EMAIL_PEERS   tests/peers/email (the helper scripts)

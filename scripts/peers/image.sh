@@ -1,4 +1,4 @@
-# The container image leg (sourced by scripts/test), which tests/api/deploy.rs runs: buildah
+# The container image leg (sourced by scripts/test), which tests/api/deploy/image.rs runs: buildah
 # builds deploy/Dockerfile, runs the image and checks it.
 # - buildah, mmdebstrap, iproute2 (the container's own network namespace) and curl (requests
 #   into it), from Debian.
