@@ -77,15 +77,13 @@ pub fn thread_principal<'a>(owner: &'a str, context: &str) -> &'a str {
     }
 }
 
-/// A new task or context id: a version 7 UUID, the time in milliseconds followed by 74 bits
-/// from the thread's cryptographically secure generator (no counter), so that holding one is
-/// proof enough of being its caller while the rows and index entries it keys are written in
-/// time order, next to each other.
+/// A new task or context id minted at `now_ms` (the engine's clock): a version 7 UUID, the time
+/// in milliseconds followed by 74 bits from the thread's cryptographically secure generator (no
+/// counter), so that holding one is proof enough of being its caller while the rows and index
+/// entries it keys are written in time order, next to each other.
 #[must_use]
-pub fn mint_id() -> String {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+pub fn mint_id(now_ms: i64) -> String {
+    let millis = u64::try_from(now_ms).unwrap_or(0);
     uuid::Builder::from_unix_timestamp_millis(millis, &rand::random::<[u8; 10]>())
         .into_uuid()
         .to_string()
@@ -97,8 +95,9 @@ mod tests {
 
     #[test]
     fn minted_ids_are_time_ordered_and_random() {
-        let a = mint_id();
-        let b = mint_id();
+        let now = 1_764_000_000_000;
+        let a = mint_id(now);
+        let b = mint_id(now);
         assert_ne!(a, b);
         let (ua, ub) = (
             uuid::Uuid::parse_str(&a).unwrap(),
@@ -110,9 +109,8 @@ mod tests {
         let random = |u: uuid::Uuid| u.as_u128() & ((1u128 << 80) - 1);
         let (ra, rb) = (random(ua), random(ub));
         assert!(ra.abs_diff(rb) > 1 << 16, "{a} {b}");
-        // Time order: an id minted a few milliseconds later sorts after.
-        std::thread::sleep(std::time::Duration::from_millis(3));
-        let c = mint_id();
+        // Time order: an id minted a millisecond later sorts after.
+        let c = mint_id(now + 1);
         assert!(c > a && c > b, "{a} {b} {c}");
     }
 
@@ -125,7 +123,7 @@ mod tests {
         assert!(is_anonymous(&anonymous_owner(None)));
         assert!(!is_anonymous("anonymous"), "the old shared scope");
         assert!(!is_anonymous("https://idp.example/#anonymous@x"));
-        let minted = mint_id();
+        let minted = mint_id(1);
         assert_eq!(thread_principal(&owner, &minted), "anonymous");
         assert_eq!(thread_principal(&owner, "team-room"), owner);
         assert_eq!(thread_id(&owner, &minted), format!("anonymous\n{minted}"));
@@ -137,7 +135,7 @@ mod tests {
 
     #[test]
     fn capabilities_are_random_uuids() {
-        assert!(is_capability(&mint_id()));
+        assert!(is_capability(&mint_id(1)));
         assert!(is_capability("9B2D6F1E-3C4A-4E8B-9F10-2A3B4C5D6E7F"));
         assert!(is_capability("019ae0c4-58a1-7b2e-9c4d-3f6a8e1b2c7d"));
         for guessable in [

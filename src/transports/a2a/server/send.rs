@@ -296,8 +296,8 @@ pub(super) async fn send(state: &Served, call: Call, streaming: bool) -> Result<
             .await?;
         state.admit(&caller, &agent, call.client)?;
     }
-    let task_id = scope::mint_id();
-    let context_id = named_context.map_or_else(scope::mint_id, str::to_owned);
+    let task_id = scope::mint_id(now);
+    let context_id = named_context.map_or_else(|| scope::mint_id(now), str::to_owned);
     let status = json!({ "state": TaskState::Submitted.v1(), "timestamp": wire::timestamp(now) });
     let mut task = json!({
         "id": task_id,
